@@ -1,0 +1,311 @@
+/*
+ * ecc_plugin_v1.h - encoder-cache connector plugin ABI, major version 1.
+ *
+ * FROZEN: once released, nothing in this file changes except by appending
+ * fields at the end of a struct (and raising ECC_ABI_V1_MINOR). A new major
+ * version gets a new file. This header is the specification: a plugin author
+ * and a host author can each work from it alone. Pure C11, no CUDA include.
+ *
+ * The model
+ * ---------
+ * A producer saves encoder outputs ("entries": one row of `hidden` values per
+ * token, keyed by a content-hash string) from device memory into a shared host
+ * region made of fixed-size blocks; a consumer on the same host loads them
+ * back. The host (the inference server) owns block allocation and decides
+ * which blocks an entry uses; the plugin only copies, asynchronously, and
+ * reports completions.
+ *
+ * One step of the host looks like:
+ *     save(h, entries, n)          zero or more times: fill descriptors only
+ *     flush(h, compute_stream)     one batched device->host transfer
+ *     load(h, entries, n, stream)  one batched host->device transfer
+ *     poll(h, out, cap, &n)        collect finished saves and loads
+ *
+ * Discovery
+ * ---------
+ * A plugin exports one const data symbol per major version it implements,
+ * named ECC_PLUGIN_V1_SYMBOL for this one. The host finds it with dlsym (newest
+ * major first) before calling any plugin code, then checks abi_major,
+ * abi_minor, struct_size and every required function pointer.
+ *
+ * Compatibility
+ * -------------
+ * The major version must match. If the plugin's minor is newer than the
+ * host's, the host uses the fields it knows. A host reads an optional field
+ * only if struct_size covers it and the pointer is non-NULL. Structs passed
+ * from host to plugin also start with struct_size so that either side can be
+ * the older one.
+ *
+ * Errors
+ * ------
+ * Every function returns ECC_OK (0) on success or one of the negative
+ * ECC_ERR_* codes below; the set is closed. Each function lists the codes it
+ * can return. A call that returns an error changes no state of the handle.
+ * Human-readable text goes to the host's log callback and to the handle's
+ * last-error string (see last_error).
+ *
+ * Threading
+ * ---------
+ * All functions are safe to call from any thread. On one handle, save, flush
+ * and load are serialised by the plugin (a second caller waits for the first
+ * to return; none of them ever waits for a copy). poll, stats, last_error and
+ * describe may run concurrently with anything. shutdown must be the last call
+ * on a handle: a call that races with it either finishes first or returns
+ * ECC_ERR_CLOSED; shutdown itself waits for calls already inside the plugin.
+ * Several handles may live in one process (one per device, for instance) and
+ * never share state.
+ */
+#ifndef ECC_PLUGIN_V1_H
+#define ECC_PLUGIN_V1_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ECC_ABI_V1_MAJOR 1
+#define ECC_ABI_V1_MINOR 0
+/* Name of the exported table (type ecc_plugin_v1_t). */
+#define ECC_PLUGIN_V1_SYMBOL "ecc_plugin_v1"
+
+/* Longest key (content hash string) in bytes, without the terminating NUL. */
+#define ECC_KEY_MAX 127
+
+/* ---- Status codes: 0 success, a closed set of negatives for errors. ---- */
+#define ECC_OK 0                 /* success */
+#define ECC_ERR_INVALID (-1)     /* bad argument: NULL pointer, empty or over-long key, zero size... */
+#define ECC_ERR_RANGE (-2)       /* block id past the region, or data larger than its blocks */
+#define ECC_ERR_ROLE (-3)        /* save on a consumer, or load on a producer */
+#define ECC_ERR_BUSY (-4)        /* the in-flight bound is reached: poll, then retry */
+#define ECC_ERR_CONFIG (-5)      /* unknown configuration key or bad value (the key is named in the text) */
+#define ECC_ERR_INCOMPATIBLE (-6)/* the negotiated ABI version is not supported */
+#define ECC_ERR_REGION (-7)      /* the shared region is foreign, truncated, unsafe or has another layout */
+#define ECC_ERR_SYSTEM (-8)      /* an operating-system call failed (errno is named in the text) */
+#define ECC_ERR_NOMEM (-9)       /* out of host memory */
+#define ECC_ERR_DEVICE (-10)     /* the GPU runtime failed (its error is named in the text) */
+#define ECC_ERR_TRANSFER (-11)   /* a copy failed; reported in a completion's status */
+#define ECC_ERR_CLOSED (-12)     /* the handle was shut down, or never existed */
+#define ECC_ERR_UNSUPPORTED (-13)/* the feature is not built in or not available here */
+
+/* Log levels, most severe first. */
+#define ECC_LOG_ERROR 0
+#define ECC_LOG_WARN 1
+#define ECC_LOG_INFO 2
+#define ECC_LOG_DEBUG 3
+
+/* Capability bits (ecc_plugin_v1_t.caps). */
+#define ECC_CAP_SAVE (1u << 0)        /* implements the producer side */
+#define ECC_CAP_LOAD (1u << 1)        /* implements the consumer side */
+#define ECC_CAP_HOST_ENGINE (1u << 2) /* can copy to and from host memory (no GPU needed) */
+#define ECC_CAP_CUDA_ENGINE (1u << 3) /* built with the CUDA engine (a GPU may still be absent) */
+#define ECC_CAP_STATS (1u << 4)       /* the stats function is implemented */
+
+/* Opaque connector handle. 0 is never valid. After shutdown a handle's value
+ * stays invalid for the life of the process: calls with it return
+ * ECC_ERR_CLOSED and never touch freed memory. */
+typedef uint64_t ecc_handle_t;
+
+/* One configuration pair. Both strings are read during the call only. */
+typedef struct ecc_kv_v1 {
+  const char *key;   /* "section.name", e.g. "region.block_size" */
+  const char *value; /* the text as written, e.g. "3KiB" */
+} ecc_kv_v1;
+
+/* A configuration key the plugin accepts, with its default. */
+typedef struct ecc_param_v1 {
+  const char *key;           /* "section.name" */
+  const char *default_value; /* text used when the key is absent; "" if none */
+  const char *help;          /* one line: what it means and what values it takes */
+} ecc_param_v1;
+
+/* Services the host lends to the plugin for the life of the handle. */
+typedef struct ecc_host_services_v1 {
+  uint32_t struct_size; /* sizeof(ecc_host_services_v1) as the host compiled it */
+  int log_level;        /* the plugin drops messages above this level */
+  /* Receives one line of text without a newline; may be NULL. Called from any
+   * plugin thread; `msg` is valid during the call only. */
+  void (*log)(void *user, int level, const char *msg);
+  void *user; /* passed back to log unchanged */
+} ecc_host_services_v1;
+
+/* Arguments of create(). Everything pointed to is read during the call only,
+ * except `host`, which must stay valid until shutdown returns. */
+typedef struct ecc_create_args_v1 {
+  uint32_t struct_size;                  /* sizeof(ecc_create_args_v1) as the host compiled it */
+  uint32_t abi_major;                    /* negotiated major: ECC_ABI_V1_MAJOR */
+  uint32_t abi_minor;                    /* negotiated minor: min(host's, plugin's) */
+  const ecc_kv_v1 *config;               /* configuration pairs; a key may appear once */
+  size_t n_config;                       /* number of pairs */
+  const ecc_host_services_v1 *host;      /* may be NULL: then nothing is logged */
+  char *err;                             /* if non-NULL, receives the reason a create failed */
+  size_t err_cap;                        /* capacity of err in bytes, NUL included */
+} ecc_create_args_v1;
+
+/* One entry to save: `nbytes` at device address `src` go to `block_ids`. */
+typedef struct ecc_save_entry_v1 {
+  const char *key;          /* 1..ECC_KEY_MAX bytes, copied during the call */
+  uint64_t src;             /* device (or, with the host engine, host) address; unsigned */
+  uint64_t nbytes;          /* > 0 and <= n_blocks * block_size */
+  const uint32_t *block_ids;/* region blocks in entry order; read during the call only */
+  uint32_t n_blocks;        /* >= 1; blocks past ceil(nbytes / block_size) are not touched */
+} ecc_save_entry_v1;
+
+/* One entry to load: blocks `block_ids` go to device address `dst`. */
+typedef struct ecc_load_entry_v1 {
+  uint64_t transfer_id;     /* the host's id for this dispatch; reported back by poll */
+  const uint32_t *block_ids;/* region blocks in entry order; read during the call only */
+  uint32_t n_blocks;        /* >= 1 */
+  uint64_t dst;             /* device (or host) address written by the copy */
+  uint64_t dst_capacity;    /* bytes writable at dst, > 0; the copy moves
+                               min(dst_capacity, n_blocks * block_size) bytes and
+                               blocks past that amount are not read */
+} ecc_load_entry_v1;
+
+/* Which direction a completion belongs to. */
+#define ECC_DIR_SAVE 1 /* device -> region */
+#define ECC_DIR_LOAD 2 /* region -> device */
+
+/* One finished save (identified by key) or load (identified by transfer id). */
+typedef struct ecc_completion_v1 {
+  uint32_t direction;        /* ECC_DIR_SAVE or ECC_DIR_LOAD */
+  int32_t status;            /* ECC_OK, or ECC_ERR_TRANSFER / ECC_ERR_DEVICE if the copy failed */
+  uint64_t transfer_id;      /* loads: the id given to load(); saves: 0 */
+  uint64_t batch;            /* sequence number of the batched transfer, per direction, from 1 */
+  uint64_t nbytes;           /* bytes of this entry that the copy moved */
+  uint64_t elapsed_ns;       /* duration of the whole batched transfer it was part of */
+  char key[ECC_KEY_MAX + 1]; /* saves: the key, NUL-terminated; loads: "" */
+} ecc_completion_v1;
+
+/* Histogram bucket upper bounds in bytes of a transfer (the last one is open). */
+#define ECC_HIST_BUCKETS 10 /* <0.5, <1, <2, <5, <10, <20, <50, <100, <250, >=250 MB */
+
+/* Counters for one direction. */
+typedef struct ecc_dir_stats_v1 {
+  uint64_t transfers;   /* batched transfers completed */
+  uint64_t entries;     /* entries (keys or transfer ids) completed */
+  uint64_t descriptors; /* copy descriptors after coalescing */
+  uint64_t bytes;       /* bytes moved */
+  uint64_t busy_ns;     /* sum of transfer durations */
+  uint64_t failed;      /* transfers that ended with an error */
+  uint64_t hist[ECC_HIST_BUCKETS]; /* transfers by size (bucket bounds above) */
+} ecc_dir_stats_v1;
+
+/* Statistics of one handle since create. The caller sets struct_size. */
+typedef struct ecc_stats_v1 {
+  uint32_t struct_size;      /* in: sizeof(ecc_stats_v1) as the caller compiled it */
+  uint32_t reserved;         /* zero */
+  ecc_dir_stats_v1 save;     /* device -> region */
+  ecc_dir_stats_v1 load;     /* region -> device */
+  uint64_t saves_skipped;    /* saves ignored because this rank is not the save rank */
+  uint64_t pin_ns;           /* time spent pinning the region (0 if not pinned) */
+} ecc_stats_v1;
+
+/* What a handle is using. The caller sets struct_size. */
+typedef struct ecc_info_v1 {
+  uint32_t struct_size;   /* in: sizeof(ecc_info_v1) as the caller compiled it */
+  uint32_t creator;       /* 1 if this handle created the region (and will unlink it) */
+  char region_path[256];  /* the region file, e.g. "/dev/shm/ecc-demo.region" */
+  uint64_t block_size;    /* bytes per block */
+  uint64_t num_blocks;    /* blocks in the region */
+  uint64_t region_bytes;  /* bytes of the file, header page included */
+  char engine[32];        /* "host" or "cuda" */
+  char engine_detail[128];/* what the engine chose and why, one line */
+  char role[16];          /* "producer", "consumer" or "both" */
+  uint32_t save_rank;     /* 1 if saves are performed on this rank */
+  uint32_t pinned;        /* 1 if the region is registered with the GPU driver */
+  uint64_t max_inflight;  /* bound on in-flight transfers per direction */
+} ecc_info_v1;
+
+/*
+ * The exported table. Header fields first, then required functions, then
+ * optional ones (which may be NULL). Append only.
+ */
+typedef struct ecc_plugin_v1 {
+  uint32_t abi_major;      /* ECC_ABI_V1_MAJOR */
+  uint32_t abi_minor;      /* ECC_ABI_V1_MINOR the plugin was built with */
+  uint32_t struct_size;    /* sizeof(ecc_plugin_v1_t) as the plugin compiled it */
+  uint32_t caps;           /* ECC_CAP_* bits */
+  const char *name;        /* short name, e.g. "shm" */
+  const char *version;     /* implementation version, e.g. "1.0.0" */
+  const ecc_param_v1 *params; /* the configuration keys it accepts, with defaults */
+  size_t n_params;         /* number of params */
+
+  /* create: open a connector. `args->abi_major` must be 1; a minor newer than
+   * the plugin's is refused. Unknown keys and bad values are refused with the
+   * key named in args->err. On failure nothing is left behind (no file, no
+   * mapping, no registration) and *out is 0.
+   * Returns ECC_OK, ECC_ERR_INVALID (NULL args/out), ECC_ERR_INCOMPATIBLE,
+   * ECC_ERR_CONFIG, ECC_ERR_REGION, ECC_ERR_SYSTEM, ECC_ERR_NOMEM,
+   * ECC_ERR_DEVICE, ECC_ERR_UNSUPPORTED (an engine that is not available). */
+  int (*create)(const ecc_create_args_v1 *args, ecc_handle_t *out);
+
+  /* save: queue `n` entries for this step's flush. Fills descriptors only:
+   * never copies, never waits. All entries are checked before any is queued.
+   * `src` must stay valid and unchanged until this key's completion has been
+   * polled. On a rank that is not the save rank it does nothing and returns
+   * ECC_OK (no completion will follow). n == 0 is a no-op.
+   * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_RANGE, ECC_ERR_ROLE,
+   * ECC_ERR_NOMEM, ECC_ERR_CLOSED. */
+  int (*save)(ecc_handle_t h, const ecc_save_entry_v1 *entries, size_t n);
+
+  /* flush: submit everything queued since the last flush as ONE batched
+   * transfer, ordered after all work already queued on `compute_stream`
+   * (a cudaStream_t; NULL for none, and it must be NULL with the host
+   * engine). Nothing queued: no-op. On ECC_ERR_BUSY the queue is kept and a
+   * later flush submits it.
+   * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_BUSY, ECC_ERR_DEVICE,
+   * ECC_ERR_NOMEM, ECC_ERR_CLOSED. */
+  int (*flush)(ecc_handle_t h, void *compute_stream);
+
+  /* load: copy `n` entries in ONE batched transfer, sorted by first block so
+   * that neighbours in the region whose destinations are adjacent coalesce.
+   * With a stream, work queued on `compute_stream` after load returns sees the
+   * data; with the host engine (stream NULL) the data is there once poll has
+   * reported the transfer id. `dst` must not be read or reused before then.
+   * n == 0 is a no-op.
+   * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_RANGE, ECC_ERR_ROLE,
+   * ECC_ERR_BUSY, ECC_ERR_DEVICE, ECC_ERR_NOMEM, ECC_ERR_CLOSED. */
+  int (*load)(ecc_handle_t h, const ecc_load_entry_v1 *entries, size_t n,
+              void *compute_stream);
+
+  /* poll: never blocks. Writes up to `cap` finished entries to `out` and
+   * their count to *n_out: saves first, then loads, each in submission (FIFO)
+   * order; each exactly once. A transfer finishes only after every transfer
+   * submitted before it in the same direction. A failed copy is reported with
+   * a negative status in each of its entries. Entries that did not fit stay
+   * for the next poll.
+   * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
+  int (*poll)(ecc_handle_t h, ecc_completion_v1 *out, size_t cap, size_t *n_out);
+
+  /* shutdown: wait for every in-flight transfer, free everything, clean up
+   * the region (the creator unlinks it). Completions not yet polled are
+   * dropped. A second call, or any call after it, returns ECC_ERR_CLOSED.
+   * Returns ECC_OK, ECC_ERR_CLOSED. */
+  int (*shutdown)(ecc_handle_t h);
+
+  /* ---- optional (may be NULL) ---- */
+
+  /* validate: check a configuration as create would, without creating
+   * anything. On failure err receives the reason (the key named); on success
+   * a one-line summary of what create would build (region, layout, engine).
+   * Returns ECC_OK, ECC_ERR_CONFIG, ECC_ERR_INVALID. */
+  int (*validate)(const ecc_kv_v1 *config, size_t n_config, char *err, size_t err_cap);
+
+  /* stats: copy the handle's counters. Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
+  int (*stats)(ecc_handle_t h, ecc_stats_v1 *out);
+
+  /* last_error: copy the text of the handle's most recent error ("" if none),
+   * truncated to cap. Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
+  int (*last_error)(ecc_handle_t h, char *buf, size_t cap);
+
+  /* describe: the region and engine in use. Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
+  int (*describe)(ecc_handle_t h, ecc_info_v1 *out);
+} ecc_plugin_v1_t;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ECC_PLUGIN_V1_H */

@@ -1,0 +1,623 @@
+/*
+ * connector.c - the public functions of ecc_host.h: ecc_open/ecc_check put
+ * the INI reader and the loader together, check the keys against what the
+ * plugin publishes and create the connector; the rest forward to the plugin.
+ */
+#include "ecc_host.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ini_config.h"
+#include "loader.h"
+#include "shim_err.h"
+
+#define ECC_API __attribute__((visibility("default")))
+#define PLUGIN_ERR_MAX (PLUGIN_PATH_MAX + 1024)
+#define WHERE_MAX (PLUGIN_PATH_MAX + 32)
+
+/* ecc_close frees this, so a second ecc_close (or any call after it) uses
+ * freed memory: ecc_close must be the last call, as ecc_host.h says. The
+ * plugin's own state machine (ECC_ERR_CLOSED after shutdown) protects the
+ * handle, not this struct. */
+struct ecc_connector {
+  loaded_plugin plugin;
+  ecc_handle_t handle;
+  /* Lent to the plugin by create: must outlive its shutdown. */
+  ecc_host_services services;
+};
+
+/* ---- logging ---- */
+
+static const char *level_name(int level)
+{
+  static const char *const names[] = {"error", "warn", "info", "debug"};
+  if (level < ECC_LOG_ERROR || level > ECC_LOG_DEBUG)
+    return "log";
+  return names[level];
+}
+
+/* The default sink: one write per line so that lines from several threads
+ * never interleave. */
+static void stderr_log(void *user, int level, const char *msg)
+{
+  (void)user;
+  char line[1024];
+  int n = snprintf(line, sizeof(line), "ecc[%s]: %s\n", level_name(level), msg);
+  if (n < 0)
+    return;
+  size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+  if (write(STDERR_FILENO, line, len) < 0)
+    return; /* nowhere left to report a failed log write */
+}
+
+__attribute__((format(printf, 3, 4))) static void
+shim_log(const ecc_host_services *svc, int level, const char *fmt, ...)
+{
+  if (svc->log == NULL || level > svc->log_level)
+    return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  svc->log(svc->user, level, msg);
+}
+
+/* ---- options ---- */
+
+typedef struct open_settings {
+  const ecc_kv *overrides;
+  size_t n_overrides;
+  void (*log)(void *user, int level, const char *msg);
+  void *log_user;
+  int log_level;
+} open_settings;
+
+static bool opt_covers(const ecc_open_options *opt, size_t end)
+{
+  return opt->struct_size >= end;
+}
+
+/* Reads only the fields the caller's struct_size covers, so a caller built
+ * against an older ecc_host.h keeps working when fields are appended. */
+static int read_options(const ecc_open_options *opt, open_settings *s, char *err, size_t err_cap)
+{
+  *s = (open_settings){.log = stderr_log, .log_level = -1};
+  if (opt == NULL)
+    return ECC_OK;
+  if (opt->struct_size < sizeof(uint32_t)) {
+    shim_errf(err, err_cap, "ecc_open_options.struct_size %u is too small", opt->struct_size);
+    return ECC_ERR_INVALID;
+  }
+  if (opt_covers(opt, offsetof(ecc_open_options, n_overrides) + sizeof(size_t))) {
+    s->overrides = opt->overrides;
+    s->n_overrides = opt->n_overrides;
+  }
+  if (opt_covers(opt, offsetof(ecc_open_options, log_user) + sizeof(void *)) &&
+      opt->log != NULL) {
+    s->log = opt->log;
+    s->log_user = opt->log_user;
+  }
+  if (opt_covers(opt, offsetof(ecc_open_options, log_level) + sizeof(int)))
+    s->log_level = opt->log_level;
+  if (s->log_level < -1 || s->log_level > ECC_LOG_DEBUG) {
+    shim_errf(err, err_cap, "ecc_open_options.log_level %d is not -1 or ECC_LOG_*",
+              s->log_level);
+    return ECC_ERR_INVALID;
+  }
+  return ECC_OK;
+}
+
+/* ---- keys against the plugin's published params ---- */
+
+static bool plugin_accepts(const plugin_ops *ops, const char *key)
+{
+  for (size_t i = 0; i < ops->n_params; i++) {
+    if (strcmp(ops->params[i].key, key) == 0)
+      return true;
+  }
+  return false;
+}
+
+/* Edit distance, or a large number for strings too long to bother with. */
+static size_t edit_distance(const char *a, const char *b)
+{
+  enum { LIMIT = 64 };
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > LIMIT || lb > LIMIT)
+    return (size_t)-1;
+  size_t prev[LIMIT + 1], cur[LIMIT + 1];
+  for (size_t j = 0; j <= lb; j++)
+    prev[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    cur[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+      size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+      cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+    }
+    memcpy(prev, cur, (lb + 1) * sizeof(size_t));
+  }
+  return prev[lb];
+}
+
+/* A typo of a published key, if one is close enough to be worth saying. */
+static const char *closest_param(const plugin_ops *ops, const char *key)
+{
+  const char *best = NULL;
+  size_t best_d = 3; /* more than two edits away is not a typo */
+  for (size_t i = 0; i < ops->n_params; i++) {
+    size_t d = edit_distance(key, ops->params[i].key);
+    if (d < best_d) {
+      best_d = d;
+      best = ops->params[i].key;
+    }
+  }
+  return best;
+}
+
+static void list_params(const plugin_ops *ops, char *buf, size_t cap)
+{
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < ops->n_params; i++) {
+    int n = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", ops->params[i].key);
+    if (n < 0 || (size_t)n >= cap - used)
+      break; /* truncated: the message still names the bad key first */
+    used += (size_t)n;
+  }
+}
+
+/* Refuses, before create runs, a key the plugin does not publish, naming the
+ * line it was written on. A plugin that publishes nothing is left to judge
+ * its keys in create. */
+static int check_keys(const ini_config *ini, const plugin_ops *ops, char *err, size_t err_cap)
+{
+  if (ops->n_params == 0)
+    return ECC_OK;
+  for (size_t i = 0; i < ini->n_pairs; i++) {
+    const ini_pair *p = &ini->pairs[i];
+    if (plugin_accepts(ops, p->key))
+      continue;
+    char where[WHERE_MAX], accepted[1024], hint[160] = "";
+    ini_config_where(ini, p->line, where, sizeof(where));
+    list_params(ops, accepted, sizeof(accepted));
+    const char *near = closest_param(ops, p->key);
+    if (near != NULL)
+      snprintf(hint, sizeof(hint), "; did you mean '%s'?", near);
+    shim_errf(err, err_cap, "%s: unknown key '%s' (the plugin '%s' accepts: %s)%s", where,
+              p->key, ops->name, accepted, hint);
+    return ECC_ERR_CONFIG;
+  }
+  return ECC_OK;
+}
+
+/* ---- the steps ecc_open and ecc_check share ---- */
+
+/* Where an INI setting came from, for an error about it; "" if unknown. */
+static void setting_where(const ini_config *ini, const ini_setting *s, char *buf, size_t cap)
+{
+  if (s == NULL || s->value == NULL) {
+    buf[0] = '\0';
+    return;
+  }
+  ini_config_where(ini, s->line, buf, cap);
+  size_t len = strlen(buf);
+  if (len + 2 < cap)
+    memcpy(buf + len, ": ", 3);
+}
+
+static const ini_setting *culprit_setting(const ini_config *ini, enum plugin_input culprit)
+{
+  switch (culprit) {
+  case PLUGIN_INPUT_NAME:
+    return &ini->name;
+  case PLUGIN_INPUT_PATH:
+    return &ini->path;
+  case PLUGIN_INPUT_DIR:
+    return &ini->dir;
+  default:
+    return NULL;
+  }
+}
+
+/* Resolve and load the plugin the INI names; errors point at the line. */
+static int load_named_plugin(const ini_config *ini, loaded_plugin *plugin, char *err,
+                             size_t err_cap)
+{
+  char file[PLUGIN_PATH_MAX], why[PLUGIN_ERR_MAX], where[WHERE_MAX];
+  enum plugin_input culprit = PLUGIN_INPUT_NONE;
+  int rc = plugin_resolve(ini->name.value, ini->path.value, ini->dir.value, file, sizeof(file),
+                          &culprit, why, sizeof(why));
+  if (rc == ECC_OK) {
+    rc = plugin_load(file, plugin, why, sizeof(why));
+    culprit = ini->path.value != NULL ? PLUGIN_INPUT_PATH : PLUGIN_INPUT_NAME;
+  }
+  if (rc != ECC_OK) {
+    setting_where(ini, culprit_setting(ini, culprit), where, sizeof(where));
+    shim_errf(err, err_cap, "%s%s", where, why);
+  }
+  return rc;
+}
+
+/* Parse, load, check keys. On success the caller owns ini and plugin. */
+static int prepare(const char *ini_path, const open_settings *s, ini_config *ini,
+                   loaded_plugin *plugin, char *err, size_t err_cap)
+{
+  int rc = ini_config_load(ini_path, s->overrides, s->n_overrides, ini, err, err_cap);
+  if (rc != ECC_OK)
+    return rc;
+  rc = load_named_plugin(ini, plugin, err, err_cap);
+  if (rc == ECC_OK) {
+    rc = check_keys(ini, &plugin->ops, err, err_cap);
+    if (rc != ECC_OK)
+      plugin_unload(plugin);
+  }
+  if (rc != ECC_OK)
+    ini_config_free(ini);
+  return rc;
+}
+
+/* The pairs as the ABI wants them; they point into ini. */
+static ecc_kv *make_kv(const ini_config *ini)
+{
+  ecc_kv *kv = calloc(ini->n_pairs != 0 ? ini->n_pairs : 1, sizeof(*kv));
+  if (kv == NULL)
+    return NULL;
+  for (size_t i = 0; i < ini->n_pairs; i++)
+    kv[i] = (ecc_kv){.key = ini->pairs[i].key, .value = ini->pairs[i].value};
+  return kv;
+}
+
+/* A plugin may only return codes of the closed set. */
+static int plugin_status(int rc)
+{
+  if (rc > ECC_OK || rc < ECC_ERR_UNSUPPORTED)
+    return ECC_ERR_INCOMPATIBLE;
+  return rc;
+}
+
+static bool key_char(char ch)
+{
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+         (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+}
+
+/* Whether `key` appears in text as a whole word ("region.size." at the end
+ * of a sentence counts; "region.size_x" does not). */
+static bool names_key(const char *text, const char *key)
+{
+  size_t len = strlen(key);
+  for (const char *hit = strstr(text, key); hit != NULL; hit = strstr(hit + 1, key)) {
+    bool starts = hit == text || (!key_char(hit[-1]) && hit[-1] != '.');
+    const char *end = hit + len;
+    bool ends = !key_char(end[0]) && !(end[0] == '.' && key_char(end[1]));
+    if (starts && ends)
+      return true;
+  }
+  return false;
+}
+
+/* The pair a plugin's error text is about, so the shim can add its line:
+ * the plugin names keys but has never seen the file. */
+static const ini_pair *pair_named_in(const ini_config *ini, const char *text)
+{
+  const ini_pair *best = NULL;
+  for (size_t i = 0; i < ini->n_pairs; i++) {
+    const ini_pair *p = &ini->pairs[i];
+    if (names_key(text, p->key) && (best == NULL || strlen(p->key) > strlen(best->key)))
+      best = p;
+  }
+  return best;
+}
+
+/* "<file>:<line>: " of the pair a plugin's error text names, else "". */
+static void where_plugin_points(const ini_config *ini, const char *why, char *buf, size_t cap)
+{
+  buf[0] = '\0';
+  const ini_pair *p = why[0] != '\0' ? pair_named_in(ini, why) : NULL;
+  if (p != NULL)
+    setting_where(ini, &(ini_setting){.value = p->value, .line = p->line}, buf, cap);
+}
+
+static void create_failed(const ecc_connector *c, const ini_config *ini, int raw, char *why,
+                          char *err, size_t err_cap)
+{
+  char where[WHERE_MAX + 2];
+  where_plugin_points(ini, why, where, sizeof(where));
+  shim_errf(err, err_cap, "%splugin '%s' (%s) could not create a connector: %s", where,
+            c->plugin.ops.name, c->plugin.path, why[0] != '\0' ? why : ecc_strerror(raw));
+}
+
+static int create_connector(ecc_connector *c, const ini_config *ini, char *err, size_t err_cap)
+{
+  const plugin_ops *ops = &c->plugin.ops;
+  ecc_kv *kv = make_kv(ini);
+  if (kv == NULL) {
+    shim_errf(err, err_cap, "out of memory");
+    return ECC_ERR_NOMEM;
+  }
+  char why[PLUGIN_ERR_MAX] = "";
+  ecc_create_args args = {
+      .struct_size = sizeof(args),
+      .abi_major = ECC_ABI_MAJOR,
+      .abi_minor = ops->negotiated_minor,
+      .config = kv,
+      .n_config = ini->n_pairs,
+      .host = &c->services,
+      .err = why,
+      .err_cap = sizeof(why),
+  };
+  ecc_handle_t h = 0;
+  int raw = ops->create(&args, &h);
+  free(kv);
+  int rc = plugin_status(raw);
+  if (rc != ECC_OK) {
+    why[sizeof(why) - 1] = '\0'; /* in case the plugin filled it to the end */
+    create_failed(c, ini, raw, why, err, err_cap);
+    return rc;
+  }
+  if (h == 0) {
+    shim_errf(err, err_cap, "plugin '%s' (%s) returned ECC_OK from create but handle 0",
+              ops->name, c->plugin.path);
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  c->handle = h;
+  return ECC_OK;
+}
+
+static int effective_level(const open_settings *s, const ini_config *ini)
+{
+  if (s->log_level >= 0)
+    return s->log_level;
+  if (ini->log_level >= 0)
+    return ini->log_level;
+  return ECC_LOG_WARN;
+}
+
+ECC_API int ecc_open(const char *ini_path, const ecc_open_options *opt, ecc_connector **out,
+                     char *err, size_t err_cap)
+{
+  shim_errf(err, err_cap, "%s", "");
+  if (out == NULL) {
+    shim_errf(err, err_cap, "ecc_open: out is NULL");
+    return ECC_ERR_INVALID;
+  }
+  *out = NULL;
+  open_settings s;
+  int rc = read_options(opt, &s, err, err_cap);
+  if (rc != ECC_OK)
+    return rc;
+  ecc_connector *c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    shim_errf(err, err_cap, "out of memory");
+    return ECC_ERR_NOMEM;
+  }
+  ini_config ini;
+  rc = prepare(ini_path, &s, &ini, &c->plugin, err, err_cap);
+  if (rc != ECC_OK) {
+    free(c);
+    return rc;
+  }
+  c->services = (ecc_host_services){.struct_size = sizeof(c->services),
+                                    .log_level = effective_level(&s, &ini),
+                                    .log = s.log,
+                                    .user = s.log_user};
+  rc = create_connector(c, &ini, err, err_cap);
+  ini_config_free(&ini);
+  if (rc != ECC_OK) {
+    plugin_unload(&c->plugin);
+    free(c);
+    return rc;
+  }
+  const plugin_ops *ops = &c->plugin.ops;
+  shim_log(&c->services, ECC_LOG_INFO, "loaded plugin '%s' %s from %s (ABI %u.%u, using minor %u)",
+           ops->name, ops->version, c->plugin.path, ops->abi_major, ops->abi_minor,
+           ops->negotiated_minor);
+  *out = c;
+  return ECC_OK;
+}
+
+/* ---- forwarding ---- */
+
+ECC_API int ecc_save(ecc_connector *c, const ecc_save_entry *entries, size_t n)
+{
+  if (c == NULL)
+    return ECC_ERR_INVALID;
+  return c->plugin.ops.save(c->handle, entries, n);
+}
+
+ECC_API int ecc_flush(ecc_connector *c, void *compute_stream)
+{
+  if (c == NULL)
+    return ECC_ERR_INVALID;
+  return c->plugin.ops.flush(c->handle, compute_stream);
+}
+
+ECC_API int ecc_load(ecc_connector *c, const ecc_load_entry *entries, size_t n,
+                     void *compute_stream)
+{
+  if (c == NULL)
+    return ECC_ERR_INVALID;
+  return c->plugin.ops.load(c->handle, entries, n, compute_stream);
+}
+
+ECC_API int ecc_poll(ecc_connector *c, ecc_completion *out, size_t cap, size_t *n_out)
+{
+  if (c == NULL)
+    return ECC_ERR_INVALID;
+  return c->plugin.ops.poll(c->handle, out, cap, n_out);
+}
+
+ECC_API int ecc_close(ecc_connector *c)
+{
+  if (c == NULL)
+    return ECC_OK;
+  /* The plugin's threads and mappings are gone once shutdown returns, so
+   * unloading its code afterwards is safe whatever shutdown returned. */
+  int rc = c->plugin.ops.shutdown(c->handle);
+  plugin_unload(&c->plugin);
+  free(c);
+  return rc;
+}
+
+ECC_API int ecc_get_stats(ecc_connector *c, ecc_stats *out)
+{
+  if (c == NULL)
+    return ECC_ERR_INVALID;
+  if (c->plugin.ops.stats == NULL)
+    return ECC_ERR_UNSUPPORTED;
+  return c->plugin.ops.stats(c->handle, out);
+}
+
+ECC_API int ecc_describe(ecc_connector *c, ecc_info *out)
+{
+  if (c == NULL)
+    return ECC_ERR_INVALID;
+  if (c->plugin.ops.describe == NULL)
+    return ECC_ERR_UNSUPPORTED;
+  return c->plugin.ops.describe(c->handle, out);
+}
+
+ECC_API int ecc_last_error(ecc_connector *c, char *buf, size_t cap)
+{
+  if (c == NULL)
+    return ECC_ERR_INVALID;
+  if (c->plugin.ops.last_error == NULL)
+    return ECC_ERR_UNSUPPORTED;
+  return c->plugin.ops.last_error(c->handle, buf, cap);
+}
+
+/* ---- metadata and checking ---- */
+
+static void copy_text(char *dst, size_t cap, const char *src)
+{
+  snprintf(dst, cap, "%s", src != NULL ? src : "");
+}
+
+static void fill_meta(const loaded_plugin *p, bool with_params, ecc_plugin_meta *m)
+{
+  memset(m, 0, sizeof(*m));
+  copy_text(m->path, sizeof(m->path), p->path);
+  copy_text(m->name, sizeof(m->name), p->ops.name);
+  copy_text(m->version, sizeof(m->version), p->ops.version);
+  m->abi_major = p->ops.abi_major;
+  m->abi_minor = p->ops.abi_minor;
+  m->negotiated_minor = p->ops.negotiated_minor;
+  m->caps = p->ops.caps;
+  m->params = with_params ? p->ops.params : NULL;
+  m->n_params = with_params ? p->ops.n_params : 0;
+}
+
+ECC_API int ecc_plugin_info(ecc_connector *c, ecc_plugin_meta *out)
+{
+  if (c == NULL || out == NULL)
+    return ECC_ERR_INVALID;
+  fill_meta(&c->plugin, true, out);
+  return ECC_OK;
+}
+
+/* Let the plugin judge the values; without validate, only keys were checked. */
+static int validate_config(const loaded_plugin *p, const ini_config *ini, char *err,
+                           size_t err_cap)
+{
+  const plugin_ops *ops = &p->ops;
+  if (ops->validate == NULL) {
+    shim_errf(err, err_cap,
+              "keys checked; plugin '%s' %s has no validate function, so values are "
+              "checked only when a connector is created",
+              ops->name, ops->version);
+    return ECC_OK;
+  }
+  ecc_kv *kv = make_kv(ini);
+  if (kv == NULL) {
+    shim_errf(err, err_cap, "out of memory");
+    return ECC_ERR_NOMEM;
+  }
+  char why[PLUGIN_ERR_MAX] = "";
+  int raw = ops->validate(kv, ini->n_pairs, why, sizeof(why));
+  free(kv);
+  why[sizeof(why) - 1] = '\0';
+  int rc = plugin_status(raw);
+  if (rc == ECC_OK) {
+    shim_errf(err, err_cap, "%s", why);
+    return rc;
+  }
+  char where[WHERE_MAX + 2];
+  where_plugin_points(ini, why, where, sizeof(where));
+  shim_errf(err, err_cap, "%splugin '%s' refused the configuration: %s", where, ops->name,
+            why[0] != '\0' ? why : ecc_strerror(raw));
+  return rc;
+}
+
+ECC_API int ecc_check(const char *ini_path, const ecc_open_options *opt, ecc_plugin_meta *meta,
+                      char *err, size_t err_cap)
+{
+  shim_errf(err, err_cap, "%s", "");
+  open_settings s;
+  int rc = read_options(opt, &s, err, err_cap);
+  if (rc != ECC_OK)
+    return rc;
+  ini_config ini;
+  loaded_plugin *plugin = calloc(1, sizeof(*plugin));
+  if (plugin == NULL) {
+    shim_errf(err, err_cap, "out of memory");
+    return ECC_ERR_NOMEM;
+  }
+  rc = prepare(ini_path, &s, &ini, plugin, err, err_cap);
+  if (rc == ECC_OK) {
+    rc = validate_config(plugin, &ini, err, err_cap);
+    if (rc == ECC_OK && meta != NULL)
+      fill_meta(plugin, false, meta);
+    plugin_unload(plugin);
+    ini_config_free(&ini);
+  }
+  free(plugin);
+  return rc;
+}
+
+/* ---- status names ---- */
+
+ECC_API const char *ecc_strerror(int code)
+{
+  switch (code) {
+  case ECC_OK:
+    return "ECC_OK: success";
+  case ECC_ERR_INVALID:
+    return "ECC_ERR_INVALID: invalid argument";
+  case ECC_ERR_RANGE:
+    return "ECC_ERR_RANGE: block id or size out of range";
+  case ECC_ERR_ROLE:
+    return "ECC_ERR_ROLE: operation not allowed for this connector's role";
+  case ECC_ERR_BUSY:
+    return "ECC_ERR_BUSY: too many transfers in flight; poll, then retry";
+  case ECC_ERR_CONFIG:
+    return "ECC_ERR_CONFIG: unknown configuration key or bad value";
+  case ECC_ERR_INCOMPATIBLE:
+    return "ECC_ERR_INCOMPATIBLE: plugin ABI version not supported";
+  case ECC_ERR_REGION:
+    return "ECC_ERR_REGION: shared region is foreign, truncated, unsafe or of another layout";
+  case ECC_ERR_SYSTEM:
+    return "ECC_ERR_SYSTEM: an operating-system call failed";
+  case ECC_ERR_NOMEM:
+    return "ECC_ERR_NOMEM: out of host memory";
+  case ECC_ERR_DEVICE:
+    return "ECC_ERR_DEVICE: the GPU runtime failed";
+  case ECC_ERR_TRANSFER:
+    return "ECC_ERR_TRANSFER: a copy failed";
+  case ECC_ERR_CLOSED:
+    return "ECC_ERR_CLOSED: connector shut down or never existed";
+  case ECC_ERR_UNSUPPORTED:
+    return "ECC_ERR_UNSUPPORTED: not built in or not available here";
+  default: {
+    static _Thread_local char unknown[32];
+    snprintf(unknown, sizeof(unknown), "unknown status %d", code);
+    return unknown;
+  }
+  }
+}

@@ -1,0 +1,100 @@
+/*
+ * ecc_host.h - the library a host application links to use an encoder-cache
+ * connector plugin chosen by an INI file.
+ *
+ * ecc_open() reads the INI file, loads the plugin it names (dlopen), checks
+ * its ABI table before running any of its code, and creates a connector.
+ * The six operations then forward to the plugin; ecc_close() shuts the
+ * connector down and unloads the plugin. Swapping connectors means editing
+ * the INI file only.
+ *
+ * INI layout: section [plugin] belongs to this library:
+ *     name = shm            short name: <plugin dir>/libecc-<name>.so
+ *     path = /abs/lib.so    or an absolute path (one of name/path)
+ *     dir  = /abs/dir       plugin directory for short names (optional)
+ *     log_level = info      error | warn | info | debug (default warn)
+ * Every other "[section] key = value" is passed to the plugin as the pair
+ * "section.key" = "value"; the plugin publishes which keys it accepts.
+ *
+ * The plugin directory for short names is, first to last: [plugin] dir, the
+ * environment variable ECC_PLUGIN_DIR (ignored in setuid/setgid processes),
+ * then the folder "ecc" beside this library. A short name is letters,
+ * digits, '-' and '_' only, so it cannot leave that directory.
+ *
+ * Return codes are the plugin ABI's (ECC_OK, ECC_ERR_*); ecc_strerror()
+ * names them. Threading follows the plugin ABI (see ecc_plugin_v1.h);
+ * ecc_close() must be the last call on a connector.
+ */
+#ifndef ECC_HOST_H
+#define ECC_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ecc_plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ecc_connector ecc_connector;
+
+/* Optional settings for ecc_open(); NULL means all defaults. */
+typedef struct ecc_open_options {
+  uint32_t struct_size;       /* sizeof(ecc_open_options) */
+  const ecc_kv *overrides;    /* pairs that replace or add to the INI's, e.g. {"connector.role","consumer"} */
+  size_t n_overrides;
+  /* Log sink; NULL logs to stderr. Called from any thread. */
+  void (*log)(void *user, int level, const char *msg);
+  void *log_user;
+  int log_level;              /* -1: take [plugin] log_level from the INI */
+} ecc_open_options;
+
+/* Open a connector from an INI file. On failure returns an ECC_ERR_* code,
+ * writes the reason (naming the file, line or key at fault) to err, sets
+ * *out to NULL and leaves nothing loaded or created. */
+int ecc_open(const char *ini_path, const ecc_open_options *opt,
+             ecc_connector **out, char *err, size_t err_cap);
+
+/* The six operations: see ecc_plugin_v1.h for their full contract. */
+int ecc_save(ecc_connector *c, const ecc_save_entry *entries, size_t n);
+int ecc_flush(ecc_connector *c, void *compute_stream);
+int ecc_load(ecc_connector *c, const ecc_load_entry *entries, size_t n, void *compute_stream);
+int ecc_poll(ecc_connector *c, ecc_completion *out, size_t cap, size_t *n_out);
+/* Shut down, unload the plugin and free c. NULL is a no-op returning ECC_OK. */
+int ecc_close(ecc_connector *c);
+
+/* Optional plugin functions; ECC_ERR_UNSUPPORTED when the plugin lacks one. */
+int ecc_get_stats(ecc_connector *c, ecc_stats *out);
+int ecc_describe(ecc_connector *c, ecc_info *out);
+int ecc_last_error(ecc_connector *c, char *buf, size_t cap);
+
+/* The loaded plugin's table header, as negotiated. */
+typedef struct ecc_plugin_meta {
+  char path[4096];       /* resolved plugin file */
+  char name[64];         /* plugin's short name */
+  char version[64];      /* plugin's implementation version */
+  uint32_t abi_major;    /* the plugin's ABI major */
+  uint32_t abi_minor;    /* the plugin's ABI minor */
+  uint32_t negotiated_minor; /* min(host's, plugin's) */
+  uint32_t caps;         /* ECC_CAP_* */
+  const ecc_param *params; /* the keys the plugin accepts (valid while loaded; NULL after ecc_check) */
+  size_t n_params;
+} ecc_plugin_meta;
+int ecc_plugin_info(ecc_connector *c, ecc_plugin_meta *out);
+
+/* Validate an INI file without creating anything: parse it, load the plugin,
+ * check its table and let it validate the configuration; then unload.
+ * `meta` (may be NULL) receives the plugin's header on success. On success
+ * err receives the plugin's one-line summary of the configuration. */
+int ecc_check(const char *ini_path, const ecc_open_options *opt,
+              ecc_plugin_meta *meta, char *err, size_t err_cap);
+
+/* Name of a status code, e.g. "ECC_ERR_RANGE: block id or size out of range". */
+const char *ecc_strerror(int code);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ECC_HOST_H */

@@ -1,0 +1,459 @@
+/*
+ * ini_config.c - turns the INI file given to ecc_open/ecc_check into an
+ * ini_config: the [plugin] settings the shim uses itself, and every other key
+ * as a "section.key" pair for the plugin, each with the line it came from.
+ */
+#include "ini_config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "shim_err.h"
+
+/* inih keeps the current section in a 50-byte buffer and silently cuts a
+ * longer name, which would turn the keys under it into other keys. */
+#define SECTION_NAME_MAX 49
+#define PARSE_ERR_MAX 512
+
+static const char k_plugin_keys[] = "name, path, dir, log_level";
+static const char *const k_level_names[] = {"error", "warn", "info", "debug"};
+
+/* Everything the reader and the handler share while inih runs. Only the
+ * first error (by line) is kept: later ones are often caused by it. */
+typedef struct parse_state {
+  FILE *f;
+  ini_config *cfg;
+  char *buf;
+  size_t buf_cap;
+  int line;         /* the line inih is working on */
+  int read_errno;   /* set when the file could not be read to its end */
+  int err_line;     /* line of the first error found here, 0 if none */
+  int err_code;
+  char err[PARSE_ERR_MAX];
+  int hint_line;    /* first line inih will call a syntax error, and why */
+  const char *hint;
+  int plugin_line;  /* first [plugin] header */
+} parse_state;
+
+__attribute__((format(printf, 2, 3))) static int
+parse_fail(parse_state *st, const char *fmt, ...)
+{
+  if (st->err_line == 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->err, sizeof(st->err), fmt, ap);
+    va_end(ap);
+    st->err_line = st->line;
+    st->err_code = ECC_ERR_CONFIG;
+  }
+  return 0; /* inih records the line as an error too */
+}
+
+static int parse_nomem(parse_state *st)
+{
+  if (st->err_line == 0) {
+    parse_fail(st, "out of memory");
+    st->err_code = ECC_ERR_NOMEM;
+  }
+  return 0;
+}
+
+/* ---- the reader: line numbers, long lines, section names ---- */
+
+static char *blank_line(char *str)
+{
+  str[0] = '\n';
+  str[1] = '\0';
+  return str;
+}
+
+static bool section_char_ok(char ch)
+{
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+         (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.';
+}
+
+/* A "[name]" line: refuse names inih would mangle or that could never form a
+ * plugin key; remember where [plugin] starts. Returns false after an error. */
+static bool inspect_section(parse_state *st, const char *text)
+{
+  const char *close = strchr(text, ']');
+  if (close == NULL) {
+    if (st->hint_line == 0) {
+      st->hint_line = st->line;
+      st->hint = "section header has no closing ']'";
+    }
+    return true; /* inih reports it as a syntax error at this line */
+  }
+  size_t len = (size_t)(close - text - 1);
+  for (size_t i = 0; i < len; i++) {
+    if (!section_char_ok(text[1 + i])) {
+      parse_fail(st, "bad section name '[%.*s]': use letters, digits, '_', '-' and '.'",
+                 (int)len, text + 1);
+      return false;
+    }
+  }
+  if (len == 0) {
+    parse_fail(st, "empty section name '[]'");
+    return false;
+  }
+  if (len > SECTION_NAME_MAX) {
+    parse_fail(st, "section name longer than %d characters", SECTION_NAME_MAX);
+    return false;
+  }
+  if (len == 6 && memcmp(text + 1, "plugin", 6) == 0 && st->plugin_line == 0)
+    st->plugin_line = st->line;
+  return true;
+}
+
+/* Lines inih will reject; saying why beats a bare "syntax error". */
+static void inspect_other(parse_state *st, const char *text)
+{
+  if (text[0] == '\0' || text[0] == ';' || text[0] == '#')
+    return;
+  if (strpbrk(text, "=:") == NULL && st->hint_line == 0) {
+    st->hint_line = st->line;
+    st->hint = "expected 'key = value' or '[section]'";
+  }
+}
+
+/* fgets-like reader for ini_parse_stream. inih numbers lines by counting
+ * calls, so each call hands over exactly one whole line of the file (or a
+ * blank line in place of one already reported as bad). Leading blanks are
+ * dropped so that inih never takes an indented line for the continuation of
+ * the previous value. */
+static char *read_line(char *str, int num, void *stream)
+{
+  parse_state *st = stream;
+  errno = 0;
+  ssize_t n = getline(&st->buf, &st->buf_cap, st->f);
+  if (n < 0) {
+    if (ferror(st->f))
+      st->read_errno = errno != 0 ? errno : EIO;
+    return NULL;
+  }
+  st->line++;
+  if (num < 3)
+    return NULL; /* no room for even an empty line; cannot happen with inih */
+  size_t len = (size_t)n;
+  char *text = st->buf;
+  if (memchr(text, '\0', len) != NULL) {
+    parse_fail(st, "NUL byte in line");
+    return blank_line(str);
+  }
+  while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+    text[--len] = '\0';
+  /* inih needs room for the line, a newline and the terminating NUL. */
+  size_t limit = (size_t)num - 2;
+  if (len > limit) {
+    parse_fail(st, "line longer than %zu characters", limit);
+    return blank_line(str);
+  }
+  if (st->line == 1 && strncmp(text, "\xEF\xBB\xBF", 3) == 0)
+    text += 3;
+  text += strspn(text, " \t");
+  if (text[0] == '[') {
+    if (!inspect_section(st, text))
+      return blank_line(str);
+  } else {
+    inspect_other(st, text);
+  }
+  size_t keep = strlen(text);
+  memcpy(str, text, keep);
+  str[keep] = '\n';
+  str[keep + 1] = '\0';
+  return str;
+}
+
+/* ---- the handler: [plugin] settings and plugin pairs ---- */
+
+static int level_from_name(const char *text)
+{
+  for (int i = 0; i < (int)(sizeof(k_level_names) / sizeof(k_level_names[0])); i++) {
+    if (strcmp(text, k_level_names[i]) == 0)
+      return i;
+  }
+  return -1;
+}
+
+static ini_setting *plugin_setting(ini_config *cfg, const char *name)
+{
+  if (strcmp(name, "name") == 0)
+    return &cfg->name;
+  if (strcmp(name, "path") == 0)
+    return &cfg->path;
+  if (strcmp(name, "dir") == 0)
+    return &cfg->dir;
+  if (strcmp(name, "log_level") == 0)
+    return &cfg->log_level_text;
+  return NULL;
+}
+
+static int on_plugin_key(parse_state *st, const char *name, const char *value)
+{
+  ini_setting *s = plugin_setting(st->cfg, name);
+  if (s == NULL)
+    return parse_fail(st, "unknown key '%s' in [plugin] (accepted: %s)", name, k_plugin_keys);
+  if (s->value != NULL)
+    return parse_fail(st, "duplicate key '%s' in [plugin] (first set on line %d)", name,
+                      s->line);
+  if (s == &st->cfg->log_level_text && level_from_name(value) < 0)
+    return parse_fail(st, "bad log_level '%s' (error, warn, info or debug)", value);
+  s->value = strdup(value);
+  if (s->value == NULL)
+    return parse_nomem(st);
+  s->line = st->line;
+  return 1;
+}
+
+static ini_pair *find_pair(const ini_config *cfg, const char *key)
+{
+  for (size_t i = 0; i < cfg->n_pairs; i++) {
+    if (strcmp(cfg->pairs[i].key, key) == 0)
+      return &cfg->pairs[i];
+  }
+  return NULL;
+}
+
+/* Takes ownership of key and value (frees them on failure). */
+static int append_pair(ini_config *cfg, char *key, char *value, int line)
+{
+  if (key == NULL || value == NULL)
+    goto nomem;
+  if (cfg->n_pairs == cfg->cap_pairs) {
+    size_t cap = cfg->cap_pairs != 0 ? cfg->cap_pairs * 2 : 16;
+    ini_pair *grown = realloc(cfg->pairs, cap * sizeof(*grown));
+    if (grown == NULL)
+      goto nomem;
+    cfg->pairs = grown;
+    cfg->cap_pairs = cap;
+  }
+  cfg->pairs[cfg->n_pairs++] = (ini_pair){.key = key, .value = value, .line = line};
+  return ECC_OK;
+nomem:
+  free(key);
+  free(value);
+  return ECC_ERR_NOMEM;
+}
+
+static char *join_key(const char *section, const char *name)
+{
+  size_t len = strlen(section) + 1 + strlen(name) + 1;
+  char *key = malloc(len);
+  if (key != NULL)
+    snprintf(key, len, "%s.%s", section, name);
+  return key;
+}
+
+static int on_pair(void *user, const char *section, const char *name, const char *value)
+{
+  parse_state *st = user;
+  if (st->err_line != 0)
+    return 1; /* only the first error is reported */
+  if (section[0] == '\0')
+    return parse_fail(st, "key '%s' is outside any section (put it under a [section])", name);
+  if (name[0] == '\0')
+    return parse_fail(st, "empty key name in [%s]", section);
+  if (value[0] == '\0')
+    return parse_fail(st, "key '%s' in [%s] has an empty value (delete the line to use the default)",
+                      name, section);
+  if (strcmp(section, "plugin") == 0)
+    return on_plugin_key(st, name, value);
+  char *key = join_key(section, name);
+  if (key == NULL)
+    return parse_nomem(st);
+  const ini_pair *old = find_pair(st->cfg, key);
+  if (old != NULL) {
+    parse_fail(st, "duplicate key '%s' (first set on line %d)", key, old->line);
+    free(key);
+    return 0;
+  }
+  if (append_pair(st->cfg, key, strdup(value), st->line) != ECC_OK)
+    return parse_nomem(st);
+  return 1;
+}
+
+/* ---- whole file ---- */
+
+/* Picks the first error by line among inih's (syntax) and ours. */
+static int report_parse(const parse_state *st, int rc, char *err, size_t err_cap)
+{
+  const char *file = st->cfg->file;
+  if (rc == -2) {
+    shim_errf(err, err_cap, "%s: out of memory while parsing", file);
+    return ECC_ERR_NOMEM;
+  }
+  if (rc > 0 && (st->err_line == 0 || rc < st->err_line)) {
+    const char *why = st->hint_line == rc ? st->hint : "not a '[section]' or 'key = value' line";
+    shim_errf(err, err_cap, "%s:%d: syntax error: %s", file, rc, why);
+    return ECC_ERR_CONFIG;
+  }
+  if (st->err_line != 0) {
+    shim_errf(err, err_cap, "%s:%d: %s", file, st->err_line, st->err);
+    return st->err_code;
+  }
+  if (st->read_errno != 0) {
+    shim_errf(err, err_cap, "cannot read %s: %s", file, strerror(st->read_errno));
+    return ECC_ERR_SYSTEM;
+  }
+  return ECC_OK;
+}
+
+static int parse_file(ini_config *cfg, parse_state *st, char *err, size_t err_cap)
+{
+  st->f = fopen(cfg->file, "r");
+  if (st->f == NULL) {
+    shim_errf(err, err_cap, "cannot open INI file %s: %s", cfg->file, strerror(errno));
+    return ECC_ERR_CONFIG;
+  }
+  int rc = ini_parse_stream(read_line, st, on_pair, st);
+  fclose(st->f);
+  free(st->buf);
+  st->buf = NULL;
+  return report_parse(st, rc, err, err_cap);
+}
+
+/* ---- overrides ---- */
+
+static int set_plugin_override(ini_config *cfg, const char *name, const char *value,
+                               char *err, size_t err_cap)
+{
+  ini_setting *s = plugin_setting(cfg, name);
+  if (s == NULL) {
+    shim_errf(err, err_cap, "override: unknown key 'plugin.%s' (accepted: %s)", name,
+              k_plugin_keys);
+    return ECC_ERR_CONFIG;
+  }
+  if (value[0] == '\0') {
+    shim_errf(err, err_cap, "override: key 'plugin.%s' has an empty value", name);
+    return ECC_ERR_CONFIG;
+  }
+  if (s == &cfg->log_level_text && level_from_name(value) < 0) {
+    shim_errf(err, err_cap, "override: bad plugin.log_level '%s' (error, warn, info or debug)",
+              value);
+    return ECC_ERR_CONFIG;
+  }
+  char *copy = strdup(value);
+  if (copy == NULL)
+    return ECC_ERR_NOMEM;
+  /* name and path are two ways of saying one thing: the override wins. */
+  ini_setting *other = s == &cfg->name ? &cfg->path : s == &cfg->path ? &cfg->name : NULL;
+  if (other != NULL) {
+    free(other->value);
+    *other = (ini_setting){0};
+  }
+  free(s->value);
+  *s = (ini_setting){.value = copy, .line = 0};
+  return ECC_OK;
+}
+
+static int apply_override(ini_config *cfg, const ecc_kv *kv, size_t index, char *err,
+                          size_t err_cap)
+{
+  if (kv->key == NULL || kv->key[0] == '\0' || kv->value == NULL) {
+    shim_errf(err, err_cap, "override %zu has no key or no value", index);
+    return ECC_ERR_INVALID;
+  }
+  const char *dot = strchr(kv->key, '.');
+  if (dot == NULL || dot == kv->key || dot[1] == '\0') {
+    shim_errf(err, err_cap, "override '%s' is not of the form 'section.key'", kv->key);
+    return ECC_ERR_INVALID;
+  }
+  if (strncmp(kv->key, "plugin.", 7) == 0)
+    return set_plugin_override(cfg, kv->key + 7, kv->value, err, err_cap);
+  ini_pair *old = find_pair(cfg, kv->key);
+  char *value = strdup(kv->value);
+  if (value == NULL)
+    return ECC_ERR_NOMEM;
+  if (old != NULL) {
+    free(old->value);
+    old->value = value;
+    old->line = 0;
+    return ECC_OK;
+  }
+  return append_pair(cfg, strdup(kv->key), value, 0);
+}
+
+/* ---- the [plugin] section as a whole ---- */
+
+static int check_plugin_section(const ini_config *cfg, const parse_state *st, char *err,
+                                size_t err_cap)
+{
+  if (cfg->name.value != NULL && cfg->path.value != NULL) {
+    int later = cfg->name.line > cfg->path.line ? cfg->name.line : cfg->path.line;
+    shim_errf(err, err_cap,
+              "%s:%d: [plugin] gives both 'name' (line %d) and 'path' (line %d); keep one",
+              cfg->file, later, cfg->name.line, cfg->path.line);
+    return ECC_ERR_CONFIG;
+  }
+  if (cfg->name.value != NULL || cfg->path.value != NULL)
+    return ECC_OK;
+  if (st->plugin_line != 0)
+    shim_errf(err, err_cap,
+              "%s:%d: [plugin] needs 'name' (a short name) or 'path' (an absolute path)",
+              cfg->file, st->plugin_line);
+  else
+    shim_errf(err, err_cap,
+              "%s: no [plugin] section: it must give the plugin's 'name' or 'path'",
+              cfg->file);
+  return ECC_ERR_CONFIG;
+}
+
+int ini_config_load(const char *file, const ecc_kv *overrides, size_t n_overrides,
+                    ini_config *out, char *err, size_t err_cap)
+{
+  *out = (ini_config){.log_level = -1};
+  if (file == NULL || (n_overrides != 0 && overrides == NULL)) {
+    shim_errf(err, err_cap, "%s", file == NULL ? "INI path is NULL" : "overrides is NULL");
+    return ECC_ERR_INVALID;
+  }
+  out->file = strdup(file);
+  if (out->file == NULL) {
+    shim_errf(err, err_cap, "out of memory");
+    return ECC_ERR_NOMEM;
+  }
+  parse_state st = {.cfg = out};
+  int rc = parse_file(out, &st, err, err_cap);
+  for (size_t i = 0; rc == ECC_OK && i < n_overrides; i++)
+    rc = apply_override(out, &overrides[i], i, err, err_cap);
+  if (rc == ECC_ERR_NOMEM)
+    shim_errf(err, err_cap, "out of memory");
+  if (rc == ECC_OK)
+    rc = check_plugin_section(out, &st, err, err_cap);
+  if (rc != ECC_OK) {
+    ini_config_free(out);
+    return rc;
+  }
+  if (out->log_level_text.value != NULL)
+    out->log_level = level_from_name(out->log_level_text.value);
+  return ECC_OK;
+}
+
+void ini_config_where(const ini_config *cfg, int line, char *buf, size_t cap)
+{
+  if (line > 0)
+    snprintf(buf, cap, "%s:%d", cfg->file, line);
+  else
+    snprintf(buf, cap, "override");
+}
+
+void ini_config_free(ini_config *cfg)
+{
+  for (size_t i = 0; i < cfg->n_pairs; i++) {
+    free(cfg->pairs[i].key);
+    free(cfg->pairs[i].value);
+  }
+  free(cfg->pairs);
+  free(cfg->name.value);
+  free(cfg->path.value);
+  free(cfg->dir.value);
+  free(cfg->log_level_text.value);
+  free(cfg->file);
+  *cfg = (ini_config){.log_level = -1};
+}

@@ -1,0 +1,53 @@
+/*
+ * ini_config.h - an INI file turned into the shim's settings ([plugin]) and
+ * the plugin's "section.key" pairs, each remembering the line it came from.
+ * Private to libecc-host.so.
+ */
+#ifndef ECC_INI_CONFIG_H
+#define ECC_INI_CONFIG_H
+
+#include <stddef.h>
+
+#include "ecc_plugin.h"
+
+/* One pair for the plugin. line is 0 for a pair that came from an override. */
+typedef struct ini_pair {
+  char *key;   /* "section.key" exactly as written */
+  char *value; /* the text after '=', trimmed */
+  int line;
+} ini_pair;
+
+/* One [plugin] setting; value NULL when absent, line 0 when overridden. */
+typedef struct ini_setting {
+  char *value;
+  int line;
+} ini_setting;
+
+typedef struct ini_config {
+  char *file;            /* the INI path as the caller gave it */
+  ini_setting name;      /* [plugin] name */
+  ini_setting path;      /* [plugin] path */
+  ini_setting dir;       /* [plugin] dir */
+  ini_setting log_level_text; /* [plugin] log_level as written */
+  int log_level;         /* ECC_LOG_* from log_level_text, or -1 when absent */
+  ini_pair *pairs;
+  size_t n_pairs;
+  size_t cap_pairs;
+} ini_config;
+
+/* Read `file`, then apply `overrides` (a key "plugin.<k>" sets a [plugin]
+ * setting, and setting name clears path and the other way round; any other
+ * key replaces the pair of the same key or is appended), then check that
+ * exactly one of name/path is given.
+ * Returns ECC_OK; ECC_ERR_CONFIG with "<file>:<line>: <what>" in err;
+ * ECC_ERR_INVALID for a malformed override; ECC_ERR_NOMEM. On error *out
+ * holds nothing that needs freeing. */
+int ini_config_load(const char *file, const ecc_kv *overrides, size_t n_overrides,
+                    ini_config *out, char *err, size_t err_cap);
+
+/* "<file>:<line>" for a line of the file, or "override" for line 0. */
+void ini_config_where(const ini_config *cfg, int line, char *buf, size_t cap);
+
+void ini_config_free(ini_config *cfg);
+
+#endif /* ECC_INI_CONFIG_H */

@@ -1,0 +1,415 @@
+/*
+ * loader.c - finds a plugin file from a path or a short name, refuses unsafe
+ * files, dlopens it, finds and checks its ABI table before running any of
+ * its code, adapts the table to the shim's internal shape, and unloads it.
+ */
+#include "loader.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <link.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "shim_err.h"
+
+/* ---- resolving a name or path to a file ---- */
+
+static bool name_char_ok(char ch)
+{
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+         (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+}
+
+/* Letters, digits, '-' and '_' only: a short name can never climb out of
+ * the plugin directory ('/', "..") or pick another file name. */
+static bool name_ok(const char *name)
+{
+  size_t len = strlen(name);
+  if (len == 0 || len > PLUGIN_NAME_MAX)
+    return false;
+  for (size_t i = 0; i < len; i++) {
+    if (!name_char_ok(name[i]))
+      return false;
+  }
+  return true;
+}
+
+static int copy_dir(const char *dir, char *out, size_t cap, const char *what, char *err,
+                    size_t err_cap)
+{
+  size_t len = strlen(dir);
+  while (len > 1 && dir[len - 1] == '/')
+    len--; /* "/opt/ecc/" and "/opt/ecc" name the same folder */
+  if (len >= cap) {
+    shim_errf(err, err_cap, "%s is longer than %zu characters", what, cap - 1);
+    return ECC_ERR_CONFIG;
+  }
+  memcpy(out, dir, len);
+  out[len] = '\0';
+  return ECC_OK;
+}
+
+/* The folder "ecc" beside the file this code was loaded from, so that an
+ * install (lib/libecc-host.so, lib/ecc/) and the build tree work alike. */
+static int default_dir(char *out, size_t cap, char *err, size_t err_cap)
+{
+  Dl_info info;
+  if (dladdr((void *)default_dir, &info) == 0 || info.dli_fname == NULL) {
+    shim_errf(err, err_cap, "cannot find where libecc-host.so is; set [plugin] dir");
+    return ECC_ERR_CONFIG;
+  }
+  char *self = realpath(info.dli_fname, NULL);
+  if (self == NULL) {
+    shim_errf(err, err_cap, "cannot resolve %s: %s; set [plugin] dir", info.dli_fname,
+              strerror(errno));
+    return ECC_ERR_CONFIG;
+  }
+  int n = snprintf(out, cap, "%s/ecc", dirname(self));
+  free(self);
+  if (n < 0 || (size_t)n >= cap) {
+    shim_errf(err, err_cap, "the directory of libecc-host.so is too long; set [plugin] dir");
+    return ECC_ERR_CONFIG;
+  }
+  return ECC_OK;
+}
+
+static int plugin_dir(const char *dir, char *out, size_t cap, enum plugin_input *culprit,
+                      char *err, size_t err_cap)
+{
+  if (dir != NULL) {
+    *culprit = PLUGIN_INPUT_DIR;
+    if (dir[0] != '/') {
+      shim_errf(err, err_cap, "plugin dir '%s' must be an absolute path", dir);
+      return ECC_ERR_CONFIG;
+    }
+    return copy_dir(dir, out, cap, "plugin dir", err, err_cap);
+  }
+  /* secure_getenv: a setuid host must not load code a caller points at. */
+  const char *env = secure_getenv("ECC_PLUGIN_DIR");
+  if (env != NULL && env[0] != '\0') {
+    *culprit = PLUGIN_INPUT_NONE;
+    if (env[0] != '/') {
+      shim_errf(err, err_cap, "ECC_PLUGIN_DIR '%s' must be an absolute path", env);
+      return ECC_ERR_CONFIG;
+    }
+    return copy_dir(env, out, cap, "ECC_PLUGIN_DIR", err, err_cap);
+  }
+  *culprit = PLUGIN_INPUT_NONE;
+  return default_dir(out, cap, err, err_cap);
+}
+
+int plugin_resolve(const char *name, const char *path, const char *dir, char *file,
+                   size_t file_cap, enum plugin_input *culprit, char *err, size_t err_cap)
+{
+  if (path != NULL) {
+    *culprit = PLUGIN_INPUT_PATH;
+    if (path[0] != '/') {
+      shim_errf(err, err_cap, "plugin path '%s' must be absolute", path);
+      return ECC_ERR_CONFIG;
+    }
+    if (strlen(path) >= file_cap) {
+      shim_errf(err, err_cap, "plugin path is longer than %zu characters", file_cap - 1);
+      return ECC_ERR_CONFIG;
+    }
+    strcpy(file, path);
+    return ECC_OK;
+  }
+  *culprit = PLUGIN_INPUT_NAME;
+  if (name == NULL || !name_ok(name)) {
+    shim_errf(err, err_cap,
+              "bad plugin name '%s': use 1 to %d letters, digits, '-' or '_' "
+              "(or give an absolute 'path')",
+              name != NULL ? name : "", PLUGIN_NAME_MAX);
+    return ECC_ERR_CONFIG;
+  }
+  char folder[PLUGIN_PATH_MAX];
+  int rc = plugin_dir(dir, folder, sizeof(folder), culprit, err, err_cap);
+  if (rc != ECC_OK)
+    return rc;
+  int n = snprintf(file, file_cap, "%s/libecc-%s.so", folder, name);
+  if (n < 0 || (size_t)n >= file_cap) {
+    shim_errf(err, err_cap, "plugin path %s/libecc-%s.so is too long", folder, name);
+    return ECC_ERR_CONFIG;
+  }
+  *culprit = PLUGIN_INPUT_NAME;
+  return ECC_OK;
+}
+
+/* ---- checking the file before dlopen ---- */
+
+/* A directory others can write to lets them swap the file for their own. */
+static int check_dir_of(const char *file, const char *shown, char *err, size_t err_cap)
+{
+  char *copy = strdup(file);
+  if (copy == NULL) {
+    shim_errf(err, err_cap, "out of memory");
+    return ECC_ERR_NOMEM;
+  }
+  const char *dir = dirname(copy);
+  struct stat st;
+  int rc = ECC_OK;
+  if (stat(dir, &st) != 0) {
+    shim_errf(err, err_cap, "cannot stat directory %s of plugin %s: %s", dir, shown,
+              strerror(errno));
+    rc = ECC_ERR_SYSTEM;
+  } else if (st.st_mode & S_IWOTH) {
+    shim_errf(err, err_cap, "refusing world-writable plugin directory %s (of plugin %s)",
+              dir, shown);
+    rc = ECC_ERR_CONFIG;
+  }
+  free(copy);
+  return rc;
+}
+
+/* Stats `file` and writes its canonical path to real (PLUGIN_PATH_MAX). */
+static int check_file(const char *file, char *real, char *err, size_t err_cap)
+{
+  struct stat st;
+  if (stat(file, &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      shim_errf(err, err_cap, "plugin file not found: %s", file);
+      return ECC_ERR_CONFIG;
+    }
+    shim_errf(err, err_cap, "cannot stat plugin %s: %s", file, strerror(errno));
+    return ECC_ERR_SYSTEM;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    shim_errf(err, err_cap, "plugin %s is not a regular file", file);
+    return ECC_ERR_CONFIG;
+  }
+  if (st.st_mode & S_IWOTH) {
+    shim_errf(err, err_cap, "refusing world-writable plugin %s", file);
+    return ECC_ERR_CONFIG;
+  }
+  char *canon = realpath(file, NULL);
+  if (canon == NULL) {
+    shim_errf(err, err_cap, "cannot resolve plugin path %s: %s", file, strerror(errno));
+    return ECC_ERR_SYSTEM;
+  }
+  size_t len = strlen(canon);
+  if (len >= PLUGIN_PATH_MAX) {
+    free(canon);
+    shim_errf(err, err_cap, "plugin path %s resolves to a path that is too long", file);
+    return ECC_ERR_CONFIG;
+  }
+  memcpy(real, canon, len + 1);
+  free(canon);
+  /* Both the folder named and the one the file really sits in. */
+  int rc = check_dir_of(file, file, err, err_cap);
+  if (rc == ECC_OK && strcmp(file, real) != 0)
+    rc = check_dir_of(real, file, err, err_cap);
+  return rc;
+}
+
+/* ---- checking the table ---- */
+
+/* Size of the ELF symbol at addr, 0 if unknown. Lets the shim refuse a table
+ * that claims a struct_size bigger than the object really is. */
+static size_t symbol_size(const void *addr)
+{
+  Dl_info info;
+  const ElfW(Sym) *sym = NULL;
+  if (dladdr1(addr, &info, (void **)&sym, RTLD_DL_SYMENT) == 0 || sym == NULL)
+    return 0;
+  if (info.dli_saddr != addr)
+    return 0;
+  return (size_t)sym->st_size;
+}
+
+static bool v1_covers(const ecc_plugin_v1_t *t, size_t end)
+{
+  return t->struct_size >= end;
+}
+
+/* Bytes of the v1 table the shim cannot work without: up to `shutdown`. */
+static const size_t k_v1_required =
+    offsetof(ecc_plugin_v1_t, shutdown) + sizeof(((ecc_plugin_v1_t *)0)->shutdown);
+static const size_t k_v1_header =
+    offsetof(ecc_plugin_v1_t, struct_size) + sizeof(uint32_t);
+
+static const char *v1_missing_required(const ecc_plugin_v1_t *t)
+{
+  if (t->create == NULL)
+    return "create";
+  if (t->save == NULL)
+    return "save";
+  if (t->flush == NULL)
+    return "flush";
+  if (t->load == NULL)
+    return "load";
+  if (t->poll == NULL)
+    return "poll";
+  if (t->shutdown == NULL)
+    return "shutdown";
+  return NULL;
+}
+
+/* Header checks of a v1 table; reads only what struct_size covers. */
+static int v1_check(const ecc_plugin_v1_t *t, size_t sym_size, const char *path, char *err,
+                    size_t err_cap)
+{
+  if (sym_size != 0 && sym_size < k_v1_header) {
+    shim_errf(err, err_cap, "plugin %s: its %s symbol is only %zu bytes", path,
+              ECC_PLUGIN_V1_SYMBOL, sym_size);
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  if (t->abi_major != ECC_ABI_V1_MAJOR) {
+    shim_errf(err, err_cap,
+              "plugin %s: its %s table says ABI major %u; this host supports major %d", path,
+              ECC_PLUGIN_V1_SYMBOL, t->abi_major, ECC_ABI_V1_MAJOR);
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  if (!v1_covers(t, k_v1_required)) {
+    shim_errf(err, err_cap,
+              "plugin %s: table struct_size %u is smaller than the %zu bytes of the "
+              "required v1 fields",
+              path, t->struct_size, k_v1_required);
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  if (sym_size != 0 && sym_size < t->struct_size) {
+    shim_errf(err, err_cap, "plugin %s: table struct_size %u is larger than the table (%zu bytes)",
+              path, t->struct_size, sym_size);
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  return ECC_OK;
+}
+
+static int v1_check_fields(const ecc_plugin_v1_t *t, const char *path, char *err,
+                           size_t err_cap)
+{
+  const char *missing = v1_missing_required(t);
+  if (missing != NULL) {
+    shim_errf(err, err_cap, "plugin %s: required function '%s' is NULL", path, missing);
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  if (t->name == NULL || t->version == NULL) {
+    shim_errf(err, err_cap, "plugin %s: table field '%s' is NULL", path,
+              t->name == NULL ? "name" : "version");
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  if (t->n_params != 0 && t->params == NULL) {
+    shim_errf(err, err_cap, "plugin %s: n_params is %zu but params is NULL", path,
+              t->n_params);
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  for (size_t i = 0; i < t->n_params; i++) {
+    if (t->params[i].key == NULL) {
+      shim_errf(err, err_cap, "plugin %s: params[%zu] has no key", path, i);
+      return ECC_ERR_INCOMPATIBLE;
+    }
+  }
+  return ECC_OK;
+}
+
+static uint32_t min_u32(uint32_t a, uint32_t b)
+{
+  return a < b ? a : b;
+}
+
+static void v1_fill_ops(const ecc_plugin_v1_t *t, plugin_ops *ops)
+{
+  *ops = (plugin_ops){
+      .abi_major = t->abi_major,
+      .abi_minor = t->abi_minor,
+      .negotiated_minor = min_u32(t->abi_minor, ECC_ABI_V1_MINOR),
+      .caps = t->caps,
+      .name = t->name,
+      .version = t->version,
+      .params = t->params,
+      .n_params = t->n_params,
+      .create = t->create,
+      .save = t->save,
+      .flush = t->flush,
+      .load = t->load,
+      .poll = t->poll,
+      .shutdown = t->shutdown,
+  };
+  /* Optional fields exist only if the plugin's struct_size reaches them. */
+  if (v1_covers(t, offsetof(ecc_plugin_v1_t, validate) + sizeof(t->validate)))
+    ops->validate = t->validate;
+  if (v1_covers(t, offsetof(ecc_plugin_v1_t, stats) + sizeof(t->stats)))
+    ops->stats = t->stats;
+  if (v1_covers(t, offsetof(ecc_plugin_v1_t, last_error) + sizeof(t->last_error)))
+    ops->last_error = t->last_error;
+  if (v1_covers(t, offsetof(ecc_plugin_v1_t, describe) + sizeof(t->describe)))
+    ops->describe = t->describe;
+}
+
+static int adapt_v1(const void *table, const char *path, plugin_ops *ops, char *err,
+                    size_t err_cap)
+{
+  const ecc_plugin_v1_t *t = table;
+  int rc = v1_check(t, symbol_size(table), path, err, err_cap);
+  if (rc == ECC_OK)
+    rc = v1_check_fields(t, path, err, err_cap);
+  if (rc == ECC_OK)
+    v1_fill_ops(t, ops);
+  return rc;
+}
+
+/* Table versions this shim knows, newest first: a plugin exporting several
+ * is used through the newest one. A v2 entry would go above v1, and
+ * plugin_ops would take v2's shape with adapt_v1 filling the gaps. */
+static const struct table_version {
+  const char *symbol;
+  int (*adapt)(const void *table, const char *path, plugin_ops *ops, char *err,
+               size_t err_cap);
+} k_versions[] = {
+    {ECC_PLUGIN_V1_SYMBOL, adapt_v1},
+};
+static const size_t k_n_versions = sizeof(k_versions) / sizeof(k_versions[0]);
+
+static int find_table(void *dl, const char *path, plugin_ops *ops, char *err, size_t err_cap)
+{
+  for (size_t i = 0; i < k_n_versions; i++) {
+    dlerror();
+    const void *table = dlsym(dl, k_versions[i].symbol);
+    if (table != NULL)
+      return k_versions[i].adapt(table, path, ops, err, err_cap);
+  }
+  char names[256] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < k_n_versions && used < sizeof(names); i++) {
+    int n = snprintf(names + used, sizeof(names) - used, "%s%s", i ? " or " : "",
+                     k_versions[i].symbol);
+    if (n < 0)
+      break;
+    used += (size_t)n;
+  }
+  shim_errf(err, err_cap, "plugin %s exports no %s table", path, names);
+  return ECC_ERR_INCOMPATIBLE;
+}
+
+int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
+{
+  memset(out, 0, sizeof(*out));
+  int rc = check_file(file, out->path, err, err_cap);
+  if (rc != ECC_OK)
+    return rc;
+  void *dl = dlopen(out->path, RTLD_NOW | RTLD_LOCAL);
+  if (dl == NULL) {
+    const char *why = dlerror();
+    shim_errf(err, err_cap, "cannot load plugin %s: %s", file, why != NULL ? why : "unknown error");
+    return ECC_ERR_SYSTEM;
+  }
+  rc = find_table(dl, file, &out->ops, err, err_cap);
+  if (rc != ECC_OK) {
+    dlclose(dl);
+    memset(out, 0, sizeof(*out));
+    return rc;
+  }
+  out->dl = dl;
+  return ECC_OK;
+}
+
+void plugin_unload(loaded_plugin *p)
+{
+  if (p->dl != NULL)
+    dlclose(p->dl);
+  memset(p, 0, sizeof(*p));
+}

@@ -1,0 +1,77 @@
+/*
+ * loader.h - finding a plugin file, loading it, checking its ABI table and
+ * unloading it. Private to libecc-host.so.
+ */
+#ifndef ECC_LOADER_H
+#define ECC_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ecc_plugin.h"
+
+/* Longest plugin file path the shim handles, NUL included. */
+#define PLUGIN_PATH_MAX 4096
+/* Longest short plugin name, in characters. */
+#define PLUGIN_NAME_MAX 64
+
+/* The plugin's functions in the shape of the newest ABI this shim knows.
+ * A plugin exporting an older table version is adapted into this shape, so
+ * the rest of the shim never looks at version numbers. Optional functions
+ * are NULL when the plugin's table does not cover them. */
+typedef struct plugin_ops {
+  uint32_t abi_major;        /* the plugin's, as exported */
+  uint32_t abi_minor;        /* the plugin's, as exported */
+  uint32_t negotiated_minor; /* min(host's, plugin's) */
+  uint32_t caps;
+  const char *name;
+  const char *version;
+  const ecc_param *params;
+  size_t n_params;
+  int (*create)(const ecc_create_args *args, ecc_handle_t *out);
+  int (*save)(ecc_handle_t h, const ecc_save_entry *entries, size_t n);
+  int (*flush)(ecc_handle_t h, void *compute_stream);
+  int (*load)(ecc_handle_t h, const ecc_load_entry *entries, size_t n, void *compute_stream);
+  int (*poll)(ecc_handle_t h, ecc_completion *out, size_t cap, size_t *n_out);
+  int (*shutdown)(ecc_handle_t h);
+  int (*validate)(const ecc_kv *config, size_t n_config, char *err, size_t err_cap);
+  int (*stats)(ecc_handle_t h, ecc_stats *out);
+  int (*last_error)(ecc_handle_t h, char *buf, size_t cap);
+  int (*describe)(ecc_handle_t h, ecc_info *out);
+} plugin_ops;
+
+typedef struct loaded_plugin {
+  void *dl;                    /* dlopen handle; NULL when nothing is loaded */
+  char path[PLUGIN_PATH_MAX];  /* canonical path of the file loaded */
+  plugin_ops ops;
+} loaded_plugin;
+
+/* Which input a resolve error is about, so that the caller can point at the
+ * INI line it came from. */
+enum plugin_input {
+  PLUGIN_INPUT_NONE, /* e.g. ECC_PLUGIN_DIR: named in the message itself */
+  PLUGIN_INPUT_NAME,
+  PLUGIN_INPUT_PATH,
+  PLUGIN_INPUT_DIR,
+};
+
+/* The plugin file for `path` (absolute) or for short `name` (exactly one is
+ * non-NULL). A name becomes <dir>/libecc-<name>.so, dir being `dir`, else
+ * $ECC_PLUGIN_DIR (not in setuid/setgid processes), else the folder "ecc"
+ * beside libecc-host.so. Checks the text only: the file may not exist.
+ * Returns ECC_OK or ECC_ERR_CONFIG (reason in err, culprit set). */
+int plugin_resolve(const char *name, const char *path, const char *dir, char *file,
+                   size_t file_cap, enum plugin_input *culprit, char *err, size_t err_cap);
+
+/* Check the file (exists, regular, not writable by everyone, nor its
+ * directory), dlopen it and check its table before calling any of it.
+ * Returns ECC_OK; ECC_ERR_CONFIG (file not found, unsafe, not a file);
+ * ECC_ERR_SYSTEM (stat or dlopen failed); ECC_ERR_INCOMPATIBLE (no table
+ * this host knows, wrong major, table too small, a required field NULL).
+ * On error nothing stays loaded. */
+int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap);
+
+/* dlclose; the plugin's connectors must all be shut down already. */
+void plugin_unload(loaded_plugin *p);
+
+#endif /* ECC_LOADER_H */

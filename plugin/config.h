@@ -1,0 +1,59 @@
+/*
+ * config.h - the plugin's configuration: its published keys and defaults, and
+ * the parsing of the host's key/value pairs into one checked struct.
+ */
+#ifndef ECC_CONFIG_H
+#define ECC_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ecc_plugin_v1.h"
+
+enum conn_role { ROLE_PRODUCER = 1, ROLE_CONSUMER = 2, ROLE_BOTH = 3 };
+enum pin_mode { PIN_AUTO, PIN_ON, PIN_OFF };
+enum engine_kind { ENGINE_AUTO, ENGINE_HOST, ENGINE_CUDA };
+enum cuda_method { METHOD_AUTO, METHOD_DMA, METHOD_KERNEL };
+enum region_mode { REGION_AUTO, REGION_CREATE, REGION_JOIN };
+
+#define REGION_NAME_MAX 64
+
+struct plugin_config {
+  int role;                  /* enum conn_role */
+  uint32_t tp_rank;          /* tensor-parallel rank of this process */
+  uint32_t pcp_rank;         /* prefill-context-parallel rank of this process */
+  char region_name[REGION_NAME_MAX]; /* [A-Za-z0-9_-]+ */
+  char region_dir[128];      /* directory of the region file, normally /dev/shm */
+  uint64_t region_size;      /* bytes of block data requested */
+  uint64_t block_size;       /* bytes per block */
+  uint64_t num_blocks;       /* floor(region_size / block_size) */
+  int region_mode;           /* enum region_mode */
+  uint32_t join_timeout_ms;  /* how long a joiner waits for the creator */
+  int reap_orphans;          /* unlink dead regions before opening */
+  int pin;                   /* enum pin_mode */
+  int engine;                /* enum engine_kind */
+  int method;                /* enum cuda_method */
+  int device;                /* CUDA device ordinal, -1 for the current one */
+  uint32_t max_sms;          /* SMs the kernel method may use */
+  uint32_t host_threads;     /* copy threads of the host engine */
+  uint32_t max_inflight;     /* in-flight transfers per direction */
+};
+
+/* Number of published keys (checked against the table in config.c). */
+#define CONFIG_N_PARAMS 19
+extern const ecc_param_v1 config_params[CONFIG_N_PARAMS];
+extern const size_t config_n_params;
+
+/* Parse and check `n` pairs (defaults for absent keys). On error returns
+ * ECC_ERR_CONFIG with the key and the reason written to err. */
+int config_parse(const ecc_kv_v1 *kv, size_t n, struct plugin_config *out,
+                 char *err, size_t err_cap);
+
+/* Parse a byte size: a whole number with an optional unit (B, K/KiB, M/MiB,
+ * G/GiB, T/TiB are powers of 1024; KB, MB, GB, TB powers of 1000).
+ * Returns 0, or -1 if the text is not such a size or overflows 64 bits. */
+int config_parse_size(const char *text, uint64_t *out);
+
+const char *config_role_name(int role);
+
+#endif /* ECC_CONFIG_H */

@@ -1,0 +1,625 @@
+/*
+ * connector.c - the connector's step logic: request checking, batching of a
+ * step's saves and loads into one transfer each, the in-flight FIFOs and the
+ * exactly-once completion reports. Copies themselves belong to the engine.
+ */
+#include "connector.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- transfers: pooled, with their descriptor and completion storage ---- */
+
+static struct transfer *transfer_get(struct conn *c)
+{
+  pthread_mutex_lock(&c->done_lock);
+  struct transfer *t = c->free_list;
+  if (t != NULL)
+    c->free_list = t->next;
+  pthread_mutex_unlock(&c->done_lock);
+  if (t == NULL) {
+    t = calloc(1, sizeof(*t));
+    if (t == NULL)
+      return NULL;
+    desc_init(&t->desc, c->engine.ops->desc_alloc, c->engine.ops->desc_free, c->engine.impl);
+  }
+  t->next = NULL;
+  t->n_done = 0;
+  t->next_report = 0;
+  t->finished = 0;
+  t->status = ECC_OK;
+  t->elapsed_ns = 0;
+  desc_clear(&t->desc);
+  return t;
+}
+
+/* Called with done_lock held. */
+static void transfer_put_locked(struct conn *c, struct transfer *t)
+{
+  t->next = c->free_list;
+  c->free_list = t;
+}
+
+static void transfer_put(struct conn *c, struct transfer *t)
+{
+  pthread_mutex_lock(&c->done_lock);
+  transfer_put_locked(c, t);
+  pthread_mutex_unlock(&c->done_lock);
+}
+
+static void transfer_free(struct transfer *t)
+{
+  desc_free(&t->desc);
+  free(t->done);
+  free(t);
+}
+
+static int reserve_done(struct transfer *t, size_t more)
+{
+  if (t->n_done + more <= t->cap_done)
+    return 0;
+  size_t cap = t->cap_done < 16 ? 16 : t->cap_done;
+  while (cap < t->n_done + more)
+    cap *= 2;
+  ecc_completion_v1 *p = realloc(t->done, cap * sizeof(*p));
+  if (p == NULL)
+    return -1;
+  t->done = p;
+  t->cap_done = cap;
+  return 0;
+}
+
+static void fifo_push(struct fifo *f, struct transfer *t)
+{
+  t->next = NULL;
+  if (f->tail != NULL)
+    f->tail->next = t;
+  else
+    f->head = t;
+  f->tail = t;
+  f->count++;
+}
+
+static struct transfer *fifo_pop(struct fifo *f)
+{
+  struct transfer *t = f->head;
+  f->head = t->next;
+  if (f->head == NULL)
+    f->tail = NULL;
+  f->count--;
+  return t;
+}
+
+/* ---- checks shared by save and load ---- */
+
+static int check_blocks(struct conn *c, const char *what, size_t idx,
+                        const uint32_t *ids, uint32_t n_ids)
+{
+  if (ids == NULL || n_ids == 0)
+    return log_fail(&c->log, ECC_ERR_INVALID, "%s: entry %zu has no block ids", what, idx);
+  uint64_t limit = c->region.num_blocks;
+  for (uint32_t i = 0; i < n_ids; i++) {
+    if (ids[i] >= limit)
+      return log_fail(&c->log, ECC_ERR_RANGE,
+                      "%s: entry %zu: block id %" PRIu32 " (position %" PRIu32
+                      ") is out of range: the region has %" PRIu64 " blocks",
+                      what, idx, ids[i], i, limit);
+  }
+  return ECC_OK;
+}
+
+static int check_save_entry(struct conn *c, const ecc_save_entry_v1 *e, size_t idx)
+{
+  if (e->key == NULL)
+    return log_fail(&c->log, ECC_ERR_INVALID, "save: entry %zu has a NULL key", idx);
+  size_t klen = strnlen(e->key, ECC_KEY_MAX + 1);
+  if (klen == 0)
+    return log_fail(&c->log, ECC_ERR_INVALID, "save: entry %zu has an empty key", idx);
+  if (klen > ECC_KEY_MAX)
+    return log_fail(&c->log, ECC_ERR_INVALID, "save: entry %zu: key longer than %d bytes",
+                    idx, ECC_KEY_MAX);
+  if (e->src == 0)
+    return log_fail(&c->log, ECC_ERR_INVALID, "save: entry %zu (%s) has a NULL source", idx, e->key);
+  if (e->nbytes == 0)
+    return log_fail(&c->log, ECC_ERR_INVALID, "save: entry %zu (%s) has 0 bytes", idx, e->key);
+  if (e->src > UINT64_MAX - e->nbytes)
+    return log_fail(&c->log, ECC_ERR_INVALID,
+                    "save: entry %zu (%s): source 0x%" PRIx64 " + %" PRIu64 " bytes wraps around",
+                    idx, e->key, e->src, e->nbytes);
+  int rc = check_blocks(c, "save", idx, e->block_ids, e->n_blocks);
+  if (rc != ECC_OK)
+    return rc;
+  uint64_t need = desc_blocks_reached(e->nbytes, c->region.block_size);
+  if (need > e->n_blocks)
+    return log_fail(&c->log, ECC_ERR_RANGE,
+                    "save: encoder output exceeds allocated blocks for key %s: %" PRIu64
+                    " bytes but only %" PRIu32 " blocks of %" PRIu64 " bytes",
+                    e->key, e->nbytes, e->n_blocks, c->region.block_size);
+  return ECC_OK;
+}
+
+/* Bytes a load entry moves: its blocks, cut at the destination's capacity. */
+static uint64_t load_bytes(const struct conn *c, const ecc_load_entry_v1 *e)
+{
+  uint64_t bs = c->region.block_size;
+  if (e->dst_capacity / bs >= e->n_blocks)
+    return (uint64_t)e->n_blocks * bs;
+  return e->dst_capacity;
+}
+
+static int check_load_entry(struct conn *c, const ecc_load_entry_v1 *e, size_t idx)
+{
+  if (e->dst == 0)
+    return log_fail(&c->log, ECC_ERR_INVALID,
+                    "load: entry %zu (transfer %" PRIu64 ") has a NULL destination",
+                    idx, e->transfer_id);
+  if (e->dst_capacity == 0)
+    return log_fail(&c->log, ECC_ERR_INVALID,
+                    "load: entry %zu (transfer %" PRIu64 ") has a destination capacity of 0",
+                    idx, e->transfer_id);
+  int rc = check_blocks(c, "load", idx, e->block_ids, e->n_blocks);
+  if (rc != ECC_OK)
+    return rc;
+  if (e->dst > UINT64_MAX - load_bytes(c, e))
+    return log_fail(&c->log, ECC_ERR_INVALID,
+                    "load: entry %zu (transfer %" PRIu64 "): destination 0x%" PRIx64
+                    " wraps around", idx, e->transfer_id, e->dst);
+  return ECC_OK;
+}
+
+/* ---- save / flush ---- */
+
+static int save_checked(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
+{
+  uint64_t descs = 0;
+  for (size_t i = 0; i < n; i++)
+    descs += desc_blocks_reached(e[i].nbytes, c->region.block_size);
+
+  struct transfer *t = c->pending;
+  if (t == NULL && (t = transfer_get(c)) == NULL)
+    return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for a transfer");
+  if (desc_reserve(&t->desc, descs) != 0 || reserve_done(t, n) != 0) {
+    if (c->pending == NULL)
+      transfer_put(c, t);
+    return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for %" PRIu64 " descriptors", descs);
+  }
+  c->pending = t;
+
+  uint64_t base = (uint64_t)(uintptr_t)c->region.blocks;
+  for (size_t i = 0; i < n; i++) {
+    desc_add_entry(&t->desc, e[i].src, base, c->region.block_size, e[i].block_ids,
+                   e[i].nbytes, 1);
+    ecc_completion_v1 *rec = &t->done[t->n_done++];
+    memset(rec, 0, offsetof(ecc_completion_v1, key));
+    rec->direction = ECC_DIR_SAVE;
+    rec->nbytes = e[i].nbytes;
+    strcpy(rec->key, e[i].key); /* length checked: <= ECC_KEY_MAX */
+  }
+  return ECC_OK;
+}
+
+int conn_save(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
+{
+  if (n == 0)
+    return ECC_OK;
+  if (e == NULL)
+    return log_fail(&c->log, ECC_ERR_INVALID, "save: entries is NULL but n = %zu", n);
+  if (c->cfg.role == ROLE_CONSUMER)
+    return log_fail(&c->log, ECC_ERR_ROLE, "save: this connector is a consumer (connector.role)");
+  for (size_t i = 0; i < n; i++) {
+    int rc = check_save_entry(c, &e[i], i);
+    if (rc != ECC_OK)
+      return rc;
+  }
+  if (!c->save_rank) {
+    pthread_mutex_lock(&c->done_lock);
+    c->stats.saves_skipped += n;
+    pthread_mutex_unlock(&c->done_lock);
+    return ECC_OK;
+  }
+  pthread_mutex_lock(&c->step_lock);
+  int rc = save_checked(c, e, n);
+  pthread_mutex_unlock(&c->step_lock);
+  return rc;
+}
+
+/* Whether another transfer may go in flight in `f` (done_lock held). */
+static int has_room(struct conn *c, const struct fifo *f)
+{
+  return f->count < c->cfg.max_inflight;
+}
+
+static int flush_locked(struct conn *c, void *stream)
+{
+  struct transfer *t = c->pending;
+  if (t == NULL)
+    return ECC_OK;
+  pthread_mutex_lock(&c->done_lock);
+  int room = has_room(c, &c->saves);
+  pthread_mutex_unlock(&c->done_lock);
+  if (!room)
+    return log_fail_at(&c->log, ECC_LOG_DEBUG, ECC_ERR_BUSY,
+                    "flush: %u save transfers are in flight (connector.max_inflight); poll first",
+                    c->cfg.max_inflight);
+  t->direction = ECC_DIR_SAVE;
+  int rc = c->engine.ops->submit(&c->engine, t, stream);
+  if (rc != ECC_OK) {
+    if (rc == ECC_ERR_INVALID)
+      return log_fail(&c->log, rc, "flush: the %s engine takes no compute stream; pass NULL",
+                      c->engine.ops->name);
+    return log_fail(&c->log, rc, "flush: the %s engine could not start the copy",
+                    c->engine.ops->name);
+  }
+  t->batch = ++c->save_batches;
+  c->pending = NULL;
+  pthread_mutex_lock(&c->done_lock);
+  fifo_push(&c->saves, t);
+  pthread_mutex_unlock(&c->done_lock);
+  return ECC_OK;
+}
+
+int conn_flush(struct conn *c, void *stream)
+{
+  pthread_mutex_lock(&c->step_lock);
+  int rc = flush_locked(c, stream);
+  pthread_mutex_unlock(&c->step_lock);
+  return rc;
+}
+
+/* ---- load ---- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : (x > y);
+}
+
+/* Fill c->order with entry indexes sorted by first block id. The sort key
+ * carries the index in its low half, so equal first blocks keep the host's
+ * order and no comparison context is needed. */
+static int sort_loads(struct conn *c, const ecc_load_entry_v1 *e, size_t n)
+{
+  if (c->order_cap < n) {
+    uint64_t *p = realloc(c->order, n * sizeof(*p));
+    if (p == NULL)
+      return -1;
+    c->order = p;
+    c->order_cap = n;
+  }
+  int sorted = 1;
+  for (size_t i = 0; i < n; i++) {
+    c->order[i] = ((uint64_t)e[i].block_ids[0] << 32) | (uint64_t)i;
+    if (i > 0 && c->order[i] < c->order[i - 1])
+      sorted = 0;
+  }
+  if (!sorted)
+    qsort(c->order, n, sizeof(uint64_t), cmp_u64);
+  return 0;
+}
+
+static int build_load(struct conn *c, struct transfer *t, const ecc_load_entry_v1 *e, size_t n)
+{
+  uint64_t descs = 0;
+  for (size_t i = 0; i < n; i++)
+    descs += desc_blocks_reached(load_bytes(c, &e[i]), c->region.block_size);
+  if (desc_reserve(&t->desc, descs) != 0 || reserve_done(t, n) != 0 || sort_loads(c, e, n) != 0)
+    return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for %" PRIu64 " descriptors", descs);
+  uint64_t base = (uint64_t)(uintptr_t)c->region.blocks;
+  for (size_t k = 0; k < n; k++) {
+    const ecc_load_entry_v1 *x = &e[c->order[k] & 0xffffffffu];
+    desc_add_entry(&t->desc, x->dst, base, c->region.block_size, x->block_ids,
+                   load_bytes(c, x), 0);
+  }
+  for (size_t i = 0; i < n; i++) {
+    ecc_completion_v1 *rec = &t->done[t->n_done++];
+    memset(rec, 0, sizeof(*rec));
+    rec->direction = ECC_DIR_LOAD;
+    rec->transfer_id = e[i].transfer_id;
+    rec->nbytes = load_bytes(c, &e[i]);
+  }
+  t->direction = ECC_DIR_LOAD;
+  return ECC_OK;
+}
+
+static int load_locked(struct conn *c, const ecc_load_entry_v1 *e, size_t n, void *stream)
+{
+  pthread_mutex_lock(&c->done_lock);
+  int room = has_room(c, &c->loads);
+  pthread_mutex_unlock(&c->done_lock);
+  if (!room)
+    return log_fail_at(&c->log, ECC_LOG_DEBUG, ECC_ERR_BUSY,
+                    "load: %u load transfers are in flight (connector.max_inflight); poll first",
+                    c->cfg.max_inflight);
+  struct transfer *t = transfer_get(c);
+  if (t == NULL)
+    return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for a transfer");
+  int rc = build_load(c, t, e, n);
+  if (rc == ECC_OK) {
+    rc = c->engine.ops->submit(&c->engine, t, stream);
+    if (rc == ECC_ERR_INVALID)
+      rc = log_fail(&c->log, rc, "load: the %s engine takes no compute stream; pass NULL",
+                    c->engine.ops->name);
+    else if (rc != ECC_OK)
+      rc = log_fail(&c->log, rc, "load: the %s engine could not start the copy",
+                    c->engine.ops->name);
+  }
+  if (rc != ECC_OK) {
+    transfer_put(c, t);
+    return rc;
+  }
+  /* The copy is running: from here on the transfer is reported whatever
+   * happens, so that its completion is never lost. */
+  t->batch = ++c->load_batches;
+  pthread_mutex_lock(&c->done_lock);
+  fifo_push(&c->loads, t);
+  pthread_mutex_unlock(&c->done_lock);
+  rc = c->engine.ops->order_after(&c->engine, t, stream);
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "load: could not order the compute stream after the copy; "
+                    "poll for transfer completion before reading");
+  return ECC_OK;
+}
+
+int conn_load(struct conn *c, const ecc_load_entry_v1 *e, size_t n, void *stream)
+{
+  if (n == 0)
+    return ECC_OK;
+  if (e == NULL)
+    return log_fail(&c->log, ECC_ERR_INVALID, "load: entries is NULL but n = %zu", n);
+  if (c->cfg.role == ROLE_PRODUCER)
+    return log_fail(&c->log, ECC_ERR_ROLE, "load: this connector is a producer (connector.role)");
+  if (n > UINT32_MAX)
+    return log_fail(&c->log, ECC_ERR_INVALID, "load: %zu entries in one call; at most %u", n, UINT32_MAX);
+  for (size_t i = 0; i < n; i++) {
+    int rc = check_load_entry(c, &e[i], i);
+    if (rc != ECC_OK)
+      return rc;
+  }
+  pthread_mutex_lock(&c->step_lock);
+  int rc = load_locked(c, e, n, stream);
+  pthread_mutex_unlock(&c->step_lock);
+  return rc;
+}
+
+/* ---- poll ---- */
+
+static unsigned hist_bucket(uint64_t bytes)
+{
+  static const uint64_t bounds[ECC_HIST_BUCKETS - 1] = {
+    500000ull, 1000000ull, 2000000ull, 5000000ull, 10000000ull,
+    20000000ull, 50000000ull, 100000000ull, 250000000ull,
+  };
+  unsigned b = 0;
+  while (b < ECC_HIST_BUCKETS - 1 && bytes >= bounds[b])
+    b++;
+  return b;
+}
+
+/* Account a transfer that just finished (done_lock held). */
+static void count_finished(struct conn *c, struct transfer *t)
+{
+  ecc_dir_stats_v1 *s = t->direction == ECC_DIR_SAVE ? &c->stats.save : &c->stats.load;
+  s->transfers++;
+  s->entries += t->n_done;
+  s->descriptors += t->desc.count;
+  s->bytes += t->desc.bytes;
+  s->busy_ns += t->elapsed_ns;
+  s->hist[hist_bucket(t->desc.bytes)]++;
+  if (t->status != ECC_OK) {
+    s->failed++;
+    log_msg(&c->log, ECC_LOG_ERROR, "%s batch %" PRIu64 " failed (%d): %zu entries reported failed",
+            t->direction == ECC_DIR_SAVE ? "save" : "load", t->batch, t->status, t->n_done);
+  } else {
+    log_msg(&c->log, ECC_LOG_DEBUG, "%s batch %" PRIu64 ": %zu entries, %" PRIu64
+            " bytes, %zu descriptors, %.3f ms",
+            t->direction == ECC_DIR_SAVE ? "save" : "load", t->batch, t->n_done,
+            t->desc.bytes, t->desc.count, (double)t->elapsed_ns / 1e6);
+  }
+}
+
+/* Whether the head transfer has finished, asking the engine if needed. */
+static int head_finished(struct conn *c, struct transfer *t)
+{
+  if (t->finished)
+    return 1;
+  int status = ECC_OK;
+  uint64_t elapsed = 0;
+  if (!c->engine.ops->query(&c->engine, t, &status, &elapsed))
+    return 0;
+  t->finished = 1;
+  t->status = status;
+  t->elapsed_ns = elapsed;
+  c->engine.ops->release(&c->engine, t);
+  count_finished(c, t);
+  return 1;
+}
+
+static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1 *out, size_t cap)
+{
+  size_t n = 0;
+  while (n < cap && f->head != NULL && head_finished(c, f->head)) {
+    struct transfer *t = f->head;
+    while (n < cap && t->next_report < t->n_done) {
+      out[n] = t->done[t->next_report++];
+      out[n].status = t->status;
+      out[n].batch = t->batch;
+      out[n].elapsed_ns = t->elapsed_ns;
+      n++;
+    }
+    if (t->next_report == t->n_done)
+      transfer_put_locked(c, fifo_pop(f));
+  }
+  return n;
+}
+
+int conn_poll(struct conn *c, ecc_completion_v1 *out, size_t cap, size_t *n_out)
+{
+  if (n_out == NULL || (out == NULL && cap > 0))
+    return log_fail(&c->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
+  pthread_mutex_lock(&c->done_lock);
+  size_t n = drain(c, &c->saves, out, cap);
+  n += drain(c, &c->loads, out + n, cap - n);
+  pthread_mutex_unlock(&c->done_lock);
+  *n_out = n;
+  return ECC_OK;
+}
+
+/* ---- create / describe / destroy ---- */
+
+static int open_engine(struct conn *c)
+{
+  const struct plugin_config *cfg = &c->cfg;
+  if (cfg->engine == ENGINE_HOST)
+    return engine_host_create(cfg, &c->region, &c->log, &c->engine);
+  int rc = engine_cuda_create(cfg, &c->region, &c->log, &c->engine);
+  if (rc == ECC_OK) {
+    log_msg(&c->log, ECC_LOG_INFO, "engine: cuda (%s)", c->engine.detail);
+    return ECC_OK;
+  }
+  if (rc != ECC_ERR_UNSUPPORTED || cfg->engine == ENGINE_CUDA) {
+    if (rc == ECC_ERR_UNSUPPORTED)
+      return log_fail(&c->log, rc, "engine.type = cuda: %s", c->engine.detail);
+    return rc;
+  }
+  char why[sizeof(c->engine.detail)];
+  snprintf(why, sizeof(why), "%s", c->engine.detail);
+  rc = engine_host_create(cfg, &c->region, &c->log, &c->engine);
+  if (rc == ECC_OK)
+    log_msg(&c->log, ECC_LOG_INFO, "engine: host, since cuda is not usable (%s)", why);
+  return rc;
+}
+
+static int open_region(struct conn *c)
+{
+  struct region_params p = {
+    .dir = c->cfg.region_dir,
+    .name = c->cfg.region_name,
+    .block_size = c->cfg.block_size,
+    .num_blocks = c->cfg.num_blocks,
+    .mode = c->cfg.region_mode,
+    .join_timeout_ms = c->cfg.join_timeout_ms,
+    .reap_orphans = c->cfg.reap_orphans,
+  };
+  return region_open(&p, &c->region, &c->log);
+}
+
+int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1 *host,
+                char *err, size_t err_cap, struct conn **out)
+{
+  struct conn *c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    if (err != NULL && err_cap > 0)
+      snprintf(err, err_cap, "create: out of memory");
+    return ECC_ERR_NOMEM;
+  }
+  c->cfg = *cfg;
+  log_init(&c->log, host);
+  c->log.err = err;
+  c->log.err_cap = err_cap;
+  c->region.fd = -1;
+  c->save_rank = cfg->tp_rank == 0 && cfg->pcp_rank == 0;
+  pthread_mutex_init(&c->step_lock, NULL);
+  pthread_mutex_init(&c->done_lock, NULL);
+  c->stats.struct_size = sizeof(c->stats);
+
+  int rc = open_region(c);
+  if (rc == ECC_OK) {
+    rc = open_engine(c);
+    if (rc != ECC_OK)
+      region_close(&c->region, &c->log);
+  }
+  c->log.err = NULL;
+  if (rc != ECC_OK) {
+    pthread_mutex_destroy(&c->step_lock);
+    pthread_mutex_destroy(&c->done_lock);
+    log_destroy(&c->log);
+    free(c);
+    return rc;
+  }
+  c->stats.pin_ns = c->engine.pin_ns;
+  log_msg(&c->log, ECC_LOG_INFO, "connector: %s, region %s (%" PRIu64 " blocks of %" PRIu64
+          " B, %s), engine %s: %s", config_role_name(cfg->role), c->region.path,
+          c->region.num_blocks, c->region.block_size, c->region.creator ? "created" : "joined",
+          c->engine.ops->name, c->engine.detail);
+  *out = c;
+  return ECC_OK;
+}
+
+void conn_stats(struct conn *c, ecc_stats_v1 *out)
+{
+  ecc_stats_v1 copy;
+  pthread_mutex_lock(&c->done_lock);
+  copy = c->stats;
+  pthread_mutex_unlock(&c->done_lock);
+  /* The caller may have been built against a shorter struct. */
+  size_t n = out->struct_size < sizeof(copy) ? out->struct_size : sizeof(copy);
+  uint32_t size = out->struct_size;
+  memcpy(out, &copy, n);
+  out->struct_size = size;
+}
+
+void conn_describe(struct conn *c, ecc_info_v1 *out)
+{
+  ecc_info_v1 info;
+  memset(&info, 0, sizeof(info));
+  info.creator = (uint32_t)c->region.creator;
+  snprintf(info.region_path, sizeof(info.region_path), "%s", c->region.path);
+  info.block_size = c->region.block_size;
+  info.num_blocks = c->region.num_blocks;
+  info.region_bytes = c->region.map_bytes;
+  snprintf(info.engine, sizeof(info.engine), "%s", c->engine.ops->name);
+  snprintf(info.engine_detail, sizeof(info.engine_detail), "%s", c->engine.detail);
+  snprintf(info.role, sizeof(info.role), "%s", config_role_name(c->cfg.role));
+  info.save_rank = (uint32_t)c->save_rank;
+  info.pinned = (uint32_t)c->engine.pinned;
+  info.max_inflight = c->cfg.max_inflight;
+  uint32_t size = out->struct_size;
+  memcpy(out, &info, size < sizeof(info) ? size : sizeof(info));
+  out->struct_size = size;
+}
+
+static void drain_all(struct conn *c, struct fifo *f)
+{
+  while (f->head != NULL) {
+    struct transfer *t = fifo_pop(f);
+    if (!t->finished) {
+      c->engine.ops->wait(&c->engine, t);
+      head_finished(c, t);
+    }
+    transfer_free(t);
+  }
+}
+
+void conn_destroy(struct conn *c)
+{
+  pthread_mutex_lock(&c->done_lock);
+  drain_all(c, &c->saves);
+  drain_all(c, &c->loads);
+  while (c->free_list != NULL) {
+    struct transfer *t = c->free_list;
+    c->free_list = t->next;
+    transfer_free(t);
+  }
+  pthread_mutex_unlock(&c->done_lock);
+  if (c->pending != NULL)
+    transfer_free(c->pending);
+  c->engine.ops->destroy(&c->engine);
+  region_close(&c->region, &c->log);
+  free(c->order);
+  pthread_mutex_destroy(&c->step_lock);
+  pthread_mutex_destroy(&c->done_lock);
+  log_destroy(&c->log);
+  free(c);
+}
+
+void conn_summary(const struct plugin_config *cfg, char *buf, size_t cap)
+{
+  static const char *const engines[] = {"auto", "host", "cuda"};
+  snprintf(buf, cap, "%s, region %s/ecc-%s.region: %" PRIu64 " blocks of %" PRIu64
+           " B (%" PRIu64 " B), engine %s, max_inflight %u",
+           config_role_name(cfg->role), cfg->region_dir, cfg->region_name, cfg->num_blocks,
+           cfg->block_size, cfg->num_blocks * cfg->block_size, engines[cfg->engine],
+           cfg->max_inflight);
+}

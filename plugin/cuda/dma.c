@@ -1,0 +1,122 @@
+/*
+ * dma.c - the copy-engine method: one cuMemcpyBatchAsync per transfer,
+ * found in the driver at run time so that a driver without it still loads
+ * the plugin, with one cudaMemcpyAsync per descriptor as the fallback.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda_engine.h"
+
+_Static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t), "CUdeviceptr is 64-bit");
+_Static_assert(sizeof(size_t) == sizeof(uint64_t), "size_t is 64-bit");
+
+#if CUDA_VERSION >= 12080 && CUDART_VERSION >= 12050
+#define HAVE_BATCH_TYPES 1
+/* The two signatures the driver has exported: CUDA 13 dropped failIdx. The
+ * headers of 13 map the plain name onto the newer one, so both are spelled
+ * out here and picked by the version the driver answers for. */
+typedef CUresult (*batch_v13_fn)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                                 size_t count, CUmemcpyAttributes *attrs, size_t *attr_idxs,
+                                 size_t n_attrs, CUstream stream);
+typedef CUresult (*error_string_fn)(CUresult rc, const char **text);
+typedef CUresult (*batch_v12_fn)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+                                 size_t count, CUmemcpyAttributes *attrs, size_t *attr_idxs,
+                                 size_t n_attrs, size_t *fail_idx, CUstream stream);
+
+static void *lookup(const char *name, unsigned version)
+{
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  cudaError_t rc = cudaGetDriverEntryPointByVersion(name, &fn, version,
+                                                    cudaEnableDefault, &q);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return q == cudaDriverEntryPointSuccess ? fn : NULL;
+}
+#endif
+
+void dma_resolve(struct dma_api *api)
+{
+  memset(api, 0, sizeof(*api));
+#ifdef HAVE_BATCH_TYPES
+  api->error_string = lookup("cuGetErrorString", 6000);
+  api->batch = lookup("cuMemcpyBatchAsync", 13000);
+  if (api->batch != NULL) {
+    api->batch_abi = 13000;
+    return;
+  }
+  api->batch = lookup("cuMemcpyBatchAsync", 12080);
+  if (api->batch != NULL)
+    api->batch_abi = 12080;
+#endif
+}
+
+static int copy_each(const uint64_t *src, const uint64_t *dst, const uint64_t *len,
+                     size_t count, cudaStream_t stream, const char **err_text)
+{
+  for (size_t i = 0; i < count; i++) {
+    cudaError_t rc = cudaMemcpyAsync((void *)(uintptr_t)dst[i], (const void *)(uintptr_t)src[i],
+                                     (size_t)len[i], cudaMemcpyDefault, stream);
+    if (rc != cudaSuccess) {
+      *err_text = cudaGetErrorString(rc);
+      (void)cudaGetLastError();
+      return (int)rc;
+    }
+  }
+  return 0;
+}
+
+#ifdef HAVE_BATCH_TYPES
+static int copy_batch(const struct dma_api *api, const uint64_t *src, const uint64_t *dst,
+                      const uint64_t *len, size_t count, int to_host, cudaStream_t stream,
+                      const char **err_text)
+{
+  CUmemcpyAttributes attr;
+  memset(&attr, 0, sizeof(attr));
+  /* A save reads device memory the compute stream just wrote: stream order.
+   * A load reads region blocks nothing in the stream writes: any order. */
+  attr.srcAccessOrder = to_host ? CU_MEMCPY_SRC_ACCESS_ORDER_STREAM : CU_MEMCPY_SRC_ACCESS_ORDER_ANY;
+  size_t attr_idx = 0;
+  CUdeviceptr *d = (CUdeviceptr *)(uintptr_t)dst;
+  CUdeviceptr *s = (CUdeviceptr *)(uintptr_t)src;
+  size_t *n = (size_t *)(uintptr_t)len;
+  CUresult rc;
+  if (api->batch_abi == 13000) {
+    batch_v13_fn fn = (batch_v13_fn)api->batch;
+    rc = fn(d, s, n, count, &attr, &attr_idx, 1, (CUstream)stream);
+  } else {
+    batch_v12_fn fn = (batch_v12_fn)api->batch;
+    size_t fail_idx = 0;
+    rc = fn(d, s, n, count, &attr, &attr_idx, 1, &fail_idx, (CUstream)stream);
+  }
+  if (rc != CUDA_SUCCESS) {
+    *err_text = "cuMemcpyBatchAsync failed";
+    if (api->error_string != NULL)
+      ((error_string_fn)api->error_string)(rc, err_text);
+    return (int)rc;
+  }
+  return 0;
+}
+#endif
+
+int dma_copy(const struct dma_api *api, const uint64_t *src, const uint64_t *dst,
+             const uint64_t *len, size_t count, int to_host, cudaStream_t stream,
+             const char **err_text)
+{
+  *err_text = "";
+  if (count == 0)
+    return 0;
+#ifdef HAVE_BATCH_TYPES
+  /* The batched call refuses the legacy default stream. */
+  if (api->batch != NULL && stream != NULL && stream != cudaStreamLegacy)
+    return copy_batch(api, src, dst, len, count, to_host, stream, err_text);
+#else
+  (void)api;
+  (void)to_host;
+#endif
+  return copy_each(src, dst, len, count, stream, err_text);
+}

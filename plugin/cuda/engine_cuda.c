@@ -1,0 +1,737 @@
+/*
+ * engine_cuda.c - the CUDA engine: device and context handling, the pinned
+ * region, pooled streams and events, and the per-batch choice between the
+ * copy engines (dma) and the gather/scatter kernel.
+ *
+ * Every entry point makes the engine's context current for the duration of
+ * the call and puts the caller's back, so connectors on different devices in
+ * one process never see each other's device.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "cuda_engine.h"
+#include "engine.h"
+#include "log.h"
+#include "region.h"
+
+/*
+ * method = auto: the copy engines only for a few large descriptors.
+ *
+ * Measured on the H200 (PCIe Gen5 x16, CUDA 13.0), host->device over 4096
+ * scattered blocks: cuMemcpyBatchAsync moved 6.4 GB/s at 4 KiB, 12.3 at
+ * 16 KiB, 33.2 at 64 KiB, 50.7 at 256 KiB, 54.2 at 1 MiB and 54.8 at 2 MiB
+ * (device->host 4.7 / 13.6 / 37.3 / 49.6 / 53.9), while the warp-per-task
+ * kernel held 50-51.4 GB/s on 8-16 SMs at every size. The batch call also
+ * costs 0.5-0.8 us of host time per descriptor, so 4096 descriptors take
+ * 2-3 ms to submit against 5-25 us for one kernel launch. The copy engines
+ * win only where descriptors average 1 MiB or more (about 54-55 GB/s against
+ * 51, and no SM taken) and are few enough that the call stays short.
+ * bench/NOTES.md has the benchmark figures these bounds were checked with.
+ */
+#define AUTO_DMA_MIN_MEAN (1ull << 20)
+#define AUTO_DMA_MAX_COUNT 64u
+
+/* Split descriptors so every warp has work: aim at 4 tasks per warp of the
+ * grid, none smaller than 16 KiB (a few round trips of a warp). */
+#define TASKS_PER_WARP 4u
+#define MIN_PIECE (16u << 10)
+#define PIECE_ALIGN (4u << 10)
+
+/* Bytes kept before each pinned allocation for its size and free-list link. */
+#define PIN_HDR 64u
+
+typedef CUresult (*ctx_get_fn)(CUcontext *ctx);
+typedef CUresult (*ctx_set_fn)(CUcontext ctx);
+
+struct cuda_slot {
+  cudaStream_t stream;
+  cudaEvent_t gate;      /* recorded on the host's stream, waited on by ours */
+  cudaEvent_t start, end;
+  int failed;            /* ECC_OK, or the copy call's failure to report */
+  uint64_t *tasks;       /* pinned src[cap] dst[cap] len[cap] of split descriptors */
+  size_t task_cap;
+  struct cuda_slot *next;     /* free list */
+  struct cuda_slot *all_next; /* every slot, for destroy */
+};
+
+/* Kept in front of each pinned allocation (PIN_HDR bytes, so the user's
+ * part stays 64-byte aligned). */
+struct pin_hdr {
+  size_t bytes;
+  struct pin_hdr *next; /* while spare */
+};
+
+struct cuda_engine {
+  int device;
+  CUcontext ctx;
+  ctx_get_fn ctx_get;
+  ctx_set_fn ctx_set;
+  struct ecc_log *log;
+  int method;            /* enum cuda_method as configured */
+  int kernel_ok;         /* the kernel can run here (pinned, mapped, code present) */
+  unsigned max_ctas;     /* min(engine.max_sms, SMs of the device) */
+  int priority;          /* of our streams: the highest, so copies get SMs soon */
+  struct pin_state pin;
+  struct dma_api dma;
+  pthread_mutex_t lock;  /* free slots and spare buffers */
+  struct cuda_slot *free_slots;
+  struct cuda_slot *all_slots;
+  struct pin_hdr *spares; /* released pinned buffers */
+  cudaEvent_t last_end[3]; /* by direction: end of the transfer submitted last */
+};
+
+struct ctx_guard {
+  CUcontext prev;
+  int switched;
+};
+
+static const struct engine_ops cuda_ops;
+
+/* ---- context ---- */
+
+static int ctx_enter(struct cuda_engine *ce, struct ctx_guard *g)
+{
+  g->prev = NULL;
+  g->switched = 0;
+  if (ce->ctx_get(&g->prev) != CUDA_SUCCESS)
+    return -1;
+  if (g->prev == ce->ctx)
+    return 0;
+  if (ce->ctx_set(ce->ctx) != CUDA_SUCCESS)
+    return -1;
+  g->switched = 1;
+  return 0;
+}
+
+static void ctx_leave(struct cuda_engine *ce, struct ctx_guard *g)
+{
+  if (g->switched)
+    (void)ce->ctx_set(g->prev);
+}
+
+static void *driver_fn(const char *name, unsigned version)
+{
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return q == cudaDriverEntryPointSuccess ? fn : NULL;
+}
+
+/* ---- pinned host memory: descriptor arrays and split-task lists ---- */
+
+/* Freeing pinned memory can synchronise the whole device, so released
+ * buffers are kept and reused; they are freed at destroy. */
+static void *pinned_get(struct cuda_engine *ce, size_t bytes)
+{
+  pthread_mutex_lock(&ce->lock);
+  struct pin_hdr **best = NULL;
+  for (struct pin_hdr **p = &ce->spares; *p != NULL; p = &(*p)->next) {
+    if ((*p)->bytes >= bytes && (best == NULL || (*p)->bytes < (*best)->bytes))
+      best = p;
+  }
+  struct pin_hdr *h = NULL;
+  if (best != NULL) {
+    h = *best;
+    *best = h->next;
+  }
+  pthread_mutex_unlock(&ce->lock);
+  if (h != NULL)
+    return (uint8_t *)h + PIN_HDR;
+
+  if (bytes > SIZE_MAX - PIN_HDR)
+    return NULL;
+  void *p = NULL;
+  struct ctx_guard g;
+  if (ctx_enter(ce, &g) != 0)
+    return NULL;
+  cudaError_t rc = cudaHostAlloc(&p, bytes + PIN_HDR, cudaHostAllocMapped | cudaHostAllocPortable);
+  ctx_leave(ce, &g);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    log_msg(ce->log, ECC_LOG_WARN, "cuda: cudaHostAlloc of %zu bytes failed: %s", bytes,
+            cudaGetErrorString(rc));
+    return NULL;
+  }
+  h = p;
+  h->bytes = bytes;
+  h->next = NULL;
+  return (uint8_t *)h + PIN_HDR;
+}
+
+static void pinned_put(struct cuda_engine *ce, void *user)
+{
+  if (user == NULL)
+    return;
+  struct pin_hdr *h = (struct pin_hdr *)(void *)((uint8_t *)user - PIN_HDR);
+  pthread_mutex_lock(&ce->lock);
+  h->next = ce->spares;
+  ce->spares = h;
+  pthread_mutex_unlock(&ce->lock);
+}
+
+static void pinned_free_all(struct cuda_engine *ce)
+{
+  while (ce->spares != NULL) {
+    struct pin_hdr *h = ce->spares;
+    ce->spares = h->next;
+    if (cudaFreeHost(h) != cudaSuccess)
+      (void)cudaGetLastError();
+  }
+}
+
+static void *cuda_desc_alloc(void *ctx, size_t bytes)
+{
+  return pinned_get(ctx, bytes);
+}
+
+static void cuda_desc_free(void *ctx, void *p)
+{
+  pinned_put(ctx, p);
+}
+
+/* ---- slots: a stream and its events, pooled ---- */
+
+static void slot_destroy(struct cuda_slot *s)
+{
+  if (s->stream != NULL)
+    (void)cudaStreamDestroy(s->stream);
+  if (s->gate != NULL)
+    (void)cudaEventDestroy(s->gate);
+  if (s->start != NULL)
+    (void)cudaEventDestroy(s->start);
+  if (s->end != NULL)
+    (void)cudaEventDestroy(s->end);
+  (void)cudaGetLastError();
+  free(s);
+}
+
+/* A new slot; the engine's context must be current. */
+static struct cuda_slot *slot_create(struct cuda_engine *ce, const char **why)
+{
+  struct cuda_slot *s = calloc(1, sizeof(*s));
+  if (s == NULL) {
+    *why = "out of memory";
+    return NULL;
+  }
+  cudaError_t rc = cudaStreamCreateWithPriority(&s->stream, cudaStreamNonBlocking, ce->priority);
+  if (rc == cudaSuccess)
+    rc = cudaEventCreateWithFlags(&s->gate, cudaEventDisableTiming);
+  if (rc == cudaSuccess)
+    rc = cudaEventCreateWithFlags(&s->start, cudaEventDefault);
+  if (rc == cudaSuccess)
+    rc = cudaEventCreateWithFlags(&s->end, cudaEventDefault);
+  if (rc != cudaSuccess) {
+    *why = cudaGetErrorString(rc);
+    slot_destroy(s);
+    return NULL;
+  }
+  pthread_mutex_lock(&ce->lock);
+  s->all_next = ce->all_slots;
+  ce->all_slots = s;
+  pthread_mutex_unlock(&ce->lock);
+  return s;
+}
+
+static struct cuda_slot *slot_get(struct cuda_engine *ce, const char **why)
+{
+  pthread_mutex_lock(&ce->lock);
+  struct cuda_slot *s = ce->free_slots;
+  if (s != NULL)
+    ce->free_slots = s->next;
+  pthread_mutex_unlock(&ce->lock);
+  if (s == NULL)
+    s = slot_create(ce, why);
+  if (s != NULL) {
+    s->next = NULL;
+    s->failed = ECC_OK;
+  }
+  return s;
+}
+
+static void slot_put(struct cuda_engine *ce, struct cuda_slot *s)
+{
+  pthread_mutex_lock(&ce->lock);
+  s->next = ce->free_slots;
+  ce->free_slots = s;
+  pthread_mutex_unlock(&ce->lock);
+}
+
+/* ---- the copy of one transfer ---- */
+
+static int pick_method(const struct cuda_engine *ce, size_t count, uint64_t bytes)
+{
+  if (!ce->kernel_ok || ce->method == METHOD_DMA)
+    return METHOD_DMA;
+  if (ce->method == METHOD_KERNEL)
+    return METHOD_KERNEL;
+  if (count <= AUTO_DMA_MAX_COUNT && bytes / count >= AUTO_DMA_MIN_MEAN)
+    return METHOD_DMA;
+  return METHOD_KERNEL;
+}
+
+static uint64_t piece_bytes(const struct cuda_engine *ce, uint64_t total)
+{
+  uint64_t tasks = (uint64_t)ce->max_ctas * ECC_COPY_WARPS_PER_CTA * TASKS_PER_WARP;
+  uint64_t p = (total / tasks + PIECE_ALIGN - 1) / PIECE_ALIGN * PIECE_ALIGN;
+  return p < MIN_PIECE ? MIN_PIECE : p;
+}
+
+static uint64_t count_tasks(const struct desc_buf *d, uint64_t piece)
+{
+  uint64_t n = 0;
+  for (size_t i = 0; i < d->count; i++)
+    n += d->len[i] <= piece ? 1 : (d->len[i] + piece - 1) / piece;
+  return n;
+}
+
+/* Write the task list (descriptors cut into pieces) into the slot's pinned
+ * buffer. Returns 0 or -1 when out of pinned memory. */
+static int build_tasks(struct cuda_engine *ce, struct cuda_slot *s, const struct desc_buf *d,
+                       uint64_t piece, size_t n)
+{
+  if (s->task_cap < n) {
+    uint64_t *p = pinned_get(ce, n * 3 * sizeof(uint64_t));
+    if (p == NULL)
+      return -1;
+    pinned_put(ce, s->tasks);
+    s->tasks = p;
+    s->task_cap = n;
+  }
+  uint64_t *src = s->tasks, *dst = s->tasks + s->task_cap, *len = s->tasks + 2 * s->task_cap;
+  size_t k = 0;
+  for (size_t i = 0; i < d->count; i++) {
+    uint64_t off = 0;
+    do {
+      uint64_t l = d->len[i] - off < piece ? d->len[i] - off : piece;
+      src[k] = d->src[i] + off;
+      dst[k] = d->dst[i] + off;
+      len[k] = l;
+      k++;
+      off += l;
+    } while (off < d->len[i]);
+  }
+  return 0;
+}
+
+static int run_kernel(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer *t,
+                      unsigned *ctas_out, const char **why)
+{
+  const struct desc_buf *d = &t->desc;
+  uint64_t piece = piece_bytes(ce, d->bytes);
+  uint64_t n = count_tasks(d, piece);
+  const uint64_t *src = d->src, *dst = d->dst, *len = d->len;
+  /* Descriptors in our pinned memory are read in place; others, or split
+   * ones, go through the slot's own list. */
+  if (n != d->count || d->alloc != cuda_desc_alloc) {
+    if (n > UINT32_MAX || build_tasks(ce, s, d, piece, (size_t)n) != 0) {
+      *why = "out of pinned memory for the task list";
+      return ECC_ERR_NOMEM;
+    }
+    src = s->tasks;
+    dst = s->tasks + s->task_cap;
+    len = s->tasks + 2 * s->task_cap;
+  }
+  uint64_t want = (n + ECC_COPY_WARPS_PER_CTA - 1) / ECC_COPY_WARPS_PER_CTA;
+  unsigned ctas = want < ce->max_ctas ? (unsigned)want : ce->max_ctas;
+  *ctas_out = ctas;
+  int rc = ecc_copy_launch(src, dst, len, (uint32_t)n, ctas, t->direction == ECC_DIR_SAVE,
+                           s->stream);
+  if (rc != cudaSuccess) {
+    *why = cudaGetErrorString((cudaError_t)rc);
+    return ECC_ERR_TRANSFER;
+  }
+  return ECC_OK;
+}
+
+static int debug_on(const struct cuda_engine *ce)
+{
+  const ecc_host_services_v1 *h = ce->log->host;
+  return h != NULL && h->log != NULL && h->log_level >= ECC_LOG_DEBUG;
+}
+
+/* Enqueue the copy on the slot's stream. A failure is kept in the slot and
+ * reported by query, after whatever part of the copy did start. */
+static void run_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer *t)
+{
+  const struct desc_buf *d = &t->desc;
+  int to_host = t->direction == ECC_DIR_SAVE;
+  int method = pick_method(ce, d->count, d->bytes);
+  unsigned ctas = 0;
+  const char *why = "";
+  int rc;
+  if (method == METHOD_KERNEL) {
+    rc = run_kernel(ce, s, t, &ctas, &why);
+  } else {
+    rc = dma_copy(&ce->dma, d->src, d->dst, d->len, d->count, to_host, s->stream, &why);
+    rc = rc == 0 ? ECC_OK : ECC_ERR_TRANSFER;
+  }
+  if (rc != ECC_OK) {
+    s->failed = ECC_ERR_TRANSFER;
+    log_msg(ce->log, ECC_LOG_ERROR, "cuda: %s of %zu descriptors (%" PRIu64 " bytes) by %s failed: %s",
+            to_host ? "save" : "load", d->count, d->bytes,
+            method == METHOD_KERNEL ? "kernel" : "dma", why);
+  } else if (debug_on(ce)) {
+    log_msg(ce->log, ECC_LOG_DEBUG, "cuda: %s of %zu descriptors (%" PRIu64 " bytes): method=%s sms=%u",
+            to_host ? "save" : "load", d->count, d->bytes,
+            method == METHOD_KERNEL ? "kernel" : "dma", ctas);
+  }
+}
+
+/* Make the slot's stream wait for the host's stream and for the transfer
+ * submitted before in the same direction (so copies of one direction run
+ * one after another: the kernel keeps its SM bound and FIFO order holds). */
+static cudaError_t order_before(struct cuda_engine *ce, struct cuda_slot *s, int dir,
+                                cudaStream_t host)
+{
+  cudaError_t rc = cudaSuccess;
+  if (host != NULL) {
+    rc = cudaEventRecord(s->gate, host);
+    if (rc == cudaSuccess)
+      rc = cudaStreamWaitEvent(s->stream, s->gate, 0);
+  }
+  if (rc == cudaSuccess && ce->last_end[dir] != NULL)
+    rc = cudaStreamWaitEvent(s->stream, ce->last_end[dir], 0);
+  return rc;
+}
+
+static int cuda_submit(struct engine *e, struct transfer *t, void *stream)
+{
+  struct cuda_engine *ce = e->impl;
+  struct ctx_guard g;
+  if (ctx_enter(ce, &g) != 0)
+    return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot make device %d current", ce->device);
+  const char *why = "";
+  struct cuda_slot *s = slot_get(ce, &why);
+  if (s == NULL) {
+    ctx_leave(ce, &g);
+    return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot create a stream and events: %s", why);
+  }
+  int dir = t->direction == ECC_DIR_SAVE ? ECC_DIR_SAVE : ECC_DIR_LOAD;
+  cudaError_t rc = order_before(ce, s, dir, (cudaStream_t)stream);
+  if (rc == cudaSuccess)
+    rc = cudaEventRecord(s->start, s->stream);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    slot_put(ce, s);
+    ctx_leave(ce, &g);
+    return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot order the copy after the stream: %s",
+                    cudaGetErrorString(rc));
+  }
+  run_copy(ce, s, t);
+  rc = cudaEventRecord(s->end, s->stream);
+  if (rc != cudaSuccess) {
+    /* Without the end event nothing could tell when the copy is over. */
+    log_msg(ce->log, ECC_LOG_ERROR, "cuda: recording the end of a copy failed: %s",
+            cudaGetErrorString(rc));
+    (void)cudaGetLastError();
+    (void)cudaStreamSynchronize(s->stream);
+    (void)cudaGetLastError();
+    s->failed = ECC_ERR_DEVICE;
+  } else {
+    ce->last_end[dir] = s->end;
+  }
+  t->engine_state = s;
+  ctx_leave(ce, &g);
+  return ECC_OK;
+}
+
+/* Runs right after the load's submit, under the same connector lock, so the
+ * direction's last end event is this transfer's. The transfer itself may
+ * already have been polled and released by another thread. */
+static int cuda_order_after(struct engine *e, struct transfer *t, void *stream)
+{
+  struct cuda_engine *ce = e->impl;
+  int dir = t->direction == ECC_DIR_SAVE ? ECC_DIR_SAVE : ECC_DIR_LOAD;
+  if (stream == NULL || ce->last_end[dir] == NULL)
+    return ECC_OK;
+  struct ctx_guard g;
+  if (ctx_enter(ce, &g) != 0)
+    return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot make device %d current", ce->device);
+  cudaError_t rc = cudaStreamWaitEvent((cudaStream_t)stream, ce->last_end[dir], 0);
+  if (rc != cudaSuccess)
+    (void)cudaGetLastError();
+  ctx_leave(ce, &g);
+  if (rc != cudaSuccess)
+    return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: the compute stream cannot wait for the load: %s",
+                    cudaGetErrorString(rc));
+  return ECC_OK;
+}
+
+static int cuda_query(struct engine *e, struct transfer *t, int *status, uint64_t *elapsed_ns)
+{
+  struct cuda_engine *ce = e->impl;
+  struct cuda_slot *s = t->engine_state;
+  struct ctx_guard g;
+  *elapsed_ns = 0;
+  if (ctx_enter(ce, &g) != 0) {
+    *status = log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot make device %d current", ce->device);
+    return 1;
+  }
+  cudaError_t rc = cudaEventQuery(s->end);
+  if (rc == cudaErrorNotReady) {
+    ctx_leave(ce, &g);
+    return 0;
+  }
+  if (rc == cudaSuccess) {
+    float ms = 0.0f;
+    if (cudaEventElapsedTime(&ms, s->start, s->end) == cudaSuccess && ms > 0.0f)
+      *elapsed_ns = (uint64_t)((double)ms * 1e6);
+    else
+      (void)cudaGetLastError();
+    *status = s->failed;
+  } else {
+    (void)cudaGetLastError();
+    *status = ECC_ERR_DEVICE;
+    log_msg(ce->log, ECC_LOG_ERROR, "cuda: a %s copy failed on device %d: %s",
+            t->direction == ECC_DIR_SAVE ? "save" : "load", ce->device, cudaGetErrorString(rc));
+  }
+  ctx_leave(ce, &g);
+  return 1;
+}
+
+static void cuda_wait(struct engine *e, struct transfer *t)
+{
+  struct cuda_engine *ce = e->impl;
+  struct cuda_slot *s = t->engine_state;
+  struct ctx_guard g;
+  if (ctx_enter(ce, &g) != 0)
+    return;
+  if (cudaEventSynchronize(s->end) != cudaSuccess)
+    (void)cudaGetLastError();
+  ctx_leave(ce, &g);
+}
+
+static void cuda_release(struct engine *e, struct transfer *t)
+{
+  struct cuda_engine *ce = e->impl;
+  if (t->engine_state != NULL)
+    slot_put(ce, t->engine_state);
+  t->engine_state = NULL;
+}
+
+/* ---- create / destroy ---- */
+
+static void engine_free(struct cuda_engine *ce)
+{
+  while (ce->all_slots != NULL) {
+    struct cuda_slot *s = ce->all_slots;
+    ce->all_slots = s->all_next;
+    pinned_put(ce, s->tasks);
+    slot_destroy(s);
+  }
+  ce->free_slots = NULL;
+  pinned_free_all(ce);
+  unpin_region(&ce->pin, ce->log);
+  pthread_mutex_destroy(&ce->lock);
+  free(ce);
+}
+
+static void cuda_destroy(struct engine *e)
+{
+  struct cuda_engine *ce = e->impl;
+  if (ce == NULL)
+    return;
+  /* Every transfer has been waited for: nothing of ours is still running. */
+  struct ctx_guard g;
+  ctx_set_fn set = ce->ctx_set;
+  int entered = ctx_enter(ce, &g) == 0;
+  engine_free(ce);
+  if (entered && g.switched)
+    (void)set(g.prev);
+  e->impl = NULL;
+}
+
+static const struct engine_ops cuda_ops = {
+  .name = "cuda",
+  .submit = cuda_submit,
+  .order_after = cuda_order_after,
+  .query = cuda_query,
+  .wait = cuda_wait,
+  .release = cuda_release,
+  .desc_alloc = cuda_desc_alloc,
+  .desc_free = cuda_desc_free,
+  .destroy = cuda_destroy,
+};
+
+/* The device to use: engine.device, or the caller's current one. */
+static int choose_device(const struct plugin_config *cfg, struct ecc_log *log, int *dev,
+                         char *detail, size_t cap)
+{
+  int n = 0;
+  cudaError_t rc = cudaGetDeviceCount(&n);
+  if (rc != cudaSuccess || n == 0) {
+    snprintf(detail, cap, "no usable CUDA device (%s)",
+             rc != cudaSuccess ? cudaGetErrorString(rc) : "none found");
+    (void)cudaGetLastError();
+    return ECC_ERR_UNSUPPORTED;
+  }
+  if (cfg->device >= n)
+    return log_fail(log, ECC_ERR_CONFIG, "engine.device = %d: this machine has %d CUDA device%s",
+                    cfg->device, n, n == 1 ? "" : "s");
+  if (cfg->device >= 0) {
+    *dev = cfg->device;
+    return ECC_OK;
+  }
+  rc = cudaGetDevice(dev);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    return log_fail(log, ECC_ERR_DEVICE, "cuda: cannot read the current device: %s",
+                    cudaGetErrorString(rc));
+  }
+  return ECC_OK;
+}
+
+/* Pin per pinning.enabled; a failure is fatal only with "on". */
+static int setup_pinning(struct cuda_engine *ce, const struct plugin_config *cfg, struct region *r,
+                         char *state, size_t cap)
+{
+  if (cfg->pin == PIN_OFF) {
+    snprintf(state, cap, "not pinned (pinning.enabled = off)");
+    return ECC_OK;
+  }
+  char why[256];
+  if (pin_region(r, &ce->pin, ce->log, why, sizeof(why)) != 0) {
+    if (cfg->pin == PIN_ON)
+      return log_fail(ce->log, ECC_ERR_DEVICE, "pinning.enabled = on: cannot pin %s: %s", r->path, why);
+    log_msg(ce->log, ECC_LOG_WARN, "cuda: could not pin %s (%s); transfers still work but slower",
+            r->path, why);
+    snprintf(state, cap, "not pinned (registration failed)");
+    return ECC_OK;
+  }
+  double gib = (double)ce->pin.bytes / (double)(1ull << 30);
+  snprintf(state, cap, "pinned, %.3f s/GiB", gib > 0 ? (double)ce->pin.ns / 1e9 / gib : 0.0);
+  return ECC_OK;
+}
+
+/* Decide whether the kernel method is usable and describe the method. */
+static int setup_method(struct cuda_engine *ce, const struct plugin_config *cfg, char *text,
+                        size_t cap)
+{
+  ce->method = cfg->method;
+  int code = ecc_copy_kernel_check();
+  ce->kernel_ok = ce->pin.n_chunks > 0 && ce->pin.device_view_ok && code == cudaSuccess;
+  if (code != cudaSuccess)
+    (void)cudaGetLastError();
+  if (cfg->method == METHOD_KERNEL && !ce->kernel_ok) {
+    if (cfg->pin == PIN_OFF)
+      return log_fail(ce->log, ECC_ERR_CONFIG, "engine.method = kernel needs the region pinned, "
+                      "but pinning.enabled = off");
+    log_msg(ce->log, ECC_LOG_WARN, "cuda: the kernel method is not usable here (%s); using dma",
+            code != cudaSuccess ? cudaGetErrorString((cudaError_t)code)
+                                : "the region is not mapped for the device");
+  }
+  const char *dma = ce->dma.batch != NULL ? "dma" : "dma (one copy per descriptor)";
+  if (!ce->kernel_ok || cfg->method == METHOD_DMA)
+    snprintf(text, cap, "%s%s", dma, cfg->method == METHOD_DMA ? "" : " (no kernel)");
+  else if (cfg->method == METHOD_KERNEL)
+    snprintf(text, cap, "kernel on <=%u SMs", ce->max_ctas);
+  else
+    snprintf(text, cap, "auto: kernel on <=%u SMs or %s", ce->max_ctas, dma);
+  return ECC_OK;
+}
+
+static int setup_device(struct cuda_engine *ce, const struct plugin_config *cfg, char *name,
+                        size_t cap)
+{
+  cudaError_t rc = cudaSetDevice(ce->device);
+  int sms = 0, least = 0, greatest = 0;
+  if (rc == cudaSuccess)
+    rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ce->device);
+  if (rc == cudaSuccess)
+    rc = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+  struct cudaDeviceProp prop;
+  if (rc == cudaSuccess)
+    rc = cudaGetDeviceProperties(&prop, ce->device);
+  if (rc != cudaSuccess || ce->ctx_get(&ce->ctx) != CUDA_SUCCESS || ce->ctx == NULL) {
+    (void)cudaGetLastError();
+    return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot initialise device %d: %s", ce->device,
+                    cudaGetErrorString(rc));
+  }
+  snprintf(name, cap, "%s", prop.name);
+  ce->priority = greatest;
+  ce->max_ctas = cfg->max_sms < (unsigned)sms ? cfg->max_sms : (unsigned)sms;
+  if (ce->max_ctas == 0)
+    ce->max_ctas = 1;
+  return ECC_OK;
+}
+
+/* Two slots made up front so the first steps create no streams. */
+static int warm_slots(struct cuda_engine *ce)
+{
+  const char *why = "";
+  struct cuda_slot *a = slot_create(ce, &why);
+  struct cuda_slot *b = a != NULL ? slot_create(ce, &why) : NULL;
+  if (b == NULL)
+    return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot create streams and events: %s", why);
+  slot_put(ce, a);
+  slot_put(ce, b);
+  return ECC_OK;
+}
+
+static int build_engine(struct cuda_engine *ce, const struct plugin_config *cfg, struct region *r,
+                        struct engine *out)
+{
+  char name[256], pin[64], method[96], detail[512];
+  int rc = setup_device(ce, cfg, name, sizeof(name));
+  if (rc == ECC_OK) {
+    dma_resolve(&ce->dma);
+    rc = setup_pinning(ce, cfg, r, pin, sizeof(pin));
+  }
+  if (rc == ECC_OK)
+    rc = setup_method(ce, cfg, method, sizeof(method));
+  if (rc == ECC_OK)
+    rc = warm_slots(ce);
+  if (rc != ECC_OK)
+    return rc;
+  out->ops = &cuda_ops;
+  out->impl = ce;
+  out->pinned = ce->pin.n_chunks > 0;
+  out->pin_ns = ce->pin.ns;
+  snprintf(detail, sizeof(detail), "device %d (%.32s), %s, region %s", ce->device, name, method,
+           pin);
+  snprintf(out->detail, sizeof(out->detail), "%.127s", detail);
+  return ECC_OK;
+}
+
+int engine_cuda_create(const struct plugin_config *cfg, struct region *r, struct ecc_log *log,
+                       struct engine *out)
+{
+  int dev = 0;
+  int rc = choose_device(cfg, log, &dev, out->detail, sizeof(out->detail));
+  if (rc != ECC_OK)
+    return rc;
+  struct cuda_engine *ce = calloc(1, sizeof(*ce));
+  if (ce == NULL)
+    return log_fail(log, ECC_ERR_NOMEM, "cuda: out of memory");
+  ce->device = dev;
+  ce->log = log;
+  pthread_mutex_init(&ce->lock, NULL);
+  ce->ctx_get = (ctx_get_fn)driver_fn("cuCtxGetCurrent", 4000);
+  ce->ctx_set = (ctx_set_fn)driver_fn("cuCtxSetCurrent", 4000);
+  if (ce->ctx_get == NULL || ce->ctx_set == NULL) {
+    pthread_mutex_destroy(&ce->lock);
+    free(ce);
+    snprintf(out->detail, sizeof(out->detail), "the CUDA driver lacks cuCtxGetCurrent");
+    return ECC_ERR_UNSUPPORTED;
+  }
+  CUcontext prev = NULL;
+  ctx_set_fn set = ce->ctx_set;
+  (void)ce->ctx_get(&prev);
+  rc = build_engine(ce, cfg, r, out);
+  if (rc != ECC_OK)
+    engine_free(ce);
+  (void)set(prev);
+  return rc;
+}
+
+int engine_cuda_built(void)
+{
+  return 1;
+}

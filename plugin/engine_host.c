@@ -1,0 +1,305 @@
+/*
+ * engine_host.c - the host engine: "device" addresses are ordinary host
+ * memory and each batched transfer is copied by a pool of worker threads,
+ * so completions really arrive later and poll has real work to observe.
+ *
+ * A transfer is cut into fixed-size chunks of its byte stream; workers claim
+ * chunks with an atomic counter, so one large descriptor and thousands of
+ * small ones both spread over every thread. Transfers run in FIFO order.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "engine.h"
+#include "log.h"
+
+/* Large enough to amortise claiming, small enough to share a 3 MB entry
+ * between threads. */
+#define CHUNK_BYTES (256u * 1024u)
+#define MAX_THREADS 256
+
+struct host_job {
+  struct transfer *t;
+  uint64_t *prefix;             /* prefix[i] = bytes before descriptor i */
+  size_t prefix_cap;
+  size_t n_chunks;
+  atomic_size_t next_chunk;     /* next chunk to claim */
+  atomic_size_t chunks_done;
+  atomic_int done;              /* release-set once every chunk is copied */
+  atomic_uint_fast64_t start_ns;
+  uint64_t end_ns;
+  struct host_job *next;        /* queue link */
+};
+
+struct host_engine {
+  pthread_t threads[MAX_THREADS];
+  unsigned n_threads;
+  pthread_mutex_t lock;         /* guards the queue and stop */
+  pthread_cond_t work;          /* a job was queued, or stop */
+  pthread_cond_t finished;      /* some job finished (for wait) */
+  struct host_job *head, *tail; /* jobs with chunks left to claim */
+  int stop;
+};
+
+static uint64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Index of the descriptor holding byte `offset` of the stream. */
+static size_t find_desc(const struct host_job *j, uint64_t offset)
+{
+  size_t lo = 0, hi = j->t->desc.count - 1;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo + 1) / 2;
+    if (j->prefix[mid] <= offset)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+static void copy_chunk(struct host_job *j, size_t chunk)
+{
+  const struct desc_buf *d = &j->t->desc;
+  uint64_t begin = (uint64_t)chunk * CHUNK_BYTES;
+  uint64_t end = begin + CHUNK_BYTES < d->bytes ? begin + CHUNK_BYTES : d->bytes;
+  size_t i = find_desc(j, begin);
+  while (begin < end) {
+    uint64_t skip = begin - j->prefix[i];
+    uint64_t n = d->len[i] - skip;
+    if (n > end - begin)
+      n = end - begin;
+    memcpy((void *)(uintptr_t)(d->dst[i] + skip), (const void *)(uintptr_t)(d->src[i] + skip), n);
+    begin += n;
+    i++;
+  }
+}
+
+static void finish_chunk(struct host_engine *e, struct host_job *j)
+{
+  /* Read before counting: once the last chunk is counted the connector may
+   * recycle the job. */
+  size_t total = j->n_chunks;
+  size_t done = atomic_fetch_add_explicit(&j->chunks_done, 1, memory_order_acq_rel) + 1;
+  if (done < total)
+    return;
+  j->end_ns = now_ns();
+  atomic_store_explicit(&j->done, 1, memory_order_release);
+  pthread_mutex_lock(&e->lock);
+  pthread_cond_broadcast(&e->finished);
+  pthread_mutex_unlock(&e->lock);
+}
+
+/* Claim one chunk of the head job, dequeuing jobs whose chunks are all
+ * claimed. Returns NULL when stopping. Called with e->lock held. */
+static struct host_job *claim(struct host_engine *e, size_t *chunk)
+{
+  for (;;) {
+    while (e->head == NULL && !e->stop)
+      pthread_cond_wait(&e->work, &e->lock);
+    if (e->head == NULL)
+      return NULL;
+    struct host_job *j = e->head;
+    size_t c = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed);
+    if (c + 1 >= j->n_chunks) {
+      e->head = j->next;
+      if (e->head == NULL)
+        e->tail = NULL;
+    }
+    if (c < j->n_chunks) {
+      *chunk = c;
+      return j;
+    }
+  }
+}
+
+static void *worker_main(void *arg)
+{
+  struct host_engine *e = arg;
+  for (;;) {
+    size_t chunk;
+    pthread_mutex_lock(&e->lock);
+    struct host_job *j = claim(e, &chunk);
+    pthread_mutex_unlock(&e->lock);
+    if (j == NULL)
+      return NULL;
+    uint_fast64_t zero = 0;
+    atomic_compare_exchange_strong(&j->start_ns, &zero, now_ns());
+    copy_chunk(j, chunk);
+    finish_chunk(e, j);
+  }
+}
+
+static struct host_job *job_for(struct transfer *t)
+{
+  struct host_job *j = t->engine_state;
+  if (j == NULL) {
+    j = calloc(1, sizeof(*j));
+    if (j == NULL)
+      return NULL;
+    t->engine_state = j;
+  }
+  size_t need = t->desc.count + 1;
+  if (j->prefix_cap < need) {
+    uint64_t *p = realloc(j->prefix, need * sizeof(uint64_t));
+    if (p == NULL)
+      return NULL;
+    j->prefix = p;
+    j->prefix_cap = need;
+  }
+  return j;
+}
+
+static int host_submit(struct engine *eng, struct transfer *t, void *stream)
+{
+  struct host_engine *e = eng->impl;
+  if (stream != NULL)
+    return ECC_ERR_INVALID; /* the connector names the problem */
+  struct host_job *j = job_for(t);
+  if (j == NULL)
+    return ECC_ERR_NOMEM;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < t->desc.count; i++) {
+    j->prefix[i] = sum;
+    sum += t->desc.len[i];
+  }
+  j->prefix[t->desc.count] = sum;
+  j->t = t;
+  j->n_chunks = (size_t)((sum + CHUNK_BYTES - 1) / CHUNK_BYTES);
+  atomic_store(&j->next_chunk, 0);
+  atomic_store(&j->chunks_done, 0);
+  atomic_store(&j->start_ns, 0);
+  j->next = NULL;
+  if (j->n_chunks == 0) {
+    j->end_ns = now_ns();
+    atomic_store(&j->start_ns, j->end_ns);
+    atomic_store_explicit(&j->done, 1, memory_order_release);
+    return ECC_OK;
+  }
+  atomic_store(&j->done, 0);
+  pthread_mutex_lock(&e->lock);
+  if (e->tail != NULL)
+    e->tail->next = j;
+  else
+    e->head = j;
+  e->tail = j;
+  pthread_cond_broadcast(&e->work);
+  pthread_mutex_unlock(&e->lock);
+  return ECC_OK;
+}
+
+static int host_order_after(struct engine *eng, struct transfer *t, void *stream)
+{
+  (void)eng;
+  (void)t;
+  return stream == NULL ? ECC_OK : ECC_ERR_INVALID;
+}
+
+static int host_query(struct engine *eng, struct transfer *t, int *status, uint64_t *elapsed_ns)
+{
+  (void)eng;
+  struct host_job *j = t->engine_state;
+  if (!atomic_load_explicit(&j->done, memory_order_acquire))
+    return 0;
+  *status = ECC_OK;
+  *elapsed_ns = j->end_ns - atomic_load(&j->start_ns);
+  return 1;
+}
+
+static void host_wait(struct engine *eng, struct transfer *t)
+{
+  struct host_engine *e = eng->impl;
+  struct host_job *j = t->engine_state;
+  pthread_mutex_lock(&e->lock);
+  while (!atomic_load_explicit(&j->done, memory_order_acquire))
+    pthread_cond_wait(&e->finished, &e->lock);
+  pthread_mutex_unlock(&e->lock);
+}
+
+static void host_release(struct engine *eng, struct transfer *t)
+{
+  (void)eng;
+  struct host_job *j = t->engine_state;
+  if (j == NULL)
+    return;
+  free(j->prefix);
+  free(j);
+  t->engine_state = NULL;
+}
+
+static void host_destroy(struct engine *eng)
+{
+  struct host_engine *e = eng->impl;
+  if (e == NULL)
+    return;
+  pthread_mutex_lock(&e->lock);
+  e->stop = 1;
+  pthread_cond_broadcast(&e->work);
+  pthread_mutex_unlock(&e->lock);
+  for (unsigned i = 0; i < e->n_threads; i++)
+    pthread_join(e->threads[i], NULL);
+  pthread_cond_destroy(&e->work);
+  pthread_cond_destroy(&e->finished);
+  pthread_mutex_destroy(&e->lock);
+  free(e);
+  eng->impl = NULL;
+}
+
+static const struct engine_ops host_ops = {
+  .name = "host",
+  .submit = host_submit,
+  .order_after = host_order_after,
+  .query = host_query,
+  .wait = host_wait,
+  .release = host_release,
+  .desc_alloc = NULL,
+  .desc_free = NULL,
+  .destroy = host_destroy,
+};
+
+static unsigned pick_threads(const struct plugin_config *cfg)
+{
+  if (cfg->host_threads > 0)
+    return cfg->host_threads < MAX_THREADS ? cfg->host_threads : MAX_THREADS;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus < 1)
+    cpus = 1;
+  return cpus < 8 ? (unsigned)cpus : 8;
+}
+
+int engine_host_create(const struct plugin_config *cfg, struct region *r,
+                       struct ecc_log *log, struct engine *out)
+{
+  (void)r;
+  struct host_engine *e = calloc(1, sizeof(*e));
+  if (e == NULL)
+    return log_fail(log, ECC_ERR_NOMEM, "engine: out of memory for the host engine");
+  pthread_mutex_init(&e->lock, NULL);
+  pthread_cond_init(&e->work, NULL);
+  pthread_cond_init(&e->finished, NULL);
+  out->ops = &host_ops;
+  out->impl = e;
+  unsigned want = pick_threads(cfg);
+  for (unsigned i = 0; i < want; i++) {
+    int rc = pthread_create(&e->threads[i], NULL, worker_main, e);
+    if (rc != 0) {
+      host_destroy(out);
+      return log_fail(log, ECC_ERR_SYSTEM, "engine: cannot start host copy thread %u of %u: %s",
+                      i + 1, want, strerror(rc));
+    }
+    e->n_threads = i + 1;
+  }
+  snprintf(out->detail, sizeof(out->detail), "host memcpy, %u thread%s, %u KiB chunks",
+           e->n_threads, e->n_threads == 1 ? "" : "s", CHUNK_BYTES / 1024);
+  return ECC_OK;
+}

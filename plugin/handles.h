@@ -1,0 +1,31 @@
+/*
+ * handles.h - maps the ABI's integer handles onto connectors.
+ *
+ * A handle names a slot and the slot's generation. Slots are never freed,
+ * so a stale or forged handle is detected (ECC_ERR_CLOSED) instead of
+ * touching freed memory, and a call racing with shutdown is counted in the
+ * slot and waited for.
+ */
+#ifndef ECC_HANDLES_H
+#define ECC_HANDLES_H
+
+#include "ecc_plugin_v1.h"
+
+struct conn;
+
+/* Connectors one process may have open per plugin. */
+#define HANDLE_SLOTS 1024
+
+/* Register c; returns ECC_OK, or ECC_ERR_NOMEM when every slot is in use. */
+int handles_add(struct conn *c, ecc_handle_t *out);
+
+/* Enter a call on h: returns its connector (and the slot to leave), or
+ * NULL if h is not open. Every successful enter needs one leave. */
+struct conn *handles_enter(ecc_handle_t h, unsigned *slot);
+void handles_leave(unsigned slot);
+
+/* Take h out of service: wait for calls inside it to leave, then hand its
+ * connector to the caller for destruction. ECC_ERR_CLOSED if h is not open. */
+int handles_remove(ecc_handle_t h, struct conn **out);
+
+#endif /* ECC_HANDLES_H */

@@ -1,0 +1,192 @@
+/*
+ * plugin.c - the exported ABI table of the shared-memory connector, and the
+ * thin entry points that check the handle and forward to the connector.
+ * This is the only file whose symbol leaves the .so.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "connector.h"
+#include "ecc_plugin_v1.h"
+#include "engine.h"
+#include "handles.h"
+
+#define ECC_SHM_VERSION "1.0.0"
+
+static int err_text(char *err, size_t cap, int code, const char *text)
+{
+  if (err != NULL && cap > 0)
+    snprintf(err, cap, "%s", text);
+  return code;
+}
+
+static int shm_create(const ecc_create_args_v1 *args, ecc_handle_t *out)
+{
+  if (out != NULL)
+    *out = 0;
+  if (args == NULL || out == NULL)
+    return ECC_ERR_INVALID;
+  /* The fields we read are all in the first version of the struct. */
+  if (args->struct_size < offsetof(ecc_create_args_v1, err_cap) + sizeof(size_t))
+    return ECC_ERR_INVALID;
+  if (args->abi_major != ECC_ABI_V1_MAJOR || args->abi_minor > ECC_ABI_V1_MINOR) {
+    char text[160];
+    snprintf(text, sizeof(text), "create: ABI %u.%u requested; this plugin implements %d.%d",
+             args->abi_major, args->abi_minor, ECC_ABI_V1_MAJOR, ECC_ABI_V1_MINOR);
+    return err_text(args->err, args->err_cap, ECC_ERR_INCOMPATIBLE, text);
+  }
+  struct plugin_config cfg;
+  int rc = config_parse(args->config, args->n_config, &cfg, args->err, args->err_cap);
+  if (rc != ECC_OK) {
+    if (args->host != NULL && args->host->log != NULL && args->err != NULL)
+      args->host->log(args->host->user, ECC_LOG_ERROR, args->err);
+    return rc;
+  }
+  struct conn *c;
+  rc = conn_create(&cfg, args->host, args->err, args->err_cap, &c);
+  if (rc != ECC_OK)
+    return rc;
+  rc = handles_add(c, out);
+  if (rc != ECC_OK) {
+    conn_destroy(c);
+    return err_text(args->err, args->err_cap, rc,
+                    "create: too many connectors open in this process");
+  }
+  return ECC_OK;
+}
+
+static int shm_save(ecc_handle_t h, const ecc_save_entry_v1 *entries, size_t n)
+{
+  unsigned slot;
+  struct conn *c = handles_enter(h, &slot);
+  if (c == NULL)
+    return ECC_ERR_CLOSED;
+  int rc = conn_save(c, entries, n);
+  handles_leave(slot);
+  return rc;
+}
+
+static int shm_flush(ecc_handle_t h, void *compute_stream)
+{
+  unsigned slot;
+  struct conn *c = handles_enter(h, &slot);
+  if (c == NULL)
+    return ECC_ERR_CLOSED;
+  int rc = conn_flush(c, compute_stream);
+  handles_leave(slot);
+  return rc;
+}
+
+static int shm_load(ecc_handle_t h, const ecc_load_entry_v1 *entries, size_t n,
+                    void *compute_stream)
+{
+  unsigned slot;
+  struct conn *c = handles_enter(h, &slot);
+  if (c == NULL)
+    return ECC_ERR_CLOSED;
+  int rc = conn_load(c, entries, n, compute_stream);
+  handles_leave(slot);
+  return rc;
+}
+
+static int shm_poll(ecc_handle_t h, ecc_completion_v1 *out, size_t cap, size_t *n_out)
+{
+  unsigned slot;
+  struct conn *c = handles_enter(h, &slot);
+  if (c == NULL)
+    return ECC_ERR_CLOSED;
+  int rc = conn_poll(c, out, cap, n_out);
+  handles_leave(slot);
+  return rc;
+}
+
+static int shm_shutdown(ecc_handle_t h)
+{
+  struct conn *c;
+  int rc = handles_remove(h, &c);
+  if (rc != ECC_OK)
+    return rc;
+  conn_destroy(c);
+  return ECC_OK;
+}
+
+static int shm_validate(const ecc_kv_v1 *config, size_t n_config, char *err, size_t err_cap)
+{
+  struct plugin_config cfg;
+  int rc = config_parse(config, n_config, &cfg, err, err_cap);
+  if (rc != ECC_OK)
+    return rc;
+  if (cfg.engine == ENGINE_CUDA && !engine_cuda_built())
+    return err_text(err, err_cap, ECC_ERR_CONFIG,
+                    "config: engine.type = cuda but this plugin was built without CUDA");
+  if (err != NULL && err_cap > 0)
+    conn_summary(&cfg, err, err_cap);
+  return ECC_OK;
+}
+
+static int shm_stats(ecc_handle_t h, ecc_stats_v1 *out)
+{
+  if (out == NULL)
+    return ECC_ERR_INVALID;
+  unsigned slot;
+  struct conn *c = handles_enter(h, &slot);
+  if (c == NULL)
+    return ECC_ERR_CLOSED;
+  conn_stats(c, out);
+  handles_leave(slot);
+  return ECC_OK;
+}
+
+static int shm_last_error(ecc_handle_t h, char *buf, size_t cap)
+{
+  if (buf == NULL && cap > 0)
+    return ECC_ERR_INVALID;
+  unsigned slot;
+  struct conn *c = handles_enter(h, &slot);
+  if (c == NULL)
+    return ECC_ERR_CLOSED;
+  log_last(&c->log, buf, cap);
+  handles_leave(slot);
+  return ECC_OK;
+}
+
+static int shm_describe(ecc_handle_t h, ecc_info_v1 *out)
+{
+  if (out == NULL)
+    return ECC_ERR_INVALID;
+  unsigned slot;
+  struct conn *c = handles_enter(h, &slot);
+  if (c == NULL)
+    return ECC_ERR_CLOSED;
+  conn_describe(c, out);
+  handles_leave(slot);
+  return ECC_OK;
+}
+
+#ifdef ECC_HAVE_CUDA
+#define SHM_CAPS (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS | ECC_CAP_CUDA_ENGINE)
+#else
+#define SHM_CAPS (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS)
+#endif
+
+__attribute__((visibility("default"))) const ecc_plugin_v1_t ecc_plugin_v1 = {
+  .abi_major = ECC_ABI_V1_MAJOR,
+  .abi_minor = ECC_ABI_V1_MINOR,
+  .struct_size = sizeof(ecc_plugin_v1_t),
+  .caps = SHM_CAPS,
+  .name = "shm",
+  .version = ECC_SHM_VERSION,
+  .params = config_params,
+  .n_params = CONFIG_N_PARAMS,
+  .create = shm_create,
+  .save = shm_save,
+  .flush = shm_flush,
+  .load = shm_load,
+  .poll = shm_poll,
+  .shutdown = shm_shutdown,
+  .validate = shm_validate,
+  .stats = shm_stats,
+  .last_error = shm_last_error,
+  .describe = shm_describe,
+};

@@ -1,0 +1,72 @@
+/*
+ * region.h - the shared host region: a file under /dev/shm made of one header
+ * page and `num_blocks` blocks of `block_size` bytes, mapped MAP_SHARED.
+ *
+ * The creator builds it under a temporary name and links it into place, so
+ * a complete header is all anyone can ever see; joiners check that header
+ * against their own configuration. Every process holds a shared flock on the
+ * file for as long as it maps it; a file nobody holds is an orphan.
+ */
+#ifndef ECC_REGION_H
+#define ECC_REGION_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct ecc_log;
+
+#define REGION_MAGIC "ECCREGN1"
+#define REGION_LAYOUT_VERSION 1
+#define REGION_HEADER_BYTES 4096u
+
+/* The header page at offset 0 of the file. Fixed-width fields only. */
+struct region_header {
+  char magic[8];            /* REGION_MAGIC */
+  uint32_t layout_version;  /* REGION_LAYOUT_VERSION */
+  uint32_t header_bytes;    /* REGION_HEADER_BYTES: blocks start here */
+  uint64_t block_size;      /* bytes per block */
+  uint64_t num_blocks;      /* blocks in the file */
+  uint64_t file_bytes;      /* header_bytes + block_size * num_blocks */
+  int64_t creator_pid;      /* process that created the file */
+  uint32_t creator_uid;     /* its user */
+  uint32_t reserved;
+  int64_t created_unix_ns;  /* when it was created */
+};
+
+struct region_params {
+  const char *dir;          /* e.g. "/dev/shm" */
+  const char *name;         /* region name: file is <dir>/ecc-<name>.region */
+  uint64_t block_size;
+  uint64_t num_blocks;
+  int mode;                 /* enum region_mode (config.h) */
+  uint32_t join_timeout_ms; /* bound on waiting for a creator */
+  int reap_orphans;         /* unlink unheld ecc-*.region files in dir first */
+};
+
+struct region {
+  char path[256];           /* the file's path */
+  int fd;                   /* open, shared flock held; -1 when closed */
+  dev_t dev;                /* identity of the file we locked */
+  ino_t ino;
+  uint8_t *map;             /* whole file mapping */
+  size_t map_bytes;
+  uint8_t *blocks;          /* map + header_bytes */
+  uint64_t block_size;
+  uint64_t num_blocks;
+  int creator;              /* 1: we made it and unlink it on close */
+};
+
+/* Create or join the region. On failure nothing is left behind: no file we
+ * created, no mapping, no open descriptor. Returns ECC_OK or ECC_ERR_*. */
+int region_open(const struct region_params *p, struct region *out, struct ecc_log *log);
+
+/* Unmap, unlock, close; the creator also unlinks (if the path still names
+ * our file). Errors are logged, never returned. Safe to call twice. */
+void region_close(struct region *r, struct ecc_log *log);
+
+/* Unlink orphans (no process holds them) of the region pattern in `dir`.
+ * Returns how many were removed. */
+int region_reap_orphans(const char *dir, struct ecc_log *log);
+
+#endif /* ECC_REGION_H */

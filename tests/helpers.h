@@ -1,0 +1,41 @@
+/*
+ * helpers.h - small things every test file needs: unique region names, INI
+ * files written on the fly, and opening the real plugin through the shim.
+ */
+#ifndef ECC_TEST_HELPERS_H
+#define ECC_TEST_HELPERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ecc_host.h"
+
+/* A region name unique to this process and call, e.g. "t12345-3". */
+const char *th_region_name(void);
+
+/* Write `text` to a fresh temporary file whose name ends with `suffix`;
+ * returns its path (static storage, one per call, up to 64 live paths). */
+const char *th_write_temp(const char *text, const char *suffix);
+
+/* Write an INI for the real shm plugin (by absolute path) with the host
+ * engine, the given role and region name, and `extra` appended verbatim
+ * (may be NULL). Returns the path. */
+const char *th_ini(const char *role, const char *region, uint64_t block_size,
+                   uint64_t num_blocks, const char *extra);
+
+/* Open a connector from th_ini(...), failing the test with the shim's
+ * message if it cannot. */
+ecc_connector *th_open(const char *role, const char *region, uint64_t block_size,
+                       uint64_t num_blocks, const char *extra);
+
+/* Poll until `want` completions arrived or `timeout_ms` passed; returns how
+ * many arrived (stored in out[0..]). */
+size_t th_poll_until(ecc_connector *c, ecc_completion *out, size_t want, int timeout_ms);
+
+/* Whether a file exists at path. */
+int th_exists(const char *path);
+
+/* Fill buf with bytes derived from seed (never all zero). */
+void th_fill(void *buf, size_t n, uint64_t seed);
+
+#endif

@@ -1,0 +1,375 @@
+/*
+ * test_cli.c - eccctl run as a user runs it: help and usage errors, info and
+ * check creating nothing, config errors naming file and line, and the demo
+ * moving a stream through a region, catching corruption, and cleaning up.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+#define DEFAULT_INI ECC_SOURCE_DIR "/conf/default.ini"
+
+struct run {
+  int status; /* exit status; -1 if it did not exit normally */
+  char out[1 << 16];
+  char err[1 << 16];
+};
+
+static void slurp(const char *path, char *buf, size_t cap)
+{
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f, "cannot read %s", path);
+  size_t n = fread(buf, 1, cap - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  unlink(path);
+}
+
+/* Run eccctl with `args` (shell words, our own paths only); capture both
+ * streams separately. */
+static struct run *cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static struct run *cli(const char *fmt, ...)
+{
+  static struct run r;
+  static unsigned counter;
+  char args[2048], out_path[128], err_path[128], cmd[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof(args), fmt, ap);
+  va_end(ap);
+  counter++;
+  snprintf(out_path, sizeof(out_path), "/tmp/ecc-cli-%ld-%u.out", (long)getpid(),
+           counter);
+  snprintf(err_path, sizeof(err_path), "/tmp/ecc-cli-%ld-%u.err", (long)getpid(),
+           counter);
+  snprintf(cmd, sizeof(cmd), "'%s' %s >'%s' 2>'%s'", ECCCTL_PATH, args, out_path,
+           err_path);
+  int st = system(cmd);
+  cr_assert_neq(st, -1, "system() failed");
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  slurp(out_path, r.out, sizeof(r.out));
+  slurp(err_path, r.err, sizeof(r.err));
+  return &r;
+}
+
+static void region_path(char *out, size_t cap, const char *name)
+{
+  snprintf(out, cap, "/dev/shm/ecc-%s.region", name);
+}
+
+/* Names in /dev/shm of the default config's region (and its temporary
+ * files), as one string for comparison. */
+static void shm_listing(char *out, size_t cap)
+{
+  out[0] = '\0';
+  DIR *d = opendir("/dev/shm");
+  cr_assert_not_null(d);
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (strncmp(de->d_name, "ecc-demo", 8) == 0) {
+      strncat(out, de->d_name, cap - strlen(out) - 2);
+      strncat(out, "\n", cap - strlen(out) - 1);
+    }
+  }
+  closedir(d);
+}
+
+/* A number printed after `label` in the output, or UINT64_MAX if absent. */
+static uint64_t figure(const char *text, const char *label)
+{
+  const char *p = strstr(text, label);
+  if (p == NULL)
+    return UINT64_MAX;
+  return strtoull(p + strlen(label), NULL, 10);
+}
+
+/* ---- help and usage ------------------------------------------------------ */
+
+Test(cli, help_lists_every_command)
+{
+  struct run *r = cli("--help");
+  cr_assert_eq(r->status, 0, "stderr: %s", r->err);
+  cr_assert_str_empty(r->err);
+  cr_assert(strstr(r->out, "usage: eccctl"));
+  const char *cmds[] = {"info", "check", "demo"};
+  for (int i = 0; i < 3; i++) {
+    char line[32];
+    snprintf(line, sizeof(line), "\n  %s ", cmds[i]);
+    cr_assert(strstr(r->out, line), "--help does not list '%s':\n%s", cmds[i], r->out);
+  }
+}
+
+Test(cli, each_command_has_help)
+{
+  const char *cmds[] = {"info", "check", "demo"};
+  for (int i = 0; i < 3; i++) {
+    char want[64];
+    snprintf(want, sizeof(want), "usage: eccctl %s", cmds[i]);
+    struct run *r = cli("%s --help", cmds[i]);
+    cr_assert_eq(r->status, 0, "%s --help: %s", cmds[i], r->err);
+    cr_assert(strstr(r->out, want), "%s --help printed:\n%s", cmds[i], r->out);
+    r = cli("help %s", cmds[i]);
+    cr_assert_eq(r->status, 0);
+    cr_assert(strstr(r->out, want));
+  }
+  struct run *r = cli("demo --help");
+  const char *opts[] = {"--entries", "--rows", "--row-bytes", "--seed", "--timeout"};
+  for (int i = 0; i < 5; i++)
+    cr_assert(strstr(r->out, opts[i]), "demo --help lacks %s", opts[i]);
+}
+
+Test(cli, bad_command_lines_exit_2_with_usage_on_stderr)
+{
+  const char *bad[] = {
+      "",                                          /* no command */
+      "frobnicate",                                /* unknown command */
+      "--frobnicate",                              /* unknown option */
+      "check",                                     /* missing CONFIG */
+      "check a.ini b.ini",                         /* extra argument */
+      "info --nope " DEFAULT_INI,                  /* unknown option */
+      "check --open " DEFAULT_INI,                 /* info's option on check */
+      "demo --entries abc " DEFAULT_INI,           /* not a number */
+      "demo --entries 0 " DEFAULT_INI,             /* out of range */
+      "demo --entries -3 " DEFAULT_INI,            /* negative */
+      "demo --rows 12x " DEFAULT_INI,              /* trailing junk */
+      "demo --per-step 65 " DEFAULT_INI,           /* above the bound */
+      "demo --entries 4 --corrupt 4 " DEFAULT_INI, /* names no entry */
+      "demo " DEFAULT_INI " --entries",            /* missing value */
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    struct run *r = cli("%s", bad[i]);
+    cr_assert_eq(r->status, 2, "'eccctl %s' exited %d\nstdout: %s\nstderr: %s", bad[i],
+                 r->status, r->out, r->err);
+    cr_assert_str_empty(r->out, "'eccctl %s' wrote to stdout: %s", bad[i], r->out);
+    cr_assert(strstr(r->err, "usage: eccctl"), "'eccctl %s' printed no usage: %s", bad[i],
+              r->err);
+  }
+  struct run *r = cli("frobnicate");
+  cr_assert(strstr(r->err, "'frobnicate'"), "the unknown command is not named: %s",
+            r->err);
+  r = cli("demo --entries abc " DEFAULT_INI);
+  cr_assert(strstr(r->err, "--entries") && strstr(r->err, "abc"), "%s", r->err);
+}
+
+/* ---- info and check ------------------------------------------------------ */
+
+Test(cli, info_on_default_ini_describes_plugin_and_creates_nothing)
+{
+  char before[4096], after[4096];
+  shm_listing(before, sizeof(before));
+  struct run *r = cli("info '%s'", DEFAULT_INI);
+  shm_listing(after, sizeof(after));
+  cr_assert_eq(r->status, 0, "info failed: %s", r->err);
+  cr_assert_str_eq(before, after, "info created or removed region files");
+
+  cr_assert(strstr(r->out, "/lib/ecc/libecc-shm.so"), "no plugin path:\n%s", r->out);
+  cr_assert(strstr(r->out, "name:           shm\n"), "%s", r->out);
+  cr_assert(strstr(r->out, "version:        "), "%s", r->out);
+  char abi[64];
+  snprintf(abi, sizeof(abi), "plugin %d.%d, host %d.%d, negotiated %d.%d", ECC_ABI_MAJOR,
+           ECC_ABI_MINOR, ECC_ABI_MAJOR, ECC_ABI_MINOR, ECC_ABI_MAJOR, ECC_ABI_MINOR);
+  cr_assert(strstr(r->out, abi), "no ABI line '%s':\n%s", abi, r->out);
+  cr_assert(strstr(r->out, "save") && strstr(r->out, "load") &&
+                strstr(r->out, "host-engine"),
+            "capabilities missing:\n%s", r->out);
+  /* The summary comes from the plugin and reflects the file's settings. */
+  cr_assert(strstr(r->out, "summary:") && strstr(r->out, "ecc-demo.region") &&
+                strstr(r->out, "3072"),
+            "summary missing or wrong:\n%s", r->out);
+  cr_assert(strstr(r->out, "region.size") && strstr(r->out, "connector.role") &&
+                strstr(r->out, "engine.type"),
+            "accepted keys missing:\n%s", r->out);
+}
+
+Test(cli, check_on_default_ini_says_ok_and_creates_nothing)
+{
+  char before[4096], after[4096];
+  shm_listing(before, sizeof(before));
+  struct run *r = cli("check '%s'", DEFAULT_INI);
+  shm_listing(after, sizeof(after));
+  cr_assert_eq(r->status, 0, "check failed: %s", r->err);
+  cr_assert_str_eq(before, after, "check created or removed region files");
+  char want[512];
+  snprintf(want, sizeof(want), "%s: ok (", DEFAULT_INI);
+  cr_assert(strncmp(r->out, want, strlen(want)) == 0, "got: %s", r->out);
+  cr_assert(strstr(r->out, "ecc-demo.region"), "summary missing: %s", r->out);
+}
+
+Test(cli, conf_templates_all_check)
+{
+  const char *files[] = {"default", "producer", "consumer", "both"};
+  const char *roles[] = {"both", "producer", "consumer", "both"};
+  for (int i = 0; i < 4; i++) {
+    struct run *r = cli("check '%s/conf/%s.ini'", ECC_SOURCE_DIR, files[i]);
+    cr_assert_eq(r->status, 0, "conf/%s.ini: %s", files[i], r->err);
+    cr_assert(strstr(r->out, roles[i]), "conf/%s.ini summary lacks role %s: %s", files[i],
+              roles[i], r->out);
+  }
+}
+
+Test(cli, info_open_describes_the_connector_and_removes_the_region)
+{
+  const char *name = th_region_name();
+  char path[256];
+  region_path(path, sizeof(path), name);
+  const char *ini = th_ini("both", name, 4096, 256, NULL);
+  struct run *r = cli("info --open '%s'", ini);
+  cr_assert_eq(r->status, 0, "info --open failed: %s", r->err);
+  cr_assert(strstr(r->out, path), "region path missing:\n%s", r->out);
+  cr_assert(strstr(r->out, "created by this process"), "%s", r->out);
+  cr_assert(strstr(r->out, "256 x 4096 B"), "layout missing:\n%s", r->out);
+  cr_assert(strstr(r->out, "engine:       host"), "%s", r->out);
+  cr_assert(strstr(r->out, "pin time:"), "%s", r->out);
+  cr_assert(strstr(r->out, "save rank:    yes"), "%s", r->out);
+  cr_assert_not(th_exists(path), "info --open left %s behind", path);
+}
+
+Test(cli, check_names_file_and_line_of_a_syntax_error)
+{
+  const char *ini = th_write_temp("[plugin]\nname = shm\n[region\nname = x\n", ".ini");
+  struct run *r = cli("check '%s'", ini);
+  cr_assert_eq(r->status, 1, "stdout: %s stderr: %s", r->out, r->err);
+  char want[256];
+  snprintf(want, sizeof(want), "%s:3", ini);
+  cr_assert(strstr(r->err, want), "'%s' not in: %s", want, r->err);
+  cr_assert_not(strstr(r->out, "ok ("));
+}
+
+Test(cli, check_names_an_unknown_key_and_a_bad_value)
+{
+  const char *ini = th_write_temp("[plugin]\nname = shm\n[region]\nname = x\n"
+                                  "block_size = 4096\nbogus_key = 1\n",
+                                  ".ini");
+  struct run *r = cli("check '%s'", ini);
+  cr_assert_eq(r->status, 1);
+  cr_assert(strstr(r->err, "region.bogus_key"), "key not named: %s", r->err);
+
+  ini = th_write_temp("[plugin]\nname = shm\n[region]\nname = x\nblock_size = 4096\n"
+                      "size = lots\n",
+                      ".ini");
+  r = cli("check '%s'", ini);
+  cr_assert_eq(r->status, 1);
+  cr_assert(strstr(r->err, "region.size"), "key not named: %s", r->err);
+
+  r = cli("check /nonexistent/ecc.ini");
+  cr_assert_eq(r->status, 1);
+  cr_assert(strstr(r->err, "/nonexistent/ecc.ini"), "%s", r->err);
+}
+
+/* ---- demo ---------------------------------------------------------------- */
+
+/* Every figure the report prints agrees with a successful run of n entries. */
+static void assert_demo_ok(const struct run *r, unsigned n, const char *path)
+{
+  cr_assert_eq(r->status, 0, "demo failed\nstdout: %s\nstderr: %s", r->out, r->err);
+  char want[128];
+  snprintf(want, sizeof(want), "verdict: OK: every byte of %u entries (", n);
+  cr_assert(strstr(r->out, want), "no OK verdict:\n%s", r->out);
+  uint64_t saved = figure(r->out, "bytes saved:  ");
+  uint64_t loaded = figure(r->out, "bytes loaded: ");
+  cr_assert(saved > 0 && saved != UINT64_MAX, "%s", r->out);
+  cr_assert_eq(saved, loaded, "%s", r->out);
+  cr_assert_eq(figure(r->out, "mismatches:   "), 0, "%s", r->out);
+  cr_assert_eq(figure(r->out, "entries:      "), n, "%s", r->out);
+  cr_assert(strstr(r->out, "save GB/s:") && strstr(r->out, "load GB/s:"), "%s", r->out);
+  cr_assert_not(th_exists(path), "the demo left %s behind", path);
+}
+
+Test(cli, demo_moves_a_stream_through_a_small_region)
+{
+  const char *name = th_region_name();
+  char path[256];
+  region_path(path, sizeof(path), name);
+  /* 2048 blocks hold about six entries of ~300 rows: the ring wraps and
+   * blocks are reused only after the consumer acknowledged them. */
+  const char *ini = th_ini("both", name, 3072, 2048, NULL);
+  struct run *r = cli("demo '%s' --entries 20 --rows 300 --seed 7", ini);
+  assert_demo_ok(r, 20, path);
+  uint64_t expect_min = 20ull * (300 - 300 / 8) * 3072;
+  cr_assert_geq(figure(r->out, "bytes saved:  "), expect_min, "%s", r->out);
+  cr_assert(strstr(r->out, "created by the producer"), "%s", r->out);
+  /* Holes and the ring's wrap must have split some entries. */
+  uint64_t split = figure(r->out, "seed 7; ");
+  cr_assert(split > 0 && split != UINT64_MAX, "no entry was split:\n%s", r->out);
+}
+
+Test(cli, demo_handles_rows_that_end_inside_a_block)
+{
+  const char *name = th_region_name();
+  char path[256];
+  region_path(path, sizeof(path), name);
+  const char *ini = th_ini("both", name, 4096, 1024, NULL);
+  struct run *r =
+      cli("demo '%s' --entries 9 --rows 100 --row-bytes 1000 --per-step 3", ini);
+  assert_demo_ok(r, 9, path);
+}
+
+Test(cli, demo_reports_a_corrupted_byte)
+{
+  const char *name = th_region_name();
+  char path[256];
+  region_path(path, sizeof(path), name);
+  const char *ini = th_ini("both", name, 3072, 2048, NULL);
+  struct run *r = cli("demo '%s' --entries 6 --rows 200 --corrupt 4", ini);
+  cr_assert_eq(r->status, 1, "stdout: %s", r->out);
+  cr_assert(strstr(r->out, "verdict: FAILED: 1 bytes differed, in 1 entries"), "%s",
+            r->out);
+  cr_assert_eq(figure(r->out, "mismatches:   "), 1);
+  cr_assert_not(th_exists(path));
+}
+
+Test(cli, demo_with_a_bad_config_fails_cleanly)
+{
+  const char *name = th_region_name();
+  char path[256];
+  region_path(path, sizeof(path), name);
+  const char *ini = th_ini("both", name, 3072, 2048, "bogus_engine_key = 1\n");
+  struct run *r = cli("demo '%s' --entries 4", ini);
+  cr_assert_eq(r->status, 1, "stdout: %s", r->out);
+  cr_assert(strstr(r->err, "engine.bogus_engine_key"), "key not named: %s", r->err);
+  cr_assert(strstr(r->out, "verdict: FAILED"), "%s", r->out);
+  cr_assert_not(th_exists(path));
+
+  r = cli("demo /nonexistent/ecc.ini --entries 4");
+  cr_assert_eq(r->status, 1);
+  cr_assert(strstr(r->err, "/nonexistent/ecc.ini"), "%s", r->err);
+}
+
+Test(cli, demo_refuses_a_region_too_small_for_its_entries)
+{
+  const char *name = th_region_name();
+  char path[256];
+  region_path(path, sizeof(path), name);
+  const char *ini = th_ini("both", name, 3072, 64, NULL);
+  struct run *r = cli("demo '%s' --entries 4 --rows 300", ini);
+  cr_assert_eq(r->status, 1, "stdout: %s", r->out);
+  cr_assert(strstr(r->out, "verdict: FAILED") && strstr(r->out, "region.size"), "%s",
+            r->out);
+  cr_assert_not(th_exists(path), "a failed demo left %s behind", path);
+}
+
+Test(cli, demo_does_not_join_a_region_someone_else_uses)
+{
+  const char *name = th_region_name();
+  char path[256];
+  region_path(path, sizeof(path), name);
+  ecc_connector *mine = th_open("both", name, 3072, 2048, NULL);
+  cr_assert(th_exists(path));
+  const char *ini = th_ini("both", name, 3072, 2048, NULL);
+  struct run *r = cli("demo '%s' --entries 4 --rows 100", ini);
+  cr_assert_eq(r->status, 1, "the demo used a live region:\n%s", r->out);
+  cr_assert(strstr(r->out, "verdict: FAILED") &&
+                strstr(r->out, "cannot open the producer"),
+            "%s", r->out);
+  cr_assert(th_exists(path), "the demo removed a region it did not create");
+  cr_assert_eq(ecc_close(mine), ECC_OK);
+  cr_assert_not(th_exists(path));
+}

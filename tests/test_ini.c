@@ -1,0 +1,364 @@
+/*
+ * test_ini.c - the shim's reading of INI files and overrides: every mistake
+ * is reported with the file and line at fault (or as an override), and
+ * overrides replace or add pairs before the plugin sees them.
+ */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ecc_host.h"
+#include "helpers.h"
+
+#define GOOD ECC_FIXTURE_DIR "/libecc-good.so"
+
+/* ---- helpers ---- */
+
+__attribute__((format(printf, 1, 2))) static const char *ini_text(const char *fmt, ...)
+{
+  char text[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  return th_write_temp(text, ".ini");
+}
+
+/* ecc_check and ecc_open must both refuse `ini` with `code` and exactly the
+ * text "<ini>:<line>: <what>" (or "<ini>: <what>" for line 0). */
+static void expect_error(const char *ini, const ecc_open_options *opt, int code, int line,
+                         const char *what)
+{
+  char want[2048], err[2048] = "";
+  if (line > 0)
+    snprintf(want, sizeof(want), "%s:%d: %s", ini, line, what);
+  else
+    snprintf(want, sizeof(want), "%s: %s", ini, what);
+  int rc = ecc_check(ini, opt, NULL, err, sizeof(err));
+  cr_assert_eq(rc, code, "ecc_check: %d (%s)", rc, err);
+  cr_assert_str_eq(err, want);
+
+  ecc_connector *c = (ecc_connector *)err;
+  err[0] = '\0';
+  rc = ecc_open(ini, opt, &c, err, sizeof(err));
+  cr_assert_eq(rc, code, "ecc_open: %d (%s)", rc, err);
+  cr_assert_null(c);
+  cr_assert_str_eq(err, want);
+}
+
+static const char *trace_path(void)
+{
+  static char paths[8][128];
+  static unsigned next;
+  char *p = paths[next++ % 8];
+  snprintf(p, 128, "/tmp/ecc-ini-trace-%ld-%u", (long)getpid(), next);
+  unlink(p);
+  return p;
+}
+
+static char *read_all(const char *path)
+{
+  static char buf[8192];
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return NULL;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+static void open_and_close(const char *ini, const ecc_open_options *opt)
+{
+  char err[1024] = "";
+  ecc_connector *c = NULL;
+  int rc = ecc_open(ini, opt, &c, err, sizeof(err));
+  cr_assert_eq(rc, ECC_OK, "ecc_open: %d %s", rc, err);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+/* A line "tag = xxx..." exactly `len` characters long. */
+static char *tag_line(size_t len)
+{
+  static char line[512];
+  cr_assert_lt(len, sizeof(line));
+  memset(line, 0, sizeof(line));
+  memcpy(line, "tag = ", 6);
+  for (size_t i = 6; i < len; i++)
+    line[i] = (char)('a' + i % 26);
+  return line;
+}
+
+/* ---- syntax ---- */
+
+Test(ini, syntax_error_names_the_line)
+{
+  const char *ini = ini_text("[plugin]\npath = %s\n; a comment\nthis is not a pair\n", GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 4,
+               "syntax error: expected 'key = value' or '[section]'");
+}
+
+Test(ini, unclosed_section_header)
+{
+  const char *ini = ini_text("[plugin]\npath = %s\n\n[region\nname = x\n", GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 4, "syntax error: section header has no closing ']'");
+}
+
+Test(ini, bad_section_names)
+{
+  const char *ini = ini_text("[plugin]\npath = %s\n[re gion]\nname = x\n", GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 3,
+               "bad section name '[re gion]': use letters, digits, '_', '-' and '.'");
+  ini = ini_text("[plugin]\npath = %s\n[]\n", GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 3, "empty section name '[]'");
+  char name[64];
+  memset(name, 's', 50);
+  name[50] = '\0';
+  ini = ini_text("[plugin]\npath = %s\n[%s]\nkey = 1\n", GOOD, name);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 3, "section name longer than 49 characters");
+}
+
+Test(ini, nul_byte_is_refused)
+{
+  char text[256];
+  int n = snprintf(text, sizeof(text), "[plugin]\npath = %s\n[region]\nname = a", GOOD);
+  cr_assert_lt((size_t)n + 8, sizeof(text));
+  memcpy(text + n, "\0b\n", 3);
+  const char *ini = th_write_temp("", ".ini");
+  FILE *f = fopen(ini, "wb");
+  cr_assert_not_null(f);
+  fwrite(text, 1, (size_t)n + 3, f);
+  fclose(f);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 4, "NUL byte in line");
+}
+
+Test(ini, the_first_error_is_reported)
+{
+  const char *ini =
+      ini_text("[plugin]\npath = %s\n[region]\nname = a\nname = b\nnot a pair\n", GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 5, "duplicate key 'region.name' (first set on line 4)");
+  ini = ini_text("[plugin]\npath = %s\n[region]\nnot a pair\nname = a\nname = b\n", GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 4, "syntax error: expected 'key = value' or '[section]'");
+}
+
+/* ---- keys and values ---- */
+
+Test(ini, duplicate_key)
+{
+  const char *ini = ini_text("[plugin]\npath = %s\n\n[region]\n# the name\nname = a\n"
+                             "[connector]\nrole = both\n[region]\nname = b\n",
+                             GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 10, "duplicate key 'region.name' (first set on line 6)");
+  ini = ini_text("[plugin]\npath = %s\nlog_level = info\npath = %s\n", GOOD, GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 4, "duplicate key 'path' in [plugin] (first set on line 2)");
+}
+
+Test(ini, key_before_any_section)
+{
+  const char *ini = ini_text("\nname = good\n[plugin]\npath = %s\n", GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 2,
+               "key 'name' is outside any section (put it under a [section])");
+}
+
+Test(ini, empty_value_is_refused)
+{
+  const char *ini = ini_text("[plugin]\npath = %s\n[region]\nname =\n", GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 4,
+               "key 'name' in [region] has an empty value (delete the line to use the default)");
+  ini = ini_text("[plugin]\npath = %s\ndir = \n", GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 3,
+               "key 'dir' in [plugin] has an empty value (delete the line to use the default)");
+}
+
+Test(ini, unknown_plugin_section_key)
+{
+  const char *ini = ini_text("[plugin]\npath = %s\npth = x\n", GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 3,
+               "unknown key 'pth' in [plugin] (accepted: name, path, dir, log_level)");
+}
+
+Test(ini, bad_log_level)
+{
+  const char *ini = ini_text("[plugin]\npath = %s\nlog_level = loud\n", GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 3, "bad log_level 'loud' (error, warn, info or debug)");
+}
+
+/* ---- the [plugin] section ---- */
+
+Test(ini, both_name_and_path)
+{
+  const char *ini = ini_text("[plugin]\nname = good\npath = %s\n", GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 3,
+               "[plugin] gives both 'name' (line 2) and 'path' (line 3); keep one");
+}
+
+Test(ini, neither_name_nor_path)
+{
+  const char *ini = ini_text("[region]\nname = x\n\n[plugin]\nlog_level = info\n");
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 4,
+               "[plugin] needs 'name' (a short name) or 'path' (an absolute path)");
+  ini = ini_text("[region]\nname = x\n");
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 0,
+               "no [plugin] section: it must give the plugin's 'name' or 'path'");
+}
+
+Test(ini, missing_file)
+{
+  char err[512], want[512];
+  const char *path = "/nonexistent-ecc-dir/none.ini";
+  snprintf(want, sizeof(want), "cannot open INI file %s: No such file or directory", path);
+  cr_assert_eq(ecc_check(path, NULL, NULL, err, sizeof(err)), ECC_ERR_CONFIG);
+  cr_assert_str_eq(err, want);
+}
+
+/* ---- line length ---- */
+
+/* inih needs room for the line, its newline and a NUL in INI_MAX_LINE (200)
+ * bytes: 198 characters fit, 199 do not, and the line number is right. */
+Test(ini, long_lines)
+{
+  const char *trace = trace_path();
+  const char *ini =
+      ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n%s\n", GOOD, trace, tag_line(198));
+  open_and_close(ini, NULL);
+  const char *text = read_all(trace);
+  cr_assert_not_null(text);
+  char want[256];
+  snprintf(want, sizeof(want), "tag %s\n", tag_line(198) + 6);
+  cr_assert_not_null(strstr(text, want), "the whole value must arrive: %s", text);
+
+  ini = ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n%s\n[x]\n", GOOD, trace,
+                 tag_line(199));
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 5, "line longer than 198 characters");
+  ini = ini_text("[plugin]\npath = %s\n\n%s\nnot a pair\n", GOOD, tag_line(300));
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 4, "line longer than 198 characters");
+}
+
+/* ---- what is accepted ---- */
+
+Test(ini, comments_indentation_crlf_and_colons)
+{
+  const char *trace = trace_path();
+  /* The indented "trace" after "tag" would be a continuation of tag's value
+   * to inih; the shim reads it as a key of its own. */
+  const char *ini = ini_text("\xEF\xBB\xBF; comment\r\n# another\r\n  [plugin]  \r\n"
+                             "   path = %s ; why this one\r\n\r\n[good]\r\n"
+                             "tag: a b ; inline comment\r\n    trace = %s\r\n",
+                             GOOD, trace);
+  open_and_close(ini, NULL);
+  const char *text = read_all(trace);
+  cr_assert_not_null(text, "trace was not taken as a key of its own");
+  cr_assert_not_null(strstr(text, "n_config 2 tag a b\n"), "trace: %s", text);
+}
+
+/* ---- keys against the plugin's published params ---- */
+
+Test(ini, unknown_key_is_named_with_its_line_before_create)
+{
+  const char *trace = trace_path();
+  const char *ini = ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n[region]\nnmae = x\n",
+                             GOOD, trace);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 6,
+               "unknown key 'region.nmae' (the plugin 'good' accepts: connector.role, "
+               "region.name, region.size, good.trace, good.tag); did you mean 'region.name'?");
+  cr_assert_not(th_exists(trace), "create must not run");
+
+  ini = ini_text("[plugin]\npath = %s\n[region]\nsomething = x\n", GOOD);
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 4,
+               "unknown key 'region.something' (the plugin 'good' accepts: connector.role, "
+               "region.name, region.size, good.trace, good.tag)");
+}
+
+Test(ini, unknown_key_with_the_real_plugin)
+{
+  if (!th_exists(ECC_PLUGIN_PATH))
+    cr_skip_test("%s is not built", ECC_PLUGIN_PATH);
+  const char *ini = ini_text("[plugin]\npath = %s\n[region]\nnmae = x\nblock_size = 4096\n",
+                             ECC_PLUGIN_PATH);
+  char err[4096], want[512];
+  snprintf(want, sizeof(want), "%s:4: unknown key 'region.nmae' (the plugin 'shm' accepts: ", ini);
+  cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_ERR_CONFIG, "err: %s", err);
+  cr_assert_eq(strncmp(err, want, strlen(want)), 0, "err: %s", err);
+  cr_assert_not_null(strstr(err, "region.name"), "err: %s", err);
+}
+
+/* ---- overrides ---- */
+
+Test(ini, override_replaces_and_adds_keys)
+{
+  const char *in_file = trace_path();
+  const char *overridden = trace_path();
+  const char *ini = ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n", GOOD, in_file);
+  ecc_kv kv[2] = {{"good.trace", overridden}, {"good.tag", "from-override"}};
+  ecc_open_options opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = 2,
+                          .log_level = -1};
+  open_and_close(ini, &opt);
+  cr_assert_not(th_exists(in_file), "the INI's good.trace must be replaced");
+  const char *text = read_all(overridden);
+  cr_assert_not_null(text);
+  cr_assert_not_null(strstr(text, "n_config 2 tag from-override\n"), "trace: %s", text);
+}
+
+Test(ini, override_of_plugin_path_replaces_name)
+{
+  const char *ini = ini_text("[plugin]\nname = not-installed\nlog_level = error\n");
+  ecc_kv kv[1] = {{"plugin.path", GOOD}};
+  ecc_open_options opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = 1,
+                          .log_level = -1};
+  ecc_plugin_meta m;
+  char err[1024];
+  cr_assert_eq(ecc_check(ini, &opt, &m, err, sizeof(err)), ECC_OK, "err: %s", err);
+  cr_assert_str_eq(m.name, "good");
+  /* without the override, the name is looked up and not found */
+  cr_assert_eq(ecc_check(ini, NULL, &m, err, sizeof(err)), ECC_ERR_CONFIG);
+  cr_assert_not_null(strstr(err, "plugin file not found: "), "err: %s", err);
+}
+
+Test(ini, bad_overrides)
+{
+  char err[1024];
+  const char *ini = ini_text("[plugin]\npath = %s\n", GOOD);
+  ecc_kv unknown[1] = {{"region.nmae", "x"}};
+  ecc_open_options opt = {.struct_size = sizeof(opt), .overrides = unknown, .n_overrides = 1,
+                          .log_level = -1};
+  cr_assert_eq(ecc_check(ini, &opt, NULL, err, sizeof(err)), ECC_ERR_CONFIG);
+  cr_assert_eq(strncmp(err, "override: unknown key 'region.nmae' (the plugin 'good' accepts: ",
+                       strlen("override: unknown key 'region.nmae' (the plugin 'good' accepts: ")),
+               0, "err: %s", err);
+
+  ecc_kv no_key[1] = {{NULL, "x"}};
+  opt.overrides = no_key;
+  cr_assert_eq(ecc_check(ini, &opt, NULL, err, sizeof(err)), ECC_ERR_INVALID);
+  cr_assert_str_eq(err, "override 0 has no key or no value");
+
+  ecc_kv no_dot[1] = {{"nodot", "x"}};
+  opt.overrides = no_dot;
+  cr_assert_eq(ecc_check(ini, &opt, NULL, err, sizeof(err)), ECC_ERR_INVALID);
+  cr_assert_str_eq(err, "override 'nodot' is not of the form 'section.key'");
+
+  ecc_kv plugin_key[1] = {{"plugin.pth", "x"}};
+  opt.overrides = plugin_key;
+  cr_assert_eq(ecc_check(ini, &opt, NULL, err, sizeof(err)), ECC_ERR_CONFIG);
+  cr_assert_str_eq(err, "override: unknown key 'plugin.pth' (accepted: name, path, dir, log_level)");
+
+  opt.overrides = NULL;
+  cr_assert_eq(ecc_check(ini, &opt, NULL, err, sizeof(err)), ECC_ERR_INVALID);
+  cr_assert_str_eq(err, "overrides is NULL");
+}
+
+/* ---- the error buffer ---- */
+
+Test(ini, small_error_buffer_is_truncated_not_overrun)
+{
+  const char *ini = ini_text("[plugin]\npath = %s\npth = x\n", GOOD);
+  char err[24];
+  memset(err, 'Z', sizeof(err));
+  cr_assert_eq(ecc_check(ini, NULL, NULL, err, 16), ECC_ERR_CONFIG);
+  cr_assert_eq(strlen(err), 15);
+  cr_assert_eq(strncmp(err, ini, 15), 0);
+  cr_assert_eq(err[16], 'Z', "wrote past err_cap");
+}

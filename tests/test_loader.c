@@ -1,0 +1,733 @@
+/*
+ * test_loader.c - the shim's loading of plugins: finding the file, refusing
+ * unsafe or broken ones with a message that names the fault, using tables
+ * of other minors, forwarding calls, and unloading cleanly.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ecc_host.h"
+#include "helpers.h"
+
+/* ---- helpers ---- */
+
+static const char *fixture(const char *name)
+{
+  static char paths[8][PATH_MAX];
+  static unsigned next;
+  char *p = paths[next++ % 8];
+  snprintf(p, PATH_MAX, "%s/libecc-%s.so", ECC_FIXTURE_DIR, name);
+  return p;
+}
+
+__attribute__((format(printf, 1, 2))) static const char *ini_text(const char *fmt, ...)
+{
+  char text[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  return th_write_temp(text, ".ini");
+}
+
+/* An INI loading fixture `name` by path, with `extra` lines after it. */
+static const char *fixture_ini(const char *name, const char *extra)
+{
+  return ini_text("[plugin]\npath = %s\n%s", fixture(name), extra != NULL ? extra : "");
+}
+
+static int open_ini(const char *ini, ecc_connector **c, char *err, size_t cap)
+{
+  *c = (ecc_connector *)&err; /* must be overwritten, with NULL on failure */
+  return ecc_open(ini, NULL, c, err, cap);
+}
+
+/* A fresh trace file path (not created yet) and the [good] lines naming it. */
+static const char *trace_path(void)
+{
+  static char paths[8][128];
+  static unsigned next;
+  char *p = paths[next++ % 8];
+  snprintf(p, 128, "/tmp/ecc-trace-%ld-%u", (long)getpid(), next);
+  unlink(p);
+  return p;
+}
+
+static char *read_all(const char *path)
+{
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return NULL;
+  static char buf[1 << 16];
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+static int count_lines_with(const char *path, const char *prefix)
+{
+  const char *text = read_all(path);
+  if (text == NULL)
+    return 0;
+  int n = 0;
+  size_t len = strlen(prefix);
+  for (const char *line = text; *line != '\0';) {
+    if (strncmp(line, prefix, len) == 0)
+      n++;
+    const char *nl = strchr(line, '\n');
+    if (nl == NULL)
+      break;
+    line = nl + 1;
+  }
+  return n;
+}
+
+/* Whether the plugin file is still mapped in this process. */
+static int still_loaded(const char *path)
+{
+  void *dl = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  if (dl == NULL)
+    return 0;
+  dlclose(dl);
+  return 1;
+}
+
+static int count_fds(void)
+{
+  DIR *d = opendir("/proc/self/fd");
+  cr_assert_not_null(d);
+  int n = 0;
+  for (struct dirent *e = readdir(d); e != NULL; e = readdir(d))
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+static char *private_dir(void)
+{
+  static char dirs[4][64];
+  static unsigned next;
+  char *d = dirs[next++ % 4];
+  snprintf(d, 64, "/tmp/ecc-loader-XXXXXX");
+  cr_assert_not_null(mkdtemp(d), "mkdtemp: %s", strerror(errno));
+  return d;
+}
+
+static void copy_file(const char *src, const char *dst, mode_t mode)
+{
+  FILE *in = fopen(src, "rb");
+  cr_assert_not_null(in, "open %s", src);
+  FILE *out = fopen(dst, "wb");
+  cr_assert_not_null(out, "create %s", dst);
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+    cr_assert_eq(fwrite(buf, 1, n, out), n);
+  fclose(in);
+  fclose(out);
+  cr_assert_eq(chmod(dst, mode), 0);
+}
+
+static void expect_open_fails(const char *ini, int code, const char *what)
+{
+  char err[1024] = "";
+  ecc_connector *c;
+  int rc = open_ini(ini, &c, err, sizeof(err));
+  cr_assert_eq(rc, code, "rc %d (%s), want %d; err: %s", rc, ecc_strerror(rc), code, err);
+  cr_assert_null(c, "a failed open must set *out to NULL");
+  cr_assert_not_null(strstr(err, what), "error '%s' does not say '%s'", err, what);
+}
+
+static ecc_connector *open_ok(const char *ini)
+{
+  char err[1024] = "";
+  ecc_connector *c;
+  int rc = open_ini(ini, &c, err, sizeof(err));
+  cr_assert_eq(rc, ECC_OK, "open failed: %d %s", rc, err);
+  cr_assert_not_null(c);
+  return c;
+}
+
+/* ---- a working plugin through the shim ---- */
+
+Test(loader, good_plugin_forwards_every_call)
+{
+  const char *trace = trace_path();
+  char extra[256];
+  snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n", trace);
+  ecc_connector *c = open_ok(fixture_ini("good", extra));
+  cr_assert_eq(count_lines_with(trace, "create 1 minor 0 n_config 1 "), 1, "trace: %s",
+               read_all(trace));
+
+  uint32_t blocks[1] = {0};
+  ecc_save_entry saves[2] = {{.key = "k-one", .nbytes = 1, .block_ids = blocks, .n_blocks = 1},
+                             {.key = "k-two", .nbytes = 1, .block_ids = blocks, .n_blocks = 1}};
+  cr_assert_eq(ecc_save(c, saves, 2), ECC_OK);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_load_entry load = {.transfer_id = 77, .block_ids = blocks, .n_blocks = 1, .dst_capacity = 1};
+  cr_assert_eq(ecc_load(c, &load, 1, NULL), ECC_OK);
+
+  ecc_completion done[4];
+  size_t n = 0;
+  cr_assert_eq(ecc_poll(c, done, 4, &n), ECC_OK);
+  cr_assert_eq(n, 3);
+  cr_assert_eq(done[0].direction, ECC_DIR_SAVE);
+  cr_assert_str_eq(done[0].key, "k-one");
+  cr_assert_str_eq(done[1].key, "k-two");
+  cr_assert_eq(done[2].direction, ECC_DIR_LOAD);
+  cr_assert_eq(done[2].transfer_id, 77);
+  /* the plugin's own checks come back unchanged */
+  ecc_save_entry bad = {.key = "", .nbytes = 1, .block_ids = blocks, .n_blocks = 1};
+  cr_assert_eq(ecc_save(c, &bad, 1), ECC_ERR_INVALID);
+
+  cr_assert_eq(ecc_close(c), ECC_OK);
+  cr_assert_eq(count_lines_with(trace, "shutdown 1"), 1, "trace: %s", read_all(trace));
+  cr_assert_not(still_loaded(fixture("good")), "ecc_close must unload the plugin");
+}
+
+Test(loader, plugin_info_reports_the_table)
+{
+  ecc_connector *c = open_ok(fixture_ini("good", NULL));
+  ecc_plugin_meta m;
+  cr_assert_eq(ecc_plugin_info(c, &m), ECC_OK);
+  char *real = realpath(fixture("good"), NULL);
+  cr_assert_str_eq(m.path, real);
+  free(real);
+  cr_assert_str_eq(m.name, "good");
+  cr_assert_str_eq(m.version, "0.1.0");
+  cr_assert_eq(m.abi_major, 1);
+  cr_assert_eq(m.abi_minor, ECC_ABI_V1_MINOR);
+  cr_assert_eq(m.negotiated_minor, ECC_ABI_V1_MINOR);
+  cr_assert_eq(m.caps, ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE);
+  cr_assert_not_null(m.params);
+  cr_assert_eq(m.n_params, 5);
+  cr_assert_str_eq(m.params[1].key, "region.name");
+  cr_assert_eq(ecc_plugin_info(c, NULL), ECC_ERR_INVALID);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(loader, null_connector_is_invalid)
+{
+  ecc_completion done[1];
+  size_t n = 0;
+  ecc_stats st = {.struct_size = sizeof(st)};
+  ecc_info info = {.struct_size = sizeof(info)};
+  char buf[16];
+  ecc_plugin_meta m;
+  cr_assert_eq(ecc_save(NULL, NULL, 0), ECC_ERR_INVALID);
+  cr_assert_eq(ecc_flush(NULL, NULL), ECC_ERR_INVALID);
+  cr_assert_eq(ecc_load(NULL, NULL, 0, NULL), ECC_ERR_INVALID);
+  cr_assert_eq(ecc_poll(NULL, done, 1, &n), ECC_ERR_INVALID);
+  cr_assert_eq(ecc_get_stats(NULL, &st), ECC_ERR_INVALID);
+  cr_assert_eq(ecc_describe(NULL, &info), ECC_ERR_INVALID);
+  cr_assert_eq(ecc_last_error(NULL, buf, sizeof(buf)), ECC_ERR_INVALID);
+  cr_assert_eq(ecc_plugin_info(NULL, &m), ECC_ERR_INVALID);
+  cr_assert_eq(ecc_close(NULL), ECC_OK);
+}
+
+Test(loader, open_checks_its_arguments)
+{
+  char err[256] = "";
+  cr_assert_eq(ecc_open(fixture_ini("good", NULL), NULL, NULL, err, sizeof(err)),
+               ECC_ERR_INVALID);
+  cr_assert_not_null(strstr(err, "out is NULL"), "err: %s", err);
+
+  ecc_connector *c = (ecc_connector *)err;
+  cr_assert_eq(ecc_open(NULL, NULL, &c, err, sizeof(err)), ECC_ERR_INVALID);
+  cr_assert_null(c);
+
+  ecc_open_options bad_size = {.struct_size = 0};
+  cr_assert_eq(ecc_open(fixture_ini("good", NULL), &bad_size, &c, err, sizeof(err)),
+               ECC_ERR_INVALID);
+  cr_assert_not_null(strstr(err, "struct_size"), "err: %s", err);
+
+  ecc_open_options bad_level = {.struct_size = sizeof(bad_level), .log_level = 9};
+  cr_assert_eq(ecc_open(fixture_ini("good", NULL), &bad_level, &c, err, sizeof(err)),
+               ECC_ERR_INVALID);
+  cr_assert_not_null(strstr(err, "log_level 9"), "err: %s", err);
+
+  /* no error buffer at all is allowed */
+  cr_assert_eq(ecc_open(fixture_ini("wrong_major", NULL), NULL, &c, NULL, 0),
+               ECC_ERR_INCOMPATIBLE);
+  cr_assert_null(c);
+}
+
+/* ---- broken tables: each refused before any plugin code runs ---- */
+
+Test(loader, wrong_major_is_refused)
+{
+  char want[PATH_MAX + 64];
+  snprintf(want, sizeof(want), "plugin %s: its ecc_plugin_v1 table says ABI major 2",
+           fixture("wrong_major"));
+  expect_open_fails(fixture_ini("wrong_major", NULL), ECC_ERR_INCOMPATIBLE, want);
+  cr_assert_not(still_loaded(fixture("wrong_major")));
+}
+
+Test(loader, missing_symbol_is_refused)
+{
+  char want[PATH_MAX + 64];
+  snprintf(want, sizeof(want), "plugin %s exports no ecc_plugin_v1 table", fixture("no_symbol"));
+  expect_open_fails(fixture_ini("no_symbol", NULL), ECC_ERR_INCOMPATIBLE, want);
+  cr_assert_not(still_loaded(fixture("no_symbol")));
+}
+
+Test(loader, null_required_function_is_named)
+{
+  expect_open_fails(fixture_ini("null_required", NULL), ECC_ERR_INCOMPATIBLE,
+                    "required function 'poll' is NULL");
+}
+
+Test(loader, small_struct_is_refused)
+{
+  char want[128];
+  snprintf(want, sizeof(want),
+           "table struct_size %zu is smaller than the %zu bytes of the required v1 fields",
+           offsetof(ecc_plugin_v1_t, shutdown),
+           offsetof(ecc_plugin_v1_t, shutdown) + sizeof(void (*)(void)));
+  expect_open_fails(fixture_ini("small_struct", NULL), ECC_ERR_INCOMPATIBLE, want);
+}
+
+Test(loader, struct_size_larger_than_the_table_is_refused)
+{
+  char want[128];
+  snprintf(want, sizeof(want), "table struct_size %zu is larger than the table (%zu bytes)",
+           sizeof(ecc_plugin_v1_t) + 4096, sizeof(ecc_plugin_v1_t));
+  expect_open_fails(fixture_ini("lying_size", NULL), ECC_ERR_INCOMPATIBLE, want);
+}
+
+Test(loader, table_without_name_is_refused)
+{
+  expect_open_fails(fixture_ini("no_name", NULL), ECC_ERR_INCOMPATIBLE,
+                    "table field 'name' is NULL");
+}
+
+Test(loader, failing_create_reports_the_plugin_text_and_line)
+{
+  const char *trace = trace_path();
+  char extra[256];
+  snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n[region]\nsize = 3\n", trace);
+  const char *ini = fixture_ini("failing_create", extra);
+  char want[PATH_MAX + 128];
+  /* [plugin] path trace... : region.size is on line 6 */
+  snprintf(want, sizeof(want), "%s:6: plugin 'failing_create' (", ini);
+  expect_open_fails(ini, ECC_ERR_CONFIG, want);
+  expect_open_fails(ini, ECC_ERR_CONFIG, "region.size: '3' is not a power of two");
+  cr_assert_eq(count_lines_with(trace, "create refused"), 2);
+  cr_assert_eq(count_lines_with(trace, "shutdown"), 0);
+  cr_assert_not(still_loaded(fixture("failing_create")), "a failed open must unload");
+}
+
+Test(loader, zero_handle_from_create_is_refused)
+{
+  expect_open_fails(fixture_ini("zero_handle", NULL), ECC_ERR_INCOMPATIBLE,
+                    "returned ECC_OK from create but handle 0");
+}
+
+/* ---- versions and optional functions ---- */
+
+Test(loader, newer_minor_is_used_at_the_host_minor)
+{
+  const char *trace = trace_path();
+  char extra[256];
+  snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n", trace);
+  ecc_connector *c = open_ok(fixture_ini("newer_minor", extra));
+  ecc_plugin_meta m;
+  cr_assert_eq(ecc_plugin_info(c, &m), ECC_OK);
+  cr_assert_eq(m.abi_minor, 7);
+  cr_assert_eq(m.negotiated_minor, ECC_ABI_V1_MINOR);
+  /* create was told the negotiated minor, not the plugin's own */
+  char want[64];
+  snprintf(want, sizeof(want), "create 1 minor %d ", ECC_ABI_V1_MINOR);
+  cr_assert_eq(count_lines_with(trace, want), 1, "trace: %s", read_all(trace));
+  ecc_stats st = {.struct_size = sizeof(st)};
+  cr_assert_eq(ecc_get_stats(c, &st), ECC_OK, "stats is covered by its struct_size");
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(loader, missing_optional_functions_are_unsupported)
+{
+  ecc_connector *c = open_ok(fixture_ini("good", NULL));
+  ecc_stats st = {.struct_size = sizeof(st)};
+  ecc_info info = {.struct_size = sizeof(info)};
+  char buf[64];
+  cr_assert_eq(ecc_get_stats(c, &st), ECC_ERR_UNSUPPORTED);
+  cr_assert_eq(ecc_describe(c, &info), ECC_ERR_UNSUPPORTED);
+  cr_assert_eq(ecc_last_error(c, buf, sizeof(buf)), ECC_ERR_UNSUPPORTED);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+/* old_struct's optional pointers abort if called: the shim must not read
+ * fields past the plugin's struct_size. */
+Test(loader, optional_functions_past_struct_size_are_not_used)
+{
+  const char *ini = fixture_ini("old_struct", NULL);
+  ecc_connector *c = open_ok(ini);
+  ecc_stats st = {.struct_size = sizeof(st)};
+  ecc_info info = {.struct_size = sizeof(info)};
+  char buf[64];
+  cr_assert_eq(ecc_get_stats(c, &st), ECC_ERR_UNSUPPORTED);
+  cr_assert_eq(ecc_describe(c, &info), ECC_ERR_UNSUPPORTED);
+  cr_assert_eq(ecc_last_error(c, buf, sizeof(buf)), ECC_ERR_UNSUPPORTED);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+  char err[512];
+  cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_OK, "err: %s", err);
+  cr_assert_not_null(strstr(err, "has no validate function"), "err: %s", err);
+}
+
+Test(loader, optional_functions_are_forwarded)
+{
+  ecc_connector *c = open_ok(fixture_ini("full", NULL));
+  uint32_t blocks[1] = {0};
+  ecc_save_entry saves[3] = {{.key = "a", .nbytes = 1, .block_ids = blocks, .n_blocks = 1},
+                             {.key = "b", .nbytes = 1, .block_ids = blocks, .n_blocks = 1},
+                             {.key = "c", .nbytes = 1, .block_ids = blocks, .n_blocks = 1}};
+  cr_assert_eq(ecc_save(c, saves, 3), ECC_OK);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_stats st = {.struct_size = sizeof(st)};
+  cr_assert_eq(ecc_get_stats(c, &st), ECC_OK);
+  cr_assert_eq(st.save.transfers, 1);
+  cr_assert_eq(st.save.entries, 3);
+  ecc_info info = {.struct_size = sizeof(info)};
+  cr_assert_eq(ecc_describe(c, &info), ECC_OK);
+  cr_assert_str_eq(info.engine, "host");
+  char buf[64] = "x";
+  cr_assert_eq(ecc_last_error(c, buf, sizeof(buf)), ECC_OK);
+  cr_assert_str_eq(buf, "");
+  ecc_save_entry bad = {.key = NULL};
+  cr_assert_eq(ecc_save(c, &bad, 1), ECC_ERR_INVALID);
+  cr_assert_eq(ecc_last_error(c, buf, sizeof(buf)), ECC_OK);
+  cr_assert_str_eq(buf, "save refused: -1");
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(loader, check_uses_validate_and_creates_nothing)
+{
+  const char *trace = trace_path();
+  char extra[256];
+  snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n[region]\nsize = 4096\n", trace);
+  ecc_plugin_meta m;
+  memset(&m, 0xff, sizeof(m));
+  char err[512] = "";
+  cr_assert_eq(ecc_check(fixture_ini("full", extra), NULL, &m, err, sizeof(err)), ECC_OK,
+               "err: %s", err);
+  cr_assert_str_eq(err, "fixture would create a connector from 2 keys");
+  cr_assert_str_eq(m.name, "full");
+  cr_assert_str_eq(m.version, "0.2.0");
+  cr_assert_null(m.params, "params would dangle once the plugin is unloaded");
+  cr_assert_eq(m.n_params, 0);
+  cr_assert_not(th_exists(trace), "check must not create a connector");
+  cr_assert_not(still_loaded(fixture("full")));
+
+  const char *ini = fixture_ini("full", "[region]\nsize = 0\n");
+  cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_ERR_CONFIG);
+  char want[PATH_MAX + 128];
+  snprintf(want, sizeof(want),
+           "%s:4: plugin 'full' refused the configuration: region.size: must be more than 0", ini);
+  cr_assert_str_eq(err, want);
+}
+
+Test(loader, plugin_without_params_leaves_keys_to_create)
+{
+  const char *ini = fixture_ini("no_params", "[region]\nnmae = x\n");
+  expect_open_fails(ini, ECC_ERR_CONFIG, "could not create a connector: unknown key 'region.nmae'");
+  char err[512];
+  cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_OK, "err: %s", err);
+}
+
+/* ---- finding the file ---- */
+
+Test(loader, missing_file_is_told_apart_from_a_corrupt_one)
+{
+  const char *dir = private_dir();
+  char missing[PATH_MAX], corrupt[PATH_MAX], want[PATH_MAX + 64];
+  snprintf(missing, sizeof(missing), "%s/libecc-absent.so", dir);
+  snprintf(corrupt, sizeof(corrupt), "%s/libecc-corrupt.so", dir);
+
+  snprintf(want, sizeof(want), "plugin file not found: %s", missing);
+  const char *ini = ini_text("[plugin]\npath = %s\n", missing);
+  expect_open_fails(ini, ECC_ERR_CONFIG, want);
+
+  FILE *f = fopen(corrupt, "wb");
+  cr_assert_not_null(f);
+  fputs("\x7f" "ELF but not really; just some garbage bytes", f);
+  fclose(f);
+  chmod(corrupt, 0644);
+  snprintf(want, sizeof(want), "cannot load plugin %s: ", corrupt);
+  ini = ini_text("[plugin]\npath = %s\n", corrupt);
+  char err[1024];
+  ecc_connector *c;
+  cr_assert_eq(open_ini(ini, &c, err, sizeof(err)), ECC_ERR_SYSTEM, "err: %s", err);
+  cr_assert_not_null(strstr(err, want), "err: %s", err);
+  cr_assert_null(strstr(err, "not found"), "a corrupt file is not a missing one: %s", err);
+  unlink(corrupt);
+  rmdir(dir);
+}
+
+Test(loader, relative_path_is_refused)
+{
+  const char *ini = ini_text("[plugin]\nlog_level = error\npath = tests/fixtures/libecc-good.so\n");
+  char want[PATH_MAX];
+  snprintf(want, sizeof(want), "%s:3: plugin path 'tests/fixtures/libecc-good.so' must be absolute",
+           ini);
+  expect_open_fails(ini, ECC_ERR_CONFIG, want);
+}
+
+Test(loader, short_names_cannot_leave_the_plugin_dir)
+{
+  const char *bad[] = {"../good", "fixtures/good", "good.so", "go od",
+                       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    const char *ini = ini_text("[plugin]\nname = %s\ndir = %s\n", bad[i], ECC_FIXTURE_DIR);
+    char want[256];
+    snprintf(want, sizeof(want), "%s:2: bad plugin name '%s'", ini, bad[i]);
+    expect_open_fails(ini, ECC_ERR_CONFIG, want);
+  }
+  /* 64 characters is still a name */
+  const char *ini = ini_text("[plugin]\nname = %s\ndir = %s\n",
+                             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+                             ECC_FIXTURE_DIR);
+  expect_open_fails(ini, ECC_ERR_CONFIG, "plugin file not found: ");
+}
+
+Test(loader, short_name_resolves_in_plugin_dir)
+{
+  setenv("ECC_PLUGIN_DIR", "/nonexistent-ecc-dir", 1); /* [plugin] dir comes first */
+  const char *ini = ini_text("[plugin]\nname = good\ndir = %s/\n", ECC_FIXTURE_DIR);
+  ecc_connector *c = open_ok(ini);
+  ecc_plugin_meta m;
+  cr_assert_eq(ecc_plugin_info(c, &m), ECC_OK);
+  char *real = realpath(fixture("good"), NULL);
+  cr_assert_str_eq(m.path, real);
+  free(real);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+
+  ini = ini_text("[plugin]\nname = good\ndir = relative/dir\n");
+  char want[256];
+  snprintf(want, sizeof(want), "%s:3: plugin dir 'relative/dir' must be an absolute path", ini);
+  expect_open_fails(ini, ECC_ERR_CONFIG, want);
+}
+
+Test(loader, short_name_resolves_in_env_dir)
+{
+  setenv("ECC_PLUGIN_DIR", ECC_FIXTURE_DIR, 1);
+  ecc_connector *c = open_ok(ini_text("[plugin]\nname = full\n"));
+  ecc_plugin_meta m;
+  cr_assert_eq(ecc_plugin_info(c, &m), ECC_OK);
+  cr_assert_str_eq(m.name, "full");
+  cr_assert_eq(ecc_close(c), ECC_OK);
+
+  setenv("ECC_PLUGIN_DIR", "not/absolute", 1);
+  expect_open_fails(ini_text("[plugin]\nname = full\n"), ECC_ERR_CONFIG,
+                    "ECC_PLUGIN_DIR 'not/absolute' must be an absolute path");
+}
+
+/* Without dir or ECC_PLUGIN_DIR a name is looked up in "ecc" beside
+ * libecc-host.so, which in the build tree is where the real plugin goes. */
+Test(loader, short_name_defaults_to_the_dir_beside_the_library)
+{
+  unsetenv("ECC_PLUGIN_DIR");
+  Dl_info info;
+  cr_assert(dladdr((void *)ecc_open, &info) != 0);
+  char *lib = realpath(info.dli_fname, NULL);
+  cr_assert_not_null(lib);
+  char want[PATH_MAX + 64];
+  snprintf(want, sizeof(want), "%.*s/ecc/libecc-shm.so", (int)(strrchr(lib, '/') - lib), lib);
+  free(lib);
+  const char *ini = ini_text("[plugin]\nname = shm\n[region]\nblock_size = 4096\n");
+  char err[1024];
+  ecc_plugin_meta m;
+  int rc = ecc_check(ini, NULL, &m, err, sizeof(err));
+  if (th_exists(want)) {
+    cr_assert_eq(rc, ECC_OK, "err: %s", err);
+    char *real = realpath(want, NULL);
+    cr_assert_str_eq(m.path, real);
+    free(real);
+  } else {
+    char msg[PATH_MAX + 128];
+    snprintf(msg, sizeof(msg), "%s:2: plugin file not found: %s", ini, want);
+    cr_assert_eq(rc, ECC_ERR_CONFIG);
+    cr_assert_str_eq(err, msg);
+  }
+}
+
+Test(loader, not_a_regular_file_is_refused)
+{
+  const char *dir = private_dir();
+  char want[PATH_MAX];
+  snprintf(want, sizeof(want), "plugin %s is not a regular file", dir);
+  expect_open_fails(ini_text("[plugin]\npath = %s\n", dir), ECC_ERR_CONFIG, want);
+  rmdir(dir);
+}
+
+Test(loader, world_writable_plugin_or_dir_is_refused)
+{
+  const char *dir = private_dir();
+  cr_assert_eq(chmod(dir, 0755), 0);
+  char copy[PATH_MAX], want[PATH_MAX + 64];
+  snprintf(copy, sizeof(copy), "%s/libecc-copy.so", dir);
+  copy_file(fixture("good"), copy, 0666);
+  const char *ini = ini_text("[plugin]\npath = %s\n", copy);
+  snprintf(want, sizeof(want), "refusing world-writable plugin %s", copy);
+  expect_open_fails(ini, ECC_ERR_CONFIG, want);
+
+  cr_assert_eq(chmod(copy, 0644), 0);
+  cr_assert_eq(chmod(dir, 0777), 0);
+  snprintf(want, sizeof(want), "refusing world-writable plugin directory %s", dir);
+  expect_open_fails(ini, ECC_ERR_CONFIG, want);
+  /* the same name through the directory: refused as well */
+  expect_open_fails(ini_text("[plugin]\nname = copy\ndir = %s\n", dir), ECC_ERR_CONFIG, want);
+
+  cr_assert_eq(chmod(dir, 0755), 0);
+  ecc_connector *c = open_ok(ini);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+  unlink(copy);
+  rmdir(dir);
+}
+
+/* ---- lifecycle ---- */
+
+/* The state machine the shim relies on, checked on the table directly:
+ * shutdown twice, and any call after shutdown, answer ECC_ERR_CLOSED. */
+Test(loader, plugin_state_machine_after_shutdown)
+{
+  void *dl = dlopen(fixture("good"), RTLD_NOW | RTLD_LOCAL);
+  cr_assert_not_null(dl, "%s", dlerror());
+  const ecc_plugin_v1_t *t = dlsym(dl, ECC_PLUGIN_V1_SYMBOL);
+  cr_assert_not_null(t);
+  ecc_create_args_v1 args = {.struct_size = sizeof(args), .abi_major = 1, .abi_minor = 0};
+  ecc_handle_t a = 0, b = 0;
+  cr_assert_eq(t->create(&args, &a), ECC_OK);
+  cr_assert_eq(t->create(&args, &b), ECC_OK);
+  cr_assert_neq(a, 0);
+  cr_assert_neq(a, b);
+  cr_assert_eq(t->shutdown(a), ECC_OK);
+  cr_assert_eq(t->shutdown(a), ECC_ERR_CLOSED);
+
+  uint32_t blocks[1] = {0};
+  ecc_save_entry save = {.key = "k", .nbytes = 1, .block_ids = blocks, .n_blocks = 1};
+  ecc_load_entry load = {.transfer_id = 1, .block_ids = blocks, .n_blocks = 1, .dst_capacity = 1};
+  ecc_completion done[1];
+  size_t n = 0;
+  cr_assert_eq(t->save(a, &save, 1), ECC_ERR_CLOSED);
+  cr_assert_eq(t->flush(a, NULL), ECC_ERR_CLOSED);
+  cr_assert_eq(t->load(a, &load, 1, NULL), ECC_ERR_CLOSED);
+  cr_assert_eq(t->poll(a, done, 1, &n), ECC_ERR_CLOSED);
+  cr_assert_eq(t->shutdown(0), ECC_ERR_CLOSED, "0 is never a handle");
+  cr_assert_eq(t->poll(b + 1000, done, 1, &n), ECC_ERR_CLOSED, "a handle never issued");
+  /* the other handle is untouched */
+  cr_assert_eq(t->save(b, &save, 1), ECC_OK);
+  cr_assert_eq(t->shutdown(b), ECC_OK);
+  dlclose(dl);
+}
+
+Test(loader, two_connectors_share_one_loaded_plugin)
+{
+  const char *trace = trace_path();
+  char extra[256];
+  snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n", trace);
+  const char *ini = fixture_ini("good", extra);
+  ecc_connector *a = open_ok(ini);
+  ecc_connector *b = open_ok(ini);
+  cr_assert_eq(ecc_close(a), ECC_OK);
+  cr_assert(still_loaded(fixture("good")), "b still needs the plugin");
+  uint32_t blocks[1] = {0};
+  ecc_save_entry save = {.key = "k", .nbytes = 1, .block_ids = blocks, .n_blocks = 1};
+  cr_assert_eq(ecc_save(b, &save, 1), ECC_OK);
+  cr_assert_eq(ecc_close(b), ECC_OK);
+  cr_assert_not(still_loaded(fixture("good")));
+  cr_assert_eq(count_lines_with(trace, "create "), 2);
+  cr_assert_eq(count_lines_with(trace, "shutdown "), 2);
+}
+
+Test(loader, load_unload_loop_leaks_no_fds)
+{
+  const char *ini = fixture_ini("good", NULL);
+  const char *broken = fixture_ini("null_required", NULL);
+  char err[512];
+  int before = count_fds();
+  for (int i = 0; i < 200; i++) {
+    ecc_connector *c = NULL;
+    cr_assert_eq(ecc_open(ini, NULL, &c, err, sizeof(err)), ECC_OK, "round %d: %s", i, err);
+    cr_assert_eq(ecc_close(c), ECC_OK);
+    cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_OK);
+    cr_assert_eq(ecc_open(broken, NULL, &c, err, sizeof(err)), ECC_ERR_INCOMPATIBLE);
+  }
+  cr_assert_eq(count_fds(), before, "file descriptors leaked");
+  cr_assert_not(still_loaded(fixture("good")));
+  cr_assert_not(still_loaded(fixture("null_required")));
+}
+
+/* ---- logging ---- */
+
+struct log_capture {
+  int count;
+  int max_level;
+  char text[2048];
+};
+
+static void capture(void *user, int level, const char *msg)
+{
+  struct log_capture *cap = user;
+  cap->count++;
+  if (level > cap->max_level)
+    cap->max_level = level;
+  size_t used = strlen(cap->text);
+  snprintf(cap->text + used, sizeof(cap->text) - used, "%d:%s\n", level, msg);
+}
+
+Test(loader, log_sink_and_level_reach_plugin_and_shim)
+{
+  struct log_capture cap = {.max_level = -1};
+  ecc_open_options opt = {.struct_size = sizeof(opt), .log = capture, .log_user = &cap,
+                          .log_level = ECC_LOG_INFO};
+  const char *ini = fixture_ini("good", NULL);
+  ecc_connector *c = NULL;
+  char err[512];
+  cr_assert_eq(ecc_open(ini, &opt, &c, err, sizeof(err)), ECC_OK, "%s", err);
+  cr_assert_not_null(strstr(cap.text, "2:fixture: created a connector"), "log: %s", cap.text);
+  cr_assert_not_null(strstr(cap.text, "2:loaded plugin 'good' 0.1.0 from "), "log: %s", cap.text);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+
+  /* the INI's level applies when the options leave it to the file */
+  struct log_capture quiet = {.max_level = -1};
+  opt.log_user = &quiet;
+  opt.log_level = -1;
+  cr_assert_eq(ecc_open(ini, &opt, &c, err, sizeof(err)), ECC_OK, "%s", err);
+  cr_assert_eq(quiet.count, 0, "default level is warn: %s", quiet.text);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+
+  struct log_capture chatty = {.max_level = -1};
+  opt.log_user = &chatty;
+  ini = ini_text("[plugin]\npath = %s\nlog_level = debug\n", fixture("good"));
+  cr_assert_eq(ecc_open(ini, &opt, &c, err, sizeof(err)), ECC_OK, "%s", err);
+  cr_assert_eq(chatty.count, 2, "log: %s", chatty.text);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+/* ---- status names ---- */
+
+Test(loader, strerror_names_every_code)
+{
+  static const char *const names[] = {
+      "ECC_OK:",          "ECC_ERR_INVALID:", "ECC_ERR_RANGE:",        "ECC_ERR_ROLE:",
+      "ECC_ERR_BUSY:",    "ECC_ERR_CONFIG:",  "ECC_ERR_INCOMPATIBLE:", "ECC_ERR_REGION:",
+      "ECC_ERR_SYSTEM:",  "ECC_ERR_NOMEM:",   "ECC_ERR_DEVICE:",       "ECC_ERR_TRANSFER:",
+      "ECC_ERR_CLOSED:",  "ECC_ERR_UNSUPPORTED:"};
+  for (int code = 0; code >= ECC_ERR_UNSUPPORTED; code--) {
+    const char *s = ecc_strerror(code);
+    cr_assert_eq(strncmp(s, names[-code], strlen(names[-code])), 0, "%d -> %s", code, s);
+    cr_assert_gt(strlen(s), strlen(names[-code]) + 2, "%s has no description", s);
+  }
+  cr_assert_str_eq(ecc_strerror(ECC_ERR_UNSUPPORTED - 1), "unknown status -14");
+  cr_assert_str_eq(ecc_strerror(5), "unknown status 5");
+}
