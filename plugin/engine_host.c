@@ -44,6 +44,7 @@ struct host_engine {
   pthread_cond_t work;          /* a job was queued, or stop */
   pthread_cond_t finished;      /* some job finished (for wait) */
   struct host_job *head, *tail; /* jobs with chunks left to claim */
+  size_t copying;               /* chunks claimed and not yet finished */
   int stop;
 };
 
@@ -91,13 +92,26 @@ static void finish_chunk(struct host_engine *e, struct host_job *j)
    * recycle the job. */
   size_t total = j->n_chunks;
   size_t done = atomic_fetch_add_explicit(&j->chunks_done, 1, memory_order_acq_rel) + 1;
-  if (done < total)
-    return;
-  j->end_ns = now_ns();
-  atomic_store_explicit(&j->done, 1, memory_order_release);
+  if (done == total) {
+    j->end_ns = now_ns();
+    atomic_store_explicit(&j->done, 1, memory_order_release);
+  }
   pthread_mutex_lock(&e->lock);
-  pthread_cond_broadcast(&e->finished);
+  e->copying--;
+  if (done == total)
+    pthread_cond_broadcast(&e->finished);
+  if (e->copying == 0)
+    pthread_cond_broadcast(&e->work); /* the next job may start now */
   pthread_mutex_unlock(&e->lock);
+}
+
+/* Transfers are copied one after the other, never overlapping: a later
+ * save to the same blocks must land after an earlier one, as on a stream.
+ * So the head job's first chunk waits until every earlier chunk finished;
+ * its other chunks then spread over the threads. Called with e->lock held. */
+static int may_claim(const struct host_engine *e, struct host_job *j)
+{
+  return atomic_load_explicit(&j->next_chunk, memory_order_relaxed) > 0 || e->copying == 0;
 }
 
 /* Claim one chunk of the head job, dequeuing jobs whose chunks are all
@@ -105,7 +119,7 @@ static void finish_chunk(struct host_engine *e, struct host_job *j)
 static struct host_job *claim(struct host_engine *e, size_t *chunk)
 {
   for (;;) {
-    while (e->head == NULL && !e->stop)
+    while (e->head == NULL ? !e->stop : !may_claim(e, e->head))
       pthread_cond_wait(&e->work, &e->lock);
     if (e->head == NULL)
       return NULL;
@@ -117,6 +131,7 @@ static struct host_job *claim(struct host_engine *e, size_t *chunk)
         e->tail = NULL;
     }
     if (c < j->n_chunks) {
+      e->copying++;
       *chunk = c;
       return j;
     }
