@@ -39,44 +39,70 @@ static int wait_one(ecc_connector *c, ecc_completion *done)
   return done->status;
 }
 
+/* The consumer: waits until the producer says the entry is saved, then
+ * loads it into its own buffer and compares. */
+static int consume(const char *ini, int ready_fd, const unsigned char *expect,
+                   const uint32_t *blocks)
+{
+  static unsigned char back[ROWS * ROW_BYTES];
+  char go;
+  if (read(ready_fd, &go, 1) != 1)
+    return 1; /* the producer failed */
+  ecc_connector *consumer = open_as(ini, "consumer");
+  ecc_load_entry l = {1, blocks, ROWS, (uint64_t)(uintptr_t)back, sizeof(back)};
+  ecc_completion done;
+  if (consumer == NULL || ecc_load(consumer, &l, 1, NULL) != ECC_OK ||
+      wait_one(consumer, &done) != ECC_OK)
+    return 1;
+  int same = memcmp(expect, back, sizeof(back)) == 0;
+  printf("consumer: loaded transfer %llu: %s\n", (unsigned long long)done.transfer_id,
+         same ? "bytes match" : "BYTES DIFFER");
+  ecc_close(consumer);
+  return same ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
   if (argc != 2) {
     fprintf(stderr, "usage: minimal_host CONFIG\n");
     return 2;
   }
-  static unsigned char out[ROWS * ROW_BYTES], back[ROWS * ROW_BYTES];
+  static unsigned char out[ROWS * ROW_BYTES];
   uint32_t blocks[ROWS] = {7, 8, 9, 3}; /* chosen by the host's allocator */
   for (size_t i = 0; i < sizeof(out); i++)
     out[i] = (unsigned char)(i * 31 + 7);
 
-  ecc_connector *producer = open_as(argv[1], "producer");
-  if (producer == NULL)
+  /* Fork before any connector exists: the consumer is another process
+   * sharing the region, and starts its threads only after the fork. */
+  int ready[2];
+  if (pipe(ready) != 0)
     return 1;
+  pid_t pid = fork();
+  if (pid < 0)
+    return 1;
+  if (pid == 0) {
+    close(ready[1]);
+    int rc = consume(argv[1], ready[0], out, blocks);
+    fflush(stdout);
+    _exit(rc);
+  }
+  close(ready[0]);
+
+  int rc = 1;
+  ecc_connector *producer = open_as(argv[1], "producer");
   ecc_save_entry e = {"sha256:4f2a", (uint64_t)(uintptr_t)out, sizeof(out), blocks, ROWS};
   ecc_completion done;
-  if (ecc_save(producer, &e, 1) != ECC_OK || ecc_flush(producer, NULL) != ECC_OK ||
-      wait_one(producer, &done) != ECC_OK)
-    return 1;
-  printf("producer: saved %s (%llu bytes)\n", done.key, (unsigned long long)done.nbytes);
-
-  fflush(stdout);
-  pid_t pid = fork(); /* the consumer: another process, same region */
-  if (pid == 0) {
-    ecc_connector *consumer = open_as(argv[1], "consumer");
-    ecc_load_entry l = {1, blocks, ROWS, (uint64_t)(uintptr_t)back, sizeof(back)};
-    if (consumer == NULL || ecc_load(consumer, &l, 1, NULL) != ECC_OK ||
-        wait_one(consumer, &done) != ECC_OK)
-      _exit(1);
-    int same = memcmp(out, back, sizeof(out)) == 0;
-    printf("consumer: loaded transfer %llu: %s\n", (unsigned long long)done.transfer_id,
-           same ? "bytes match" : "BYTES DIFFER");
-    ecc_close(consumer);
+  if (producer != NULL && ecc_save(producer, &e, 1) == ECC_OK &&
+      ecc_flush(producer, NULL) == ECC_OK && wait_one(producer, &done) == ECC_OK) {
+    printf("producer: saved %s (%llu bytes)\n", done.key, (unsigned long long)done.nbytes);
     fflush(stdout);
-    _exit(same ? 0 : 1);
+    rc = write(ready[1], "s", 1) == 1 ? 0 : 1; /* only now may the consumer load it */
   }
+  close(ready[1]);
   int status = 1;
   waitpid(pid, &status, 0);
-  ecc_close(producer);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  ecc_close(producer); /* the creator unlinks the region: after the consumer is done */
+  if (rc == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+    rc = 1;
+  return rc;
 }

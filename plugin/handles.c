@@ -60,6 +60,10 @@ struct conn *handles_enter(ecc_handle_t h, unsigned *slot)
   if (decode(h, &idx, &gen) != 0)
     return NULL;
   struct slot *s = &slots[idx];
+  /* Calls on a closing slot turn away without touching the count, so that
+   * callers that keep calling cannot hold shutdown's wait for zero off. */
+  if (atomic_load(&s->state) != SLOT_OPEN)
+    return NULL;
   /* Count ourselves in before looking: shutdown marks the slot closing
    * before it waits for users to reach zero, so one of us sees the other. */
   atomic_fetch_add(&s->users, 1);

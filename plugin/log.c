@@ -40,7 +40,8 @@ void log_msg(struct ecc_log *log, int level, const char *fmt, ...)
   emit(log, level, text);
 }
 
-static int record(struct ecc_log *log, int level, int code, const char *fmt, va_list ap)
+__attribute__((format(printf, 4, 0))) static int record(struct ecc_log *log, int level,
+                                                      int code, const char *fmt, va_list ap)
 {
   char text[512];
   vsnprintf(text, sizeof(text), fmt, ap);

@@ -4,6 +4,9 @@
 #include "helpers.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,9 +23,21 @@ const char *th_region_name(void)
   return names[i];
 }
 
+extern char **environ;
+
+static char temp_paths[64][128];
+
+/* Temporary files go when the test process exits. */
+__attribute__((destructor)) static void remove_temp_files(void)
+{
+  for (unsigned i = 0; i < 64; i++)
+    if (temp_paths[i][0] != '\0')
+      unlink(temp_paths[i]);
+}
+
 const char *th_write_temp(const char *text, const char *suffix)
 {
-  static char paths[64][128];
+  char (*paths)[128] = temp_paths;
   static unsigned counter;
   unsigned i = counter++ % 64;
   snprintf(paths[i], sizeof(paths[i]), "/tmp/ecc-test-%ld-%u%s", (long)getpid(),
@@ -78,6 +93,50 @@ size_t th_poll_until(ecc_connector *c, ecc_completion *out, size_t want, int tim
       usleep(100);
   }
   return got;
+}
+
+pid_t th_spawn_self(const char *role, const char *ini, int fd0, int fd1)
+{
+  static char self[512], env_role[96], env_ini[320], env_fds[64];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  cr_assert_gt(len, 0);
+  self[len] = '\0';
+  snprintf(env_role, sizeof(env_role), "ECC_TEST_CHILD=%s", role);
+  snprintf(env_ini, sizeof(env_ini), "ECC_TEST_INI=%s", ini);
+  snprintf(env_fds, sizeof(env_fds), "ECC_TEST_FDS=%d,%d", fd0, fd1);
+  /* Our environment (sanitizer options included) plus the three above,
+   * built before fork: the child only adjusts descriptors and execs. */
+  size_t n_env = 0;
+  while (environ[n_env] != NULL)
+    n_env++;
+  char **envp = calloc(n_env + 4, sizeof(char *));
+  cr_assert_not_null(envp);
+  memcpy(envp, environ, n_env * sizeof(char *));
+  envp[n_env] = env_role;
+  envp[n_env + 1] = env_ini;
+  envp[n_env + 2] = env_fds;
+  char *argv[] = {self, NULL};
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
+    if (fd0 >= 0)
+      fcntl(fd0, F_SETFD, 0);
+    if (fd1 >= 0)
+      fcntl(fd1, F_SETFD, 0);
+    execve(self, argv, envp);
+    _exit(95);
+  }
+  free(envp);
+  return pid;
+}
+
+int th_child_args(const char **role, const char **ini, int *fd0, int *fd1)
+{
+  const char *fds = getenv("ECC_TEST_FDS");
+  *role = getenv("ECC_TEST_CHILD");
+  *ini = getenv("ECC_TEST_INI");
+  return *role != NULL && *ini != NULL && fds != NULL && sscanf(fds, "%d,%d", fd0, fd1) == 2;
 }
 
 int th_exists(const char *path)

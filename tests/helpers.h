@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "ecc_host.h"
 
@@ -31,6 +32,18 @@ ecc_connector *th_open(const char *role, const char *region, uint64_t block_size
 /* Poll until `want` completions arrived or `timeout_ms` passed; returns how
  * many arrived (stored in out[0..]). */
 size_t th_poll_until(ecc_connector *c, ecc_completion *out, size_t want, int timeout_ms);
+
+/* Run a role of this test binary as a fresh process (fork, then exec of
+ * /proc/self/exe): the forked copy of a Criterion test process already has
+ * threads, so it must not start connector threads of its own. fd0 and fd1
+ * (or -1) are passed to the child open; every other descriptor should be
+ * close-on-exec (make pipes with pipe2(.., O_CLOEXEC)). The child dies with
+ * its parent. */
+pid_t th_spawn_self(const char *role, const char *ini, int fd0, int fd1);
+
+/* In the child (call from a constructor): 1 and the arguments given to
+ * th_spawn_self if this process is such a child, else 0. */
+int th_child_args(const char **role, const char **ini, int *fd0, int *fd1);
 
 /* Whether a file exists at path. */
 int th_exists(const char *path);

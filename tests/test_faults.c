@@ -23,7 +23,6 @@
 
 #include "helpers.h"
 
-extern char **environ;
 
 /* ---- a region directory of our own, and INI files for it ---------------- */
 
@@ -333,11 +332,9 @@ static const struct {
  * already has Criterion's threads, must not start threads of its own. */
 __attribute__((constructor)) static void producer_entry(void)
 {
-  const char *role = getenv("ECC_FAULTS_CHILD");
-  const char *ini = getenv("ECC_FAULTS_INI");
-  const char *fds = getenv("ECC_FAULTS_FDS");
+  const char *role, *ini;
   int cmd_fd, note_fd;
-  if (role == NULL || ini == NULL || fds == NULL || sscanf(fds, "%d,%d", &cmd_fd, &note_fd) != 2)
+  if (!th_child_args(&role, &ini, &cmd_fd, &note_fd))
     return;
   for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++)
     if (strcmp(role, bodies[i].role) == 0)
@@ -354,37 +351,9 @@ struct child {
 static struct child spawn(const char *role, const char *ini)
 {
   int cmd[2], notes[2];
-  cr_assert_eq(pipe(cmd), 0);
-  cr_assert_eq(pipe(notes), 0);
-  static char self[512], env_role[64], env_ini[300], env_fds[64];
-  ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  cr_assert_gt(len, 0);
-  self[len] = '\0';
-  snprintf(env_role, sizeof(env_role), "ECC_FAULTS_CHILD=%s", role);
-  snprintf(env_ini, sizeof(env_ini), "ECC_FAULTS_INI=%s", ini);
-  snprintf(env_fds, sizeof(env_fds), "ECC_FAULTS_FDS=%d,%d", cmd[0], notes[1]);
-  /* Our environment (sanitizer options included) plus the three above,
-   * built before fork: the child only closes, and execs. */
-  size_t n_env = 0;
-  while (environ[n_env] != NULL)
-    n_env++;
-  char **envp = calloc(n_env + 4, sizeof(char *));
-  cr_assert_not_null(envp);
-  memcpy(envp, environ, n_env * sizeof(char *));
-  envp[n_env] = env_role;
-  envp[n_env + 1] = env_ini;
-  envp[n_env + 2] = env_fds;
-  char *argv[] = {self, NULL};
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed test */
-    close(cmd[1]);
-    close(notes[0]);
-    execve(self, argv, envp);
-    _exit(95);
-  }
-  free(envp);
+  cr_assert_eq(pipe2(cmd, O_CLOEXEC), 0);
+  cr_assert_eq(pipe2(notes, O_CLOEXEC), 0);
+  pid_t pid = th_spawn_self(role, ini, cmd[0], notes[1]);
   close(cmd[0]);
   close(notes[1]);
   struct child ch = {pid, cmd[1], notes[0]};

@@ -4,6 +4,7 @@
  * only after their save completed.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -69,6 +70,15 @@ static int consumer(const char *ini, int rd)
   return verified == ENTRIES ? 0 : 15;
 }
 
+/* The consumer runs as a fresh process: this binary again, before main. */
+__attribute__((constructor)) static void consumer_entry(void)
+{
+  const char *role, *ini;
+  int rd, unused;
+  if (th_child_args(&role, &ini, &rd, &unused) && strcmp(role, "consumer") == 0)
+    _exit(consumer(ini, rd));
+}
+
 Test(two_process, producer_saves_consumer_loads)
 {
   const char *ini = th_ini("both", th_region_name(), BS, NB, NULL);
@@ -80,13 +90,8 @@ Test(two_process, producer_saves_consumer_loads)
   cr_assert_eq(ecc_open(ini, &opt, &p, err, sizeof(err)), ECC_OK, "%s", err);
 
   int fds[2];
-  cr_assert_eq(pipe(fds), 0);
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    close(fds[1]);
-    _exit(consumer(ini, fds[0]));
-  }
+  cr_assert_eq(pipe2(fds, O_CLOEXEC), 0);
+  pid_t pid = th_spawn_self("consumer", ini, fds[0], -1);
   close(fds[0]);
 
   static uint8_t src[ENTRIES][ROWS * BS];

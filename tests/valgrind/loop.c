@@ -128,10 +128,12 @@ int main(int argc, char **argv)
     rmdir(dir);
     return 1;
   }
+  /* Counted after the first cycle: a sanitizer runtime starts a thread of
+   * its own with the first pthread_create. A leak repeats every cycle. */
+  int rc = one_cycle(ini, dir, 0);
   int fds = count_entries("/proc/self/fd");
   int threads = count_entries("/proc/self/task");
-  int rc = 0;
-  for (int i = 0; i < cycles && rc == 0; i++)
+  for (int i = 1; i < cycles && rc == 0; i++)
     rc = one_cycle(ini, dir, i);
   if (rc == 0 && count_entries("/proc/self/fd") != fds)
     rc = fail("end", cycles, 0, "file descriptors were leaked");

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# gpu-check.sh OUT_DIR - on a machine with a GPU: build with CUDA, run the
+# GPU tests (plainly, then under compute-sanitizer memcheck and racecheck)
+# and the benchmark. Logs and the CSV go to OUT_DIR; the benchmark's table
+# is printed last. BENCH_ARGS (e.g. --quick) is passed to ecc-bench.
+set -u -o pipefail
+out=${1:-gpu-check-out}
+build=${BUILD_DIR:-/tmp/ecc-gpu-build}
+mkdir -p "$out"
+status=0
+
+nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current \
+  --format=csv | tee "$out/gpu.txt"
+# The benchmark's regions need a few GiB of /dev/shm.
+if [ "$(df --output=avail -k /dev/shm | tail -1)" -lt 8000000 ]; then
+  mount -o remount,size=16G /dev/shm || echo "warning: /dev/shm is small"
+fi
+df -h /dev/shm | tail -1
+
+echo "== build"
+if ! { cmake -S . -B "$build" -DECC_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+       cmake --build "$build" -j"$(nproc)"; } > "$out/build.log" 2>&1; then
+  tail -40 "$out/build.log"
+  exit 1
+fi
+grep -iE "warning" "$out/build.log" | head -20
+
+echo "== GPU tests"
+timeout 900 "$build/tests/test_cuda_engine" --verbose --jobs 2 > "$out/tests.log" 2>&1 || status=1
+grep -E "^\[(FAIL|SKIP)|Synthesis" "$out/tests.log"
+grep -B2 -A8 -E "^\[FAIL" "$out/tests.log" | head -60
+
+for tool in memcheck racecheck; do
+  echo "== compute-sanitizer $tool"
+  timeout 900 compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 99 \
+    "$build/tests/test_cuda_engine" --jobs 1 > "$out/$tool.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || status=1
+  echo "$tool exit $rc"; grep -E "ERROR SUMMARY|Synthesis" "$out/$tool.log" | sort | uniq -c
+done
+
+echo "== demo (engine auto)"
+ECC_PLUGIN_DIR="$build/lib/ecc" timeout 120 "$build/bin/eccctl" demo conf/default.ini \
+  > "$out/demo.log" 2>&1 || status=1
+tail -3 "$out/demo.log"
+
+echo "== benchmark"
+"$build/bin/ecc-bench" --csv "$out/bench.csv" ${BENCH_ARGS:-} 2> "$out/bench.err" > "$out/bench.txt"
+rc=$?
+[ $rc -eq 0 ] || status=1
+tail -5 "$out/bench.err"
+cat "$out/bench.txt"
+exit $status

@@ -1,0 +1,94 @@
+/*
+ * fuzz_ini.c - libFuzzer target: the input is an INI file, checked with
+ * ecc_check against the instrumented plugin, so the bytes go through the
+ * shim's reader, its [plugin] and key checks, and the plugin's validation.
+ * Invariants besides "no crash": the status is one of the ABI's, the error
+ * text is non-empty and NUL-terminated, names where it comes from, and a
+ * second check of the same bytes says exactly the same thing.
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ecc_host.h"
+
+#define ERR_CAP 2048
+
+static int ini_fd = -1;
+static char ini_path[64];
+
+static void quiet(void *user, int level, const char *msg)
+{
+  (void)user;
+  (void)level;
+  if (msg == NULL || memchr(msg, '\0', 4096) == NULL)
+    abort(); /* a log line must be a C string */
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+  (void)argc;
+  (void)argv;
+  /* The INI lives in memory; the shim opens it by name like any file. */
+  ini_fd = memfd_create("fuzz.ini", 0);
+  if (ini_fd < 0) {
+    perror("memfd_create");
+    exit(1);
+  }
+  snprintf(ini_path, sizeof(ini_path), "/proc/self/fd/%d", ini_fd);
+  /* Held open for the whole run, so that each ecc_check's own dlopen and
+   * dlclose only count references instead of mapping the file again. */
+  if (dlopen(FUZZ_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL) == NULL) {
+    fprintf(stderr, "fuzz_ini: %s\n", dlerror());
+    exit(1);
+  }
+  return 0;
+}
+
+static int known_status(int rc)
+{
+  return rc <= ECC_OK && rc >= ECC_ERR_UNSUPPORTED;
+}
+
+static int check(char *err, ecc_plugin_meta *meta)
+{
+  ecc_kv force = {"plugin.path", FUZZ_PLUGIN_PATH};
+  ecc_open_options o = {.struct_size = sizeof(o), .overrides = &force, .n_overrides = 1,
+                        .log = quiet, .log_level = ECC_LOG_DEBUG};
+  memset(err, 0x5a, ERR_CAP); /* no NUL anywhere unless the shim writes one */
+  return ecc_check(ini_path, &o, meta, err, ERR_CAP);
+}
+
+/* Where an error comes from: a line of the file, the file itself, the
+ * plugin, or the override that forces the plugin's path. */
+static int names_its_source(const char *err)
+{
+  return strstr(err, ini_path) != NULL || strstr(err, "plugin") != NULL ||
+         strstr(err, "override") != NULL;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+  if (ftruncate(ini_fd, 0) != 0 || pwrite(ini_fd, data, size, 0) != (ssize_t)size)
+    abort();
+  static char err[ERR_CAP], again[ERR_CAP];
+  ecc_plugin_meta meta;
+  int rc = check(err, &meta);
+  if (!known_status(rc) || memchr(err, '\0', ERR_CAP) == NULL)
+    abort();
+  if (err[0] == '\0')
+    abort(); /* errors carry text; success carries the plugin's summary */
+  if (rc != ECC_OK && !names_its_source(err))
+    abort();
+  if (rc == ECC_OK && strcmp(meta.name, "shm") != 0)
+    abort();
+  ecc_plugin_meta meta2;
+  int rc2 = check(again, &meta2);
+  if (rc2 != rc || strcmp(err, again) != 0)
+    abort(); /* no hidden state between two checks */
+  return 0;
+}
