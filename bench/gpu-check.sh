@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu-check.sh OUT_DIR - on a machine with a GPU: build with CUDA, run the
-# GPU tests (plainly, then under compute-sanitizer memcheck and racecheck)
-# and the benchmark. Logs and the CSV go to OUT_DIR; the benchmark's table
-# is printed last. BENCH_ARGS (e.g. --quick) is passed to ecc-bench.
+# GPU tests, the benchmark, the demo, then the GPU tests again under
+# compute-sanitizer memcheck and racecheck. Logs and the CSV go to OUT_DIR;
+# the benchmark's table is printed last. BENCH_ARGS (e.g. --quick) goes to
+# ecc-bench; SANITIZE_TIMEOUT bounds each sanitizer run (seconds).
 set -u -o pipefail
 out=${1:-gpu-check-out}
 build=${BUILD_DIR:-/tmp/ecc-gpu-build}
@@ -26,28 +27,29 @@ fi
 grep -iE "warning" "$out/build.log" | head -20
 
 echo "== GPU tests"
-timeout 900 "$build/tests/test_cuda_engine" --verbose --jobs 2 > "$out/tests.log" 2>&1 || status=1
+timeout 300 "$build/tests/test_cuda_engine" --verbose --jobs 2 > "$out/tests.log" 2>&1 || status=1
 grep -E "^\[(FAIL|SKIP)|Synthesis" "$out/tests.log"
 grep -B2 -A8 -E "^\[FAIL" "$out/tests.log" | head -60
 
-for tool in memcheck racecheck; do
-  echo "== compute-sanitizer $tool"
-  timeout 900 compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 99 \
-    "$build/tests/test_cuda_engine" --jobs 1 > "$out/$tool.log" 2>&1
-  rc=$?
-  [ $rc -eq 0 ] || status=1
-  echo "$tool exit $rc"; grep -E "ERROR SUMMARY|Synthesis" "$out/$tool.log" | sort | uniq -c
-done
+echo "== benchmark"
+timeout 400 "$build/bin/ecc-bench" --csv "$out/bench.csv" ${BENCH_ARGS:-} \
+  2> "$out/bench.err" > "$out/bench.txt" || status=1
+tail -5 "$out/bench.err"
 
 echo "== demo (engine auto)"
 ECC_PLUGIN_DIR="$build/lib/ecc" timeout 120 "$build/bin/eccctl" demo conf/default.ini \
   > "$out/demo.log" 2>&1 || status=1
 tail -3 "$out/demo.log"
 
-echo "== benchmark"
-"$build/bin/ecc-bench" --csv "$out/bench.csv" ${BENCH_ARGS:-} 2> "$out/bench.err" > "$out/bench.txt"
-rc=$?
-[ $rc -eq 0 ] || status=1
-tail -5 "$out/bench.err"
+for tool in memcheck racecheck; do
+  echo "== compute-sanitizer $tool"
+  timeout "${SANITIZE_TIMEOUT:-200}" compute-sanitizer --tool "$tool" --target-processes all \
+    --error-exitcode 99 "$build/tests/test_cuda_engine" --jobs 1 > "$out/$tool.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || status=1
+  echo "$tool exit $rc"
+  grep -E "ERROR SUMMARY|Synthesis" "$out/$tool.log" | sort | uniq -c
+done
+
 cat "$out/bench.txt"
 exit $status

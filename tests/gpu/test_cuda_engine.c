@@ -43,21 +43,6 @@ static void need_gpus(int n, int have)
     cr_skip("fewer than %d CUDA devices: test skipped", n);
 }
 
-/* Counted in a child, so that this process has not touched CUDA when it
- * forks the processes under test. */
-static int gpu_count_forked(void)
-{
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0, "fork failed");
-  if (pid == 0) {
-    int n = gpu_count();
-    _exit(n > 100 ? 100 : n);
-  }
-  int st = 0;
-  cr_assert_eq(waitpid(pid, &st, 0), pid);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 0;
-}
-
 static void ck(cudaError_t rc, const char *what)
 {
   cr_assert_eq(rc, cudaSuccess, "%s: %s", what, cudaGetErrorString(rc));
@@ -742,22 +727,29 @@ static int consumer(const char *ini, int from_producer, int to_producer)
   return same ? 0 : 27;
 }
 
+/* Producer and consumer run as fresh processes: this binary again. */
+__attribute__((constructor)) static void gpu_child_entry(void)
+{
+  const char *role, *ini;
+  int fd0, fd1;
+  if (!th_child_args(&role, &ini, &fd0, &fd1))
+    return;
+  if (strcmp(role, "gpu-producer") == 0)
+    _exit(producer(ini, fd0, fd1));
+  if (strcmp(role, "gpu-consumer") == 0)
+    _exit(consumer(ini, fd0, fd1));
+}
+
 static void producer_consumer(int dev_p, int dev_c)
 {
   const char *name = th_region_name();
   const char *ini_p = gpu_ini("producer", name, PROC_BS, PROC_NB, "cuda", "auto", dev_p, NULL);
   const char *ini_c = gpu_ini("consumer", name, PROC_BS, PROC_NB, "cuda", "kernel", dev_c, NULL);
   int p2c[2], c2p[2];
-  cr_assert_eq(pipe(p2c), 0);
-  cr_assert_eq(pipe(c2p), 0);
-  pid_t pp = fork();
-  cr_assert_geq(pp, 0);
-  if (pp == 0)
-    _exit(producer(ini_p, p2c[1], c2p[0]));
-  pid_t pc = fork();
-  cr_assert_geq(pc, 0);
-  if (pc == 0)
-    _exit(consumer(ini_c, p2c[0], c2p[1]));
+  cr_assert_eq(pipe2(p2c, O_CLOEXEC), 0);
+  cr_assert_eq(pipe2(c2p, O_CLOEXEC), 0);
+  pid_t pp = th_spawn_self("gpu-producer", ini_p, p2c[1], c2p[0]);
+  pid_t pc = th_spawn_self("gpu-consumer", ini_c, p2c[0], c2p[1]);
   close(p2c[0]);
   close(p2c[1]);
   close(c2p[0]);
@@ -771,12 +763,12 @@ static void producer_consumer(int dev_p, int dev_c)
 
 Test(gpu, producer_and_consumer_processes_one_gpu, .timeout = 120)
 {
-  need_gpus(1, gpu_count_forked());
+  need_gpus(1, gpu_count());
   producer_consumer(0, 0);
 }
 
 Test(gpu, producer_and_consumer_processes_two_gpus, .timeout = 120)
 {
-  need_gpus(2, gpu_count_forked());
+  need_gpus(2, gpu_count());
   producer_consumer(0, 1);
 }
