@@ -4,6 +4,7 @@
 #include "helpers.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -137,6 +138,44 @@ int th_child_args(const char **role, const char **ini, int *fd0, int *fd1)
   *role = getenv("ECC_TEST_CHILD");
   *ini = getenv("ECC_TEST_INI");
   return *role != NULL && *ini != NULL && fds != NULL && sscanf(fds, "%d,%d", fd0, fd1) == 2;
+}
+
+int th_count_entries(const char *dir)
+{
+  DIR *d = opendir(dir);
+  if (d == NULL)
+    return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+      n++;
+  closedir(d);
+  return n;
+}
+
+int th_count_fds(void)
+{
+  return th_count_entries("/proc/self/fd");
+}
+
+void th_remove_tree(const char *dir)
+{
+  DIR *d = opendir(dir);
+  if (d == NULL)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+      continue;
+    char sub[512];
+    snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+    th_remove_tree(sub);
+  }
+  closedir(d);
+  rmdir(dir);
 }
 
 int th_exists(const char *path)

@@ -45,6 +45,15 @@ pid_t th_spawn_self(const char *role, const char *ini, int fd0, int fd1);
  * th_spawn_self if this process is such a child, else 0. */
 int th_child_args(const char **role, const char **ini, int *fd0, int *fd1);
 
+/* Entries of a directory other than . and .. (-1 if it cannot be read). */
+int th_count_entries(const char *dir);
+
+/* Open file descriptors of this process. */
+int th_count_fds(void);
+
+/* Remove dir and everything under it (symlinks are removed, not followed). */
+void th_remove_tree(const char *dir);
+
 /* Whether a file exists at path. */
 int th_exists(const char *path);
 

@@ -28,20 +28,6 @@ static void setup(void)
   cr_assert_not_null(mkdtemp(cdir), "mkdtemp: %s", strerror(errno));
 }
 
-static int count_entries(const char *dir)
-{
-  DIR *d = opendir(dir);
-  if (d == NULL)
-    return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-      n++;
-  closedir(d);
-  return n;
-}
-
 static void teardown(void)
 {
   DIR *d = opendir(cdir);
@@ -565,7 +551,7 @@ Test(concurrency, several_connectors_in_one_process_never_share_state)
               OWN, (unsigned long long)rounds, (unsigned long long)p.handed);
   pthread_mutex_destroy(&p.lock);
   pthread_cond_destroy(&p.changed);
-  cr_expect_eq(count_entries(cdir), 0, "regions left behind");
+  cr_expect_eq(th_count_entries(cdir), 0, "regions left behind");
 }
 
 /* ---- shutdown racing with callers, on the raw table ------------------------ */
@@ -731,7 +717,7 @@ Test(concurrency, shutdown_racing_with_callers_returns_ok_or_closed)
               "slowest shutdown %lld ms", (unsigned long long)rounds, (unsigned long long)calls,
               (unsigned long long)closed, (long long)slowest);
   cr_expect_gt(rounds, 0);
-  cr_expect_eq(count_entries(cdir), 0, "regions left behind");
+  cr_expect_eq(th_count_entries(cdir), 0, "regions left behind");
   dlclose(lib);
 }
 
@@ -777,6 +763,6 @@ Test(concurrency, concurrent_shutdowns_of_one_handle_succeed_exactly_once)
     rounds++;
   }
   cr_log_info("concurrent shutdowns: %llu rounds", (unsigned long long)rounds);
-  cr_expect_eq(count_entries(cdir), 0);
+  cr_expect_eq(th_count_entries(cdir), 0);
   dlclose(lib);
 }

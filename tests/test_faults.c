@@ -34,20 +34,6 @@ static void make_rdir(void)
   cr_assert_not_null(mkdtemp(rdir), "mkdtemp: %s", strerror(errno));
 }
 
-static void remove_tree(const char *dir)
-{
-  DIR *d = opendir(dir);
-  if (d == NULL)
-    return;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-      if (unlinkat(dirfd(d), e->d_name, 0) != 0)
-        unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
-  closedir(d);
-  rmdir(dir);
-}
-
 static void setup(void)
 {
   make_rdir();
@@ -55,32 +41,14 @@ static void setup(void)
 
 static void teardown(void)
 {
-  remove_tree(rdir);
+  th_remove_tree(rdir);
 }
 
 TestSuite(faults, .init = setup, .fini = teardown, .timeout = 120);
 
-static int count_entries(const char *dir)
-{
-  DIR *d = opendir(dir);
-  cr_assert_not_null(d, "opendir %s: %s", dir, strerror(errno));
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-      n++;
-  closedir(d);
-  return n;
-}
-
-static int count_fds(void)
-{
-  return count_entries("/proc/self/fd");
-}
-
 static int count_threads(void)
 {
-  return count_entries("/proc/self/task");
+  return th_count_entries("/proc/self/task");
 }
 
 static const char *region_path(const char *dir, const char *name)
@@ -502,7 +470,7 @@ Test(faults, producer_killed_mid_step_hands_over_only_completed_saves_and_next_p
   cr_assert_eq(stat(region_path(rdir, name), &now), 0);
   cr_expect_neq(now.st_ino, old.st_ino, "the orphan's file was reused");
   cr_assert_eq(ecc_close(next), ECC_OK);
-  cr_expect_eq(count_entries(rdir), 0, "files left in %s", rdir);
+  cr_expect_eq(th_count_entries(rdir), 0, "files left in %s", rdir);
 }
 
 Test(faults, joiner_rejoins_after_the_creator_is_killed_while_it_holds_the_region)
@@ -554,7 +522,7 @@ Test(faults, unheld_files_of_a_creator_that_died_before_sizing_are_reaped)
   cr_expect(!th_exists(tmp), "the stale temporary file was not reaped");
   cr_expect_not_null(strstr(captured, "removed orphaned region"), "log: %s", captured);
   cr_assert_eq(ecc_close(c), ECC_OK);
-  cr_expect_eq(count_entries(rdir), 0);
+  cr_expect_eq(th_count_entries(rdir), 0);
 }
 
 static void expect_open_fails(const char *ini, const ecc_kv *kv, size_t n, int want,
@@ -563,7 +531,7 @@ static void expect_open_fails(const char *ini, const ecc_kv *kv, size_t n, int w
   ecc_open_options o = capture_options(kv, n, ECC_LOG_ERROR);
   ecc_connector *c = (ecc_connector *)&o; /* any non-NULL value: ecc_open must clear it */
   char err[1024] = "";
-  int fds = count_fds();
+  int fds = th_count_fds();
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   int rc = ecc_open(ini, &o, &c, err, sizeof(err));
@@ -573,7 +541,7 @@ static void expect_open_fails(const char *ini, const ecc_kv *kv, size_t n, int w
   cr_assert_not_null(strstr(err, needle), "error '%s' lacks '%s'", err, needle);
   cr_assert(ms >= min_ms && ms <= max_ms, "took %lld ms, expected %lld..%lld", (long long)ms,
             (long long)min_ms, (long long)max_ms);
-  cr_assert_eq(count_fds(), fds, "a failed open leaked a descriptor");
+  cr_assert_eq(th_count_fds(), fds, "a failed open leaked a descriptor");
 }
 
 Test(faults, held_zero_length_region_makes_joiners_time_out_and_stays_untouched)
@@ -596,7 +564,7 @@ Test(faults, held_zero_length_region_makes_joiners_time_out_and_stays_untouched)
   cr_assert_eq(stat(region_path(rdir, name), &after), 0);
   cr_expect_eq(after.st_ino, before.st_ino);
   cr_expect_eq(after.st_size, 0);
-  cr_expect_eq(count_entries(rdir), 1, "something was created beside the held file");
+  cr_expect_eq(th_count_entries(rdir), 1, "something was created beside the held file");
   close(holder);
 }
 
@@ -619,7 +587,7 @@ Test(faults, joiner_without_a_creator_times_out_and_creates_nothing)
   char want[256];
   snprintf(want, sizeof(want), "timed out after 200 ms waiting for %s", region_path(rdir, name));
   expect_open_fails(ini, NULL, 0, ECC_ERR_REGION, want, 190, 5000);
-  cr_expect_eq(count_entries(rdir), 0, "mode join created something");
+  cr_expect_eq(th_count_entries(rdir), 0, "mode join created something");
 }
 
 /* ---- a tmpfs too small ------------------------------------------------------ */
@@ -640,11 +608,11 @@ Test(faults, tmpfs_too_small_fails_with_enospc_and_leaves_nothing)
   const char *big = ini_for(mnt, name, 4096, 1024, NULL); /* 4 MiB */
   char path[160];
   snprintf(path, sizeof(path), "%s", region_path(mnt, name));
-  int fds = count_fds();
+  int fds = th_count_fds();
   ecc_connector *c = NULL;
   char err[1024] = "";
   int rc = ecc_open(big, NULL, &c, err, sizeof(err));
-  int left = count_entries(mnt);
+  int left = th_count_entries(mnt);
   /* A control: a region that fits is created in the same tmpfs. */
   const char *small = ini_for(mnt, name, 4096, 128, NULL); /* 512 KiB */
   ecc_connector *ok = NULL;
@@ -652,7 +620,7 @@ Test(faults, tmpfs_too_small_fails_with_enospc_and_leaves_nothing)
   int rc2 = ecc_open(small, NULL, &ok, err2, sizeof(err2));
   if (rc2 == ECC_OK)
     ecc_close(ok);
-  int left_after = count_entries(mnt);
+  int left_after = th_count_entries(mnt);
   cr_expect_eq(umount(mnt), 0, "umount %s: %s", mnt, strerror(errno));
   rmdir(mnt);
 
@@ -661,7 +629,7 @@ Test(faults, tmpfs_too_small_fails_with_enospc_and_leaves_nothing)
   cr_expect_not_null(strstr(err, strerror(ENOSPC)), "ENOSPC not named: %s", err);
   cr_expect_not_null(strstr(err, path), "the region path is not named: %s", err);
   cr_expect_eq(left, 0, "the failed create left %d entries in the tmpfs", left);
-  cr_expect_eq(count_fds(), fds);
+  cr_expect_eq(th_count_fds(), fds);
   cr_expect_eq(rc2, ECC_OK, "a region that fits failed too: %s", err2);
   cr_expect_eq(left_after, 0);
 }
@@ -730,7 +698,7 @@ Test(faults, shutdown_with_large_transfers_in_flight_waits_frees_and_unlinks)
 {
   const char *name = th_region_name();
   const char *ini = ini_for(rdir, name, SBS, SROWS * SENTRIES, "[engine]\nhost_threads = 1\n");
-  int fds = count_fds(), threads = count_threads();
+  int fds = th_count_fds(), threads = count_threads();
   ecc_connector *c = open_role(ini, "both", ECC_LOG_WARN);
   char path[256];
   snprintf(path, sizeof(path), "%s", describe(c).region_path);
@@ -761,7 +729,7 @@ Test(faults, shutdown_with_large_transfers_in_flight_waits_frees_and_unlinks)
 
   cr_assert_eq(ecc_close(c), ECC_OK);
   cr_expect(!th_exists(path), "the creator left %s behind", path);
-  cr_expect_eq(count_fds(), fds, "descriptors leaked");
+  cr_expect_eq(th_count_fds(), fds, "descriptors leaked");
   cr_expect_eq(count_threads(), threads, "copy threads outlived shutdown");
   /* Shutdown waited for the loads: their destinations are complete. */
   for (uint32_t e = 0; e < SENTRIES; e++) {
@@ -769,5 +737,5 @@ Test(faults, shutdown_with_large_transfers_in_flight_waits_frees_and_unlinks)
     free(src[e]);
     free(dst[e]);
   }
-  cr_expect_eq(count_entries(rdir), 0);
+  cr_expect_eq(th_count_entries(rdir), 0);
 }

@@ -25,26 +25,6 @@
 
 static char hdir[64];
 
-/* Removes dir and everything under it (symlinks are removed, not followed). */
-static void remove_tree(const char *dir)
-{
-  DIR *d = opendir(dir);
-  if (d == NULL)
-    return;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-      continue;
-    if (unlinkat(dirfd(d), e->d_name, 0) == 0)
-      continue;
-    char sub[512];
-    snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
-    remove_tree(sub);
-  }
-  closedir(d);
-  rmdir(dir);
-}
-
 static void setup(void)
 {
   snprintf(hdir, sizeof(hdir), "/dev/shm/ecchostile-XXXXXX");
@@ -53,7 +33,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-  remove_tree(hdir);
+  th_remove_tree(hdir);
 }
 
 TestSuite(hostile, .init = setup, .fini = teardown, .timeout = 60);
@@ -70,19 +50,6 @@ static void clear_hdir(void)
       if (unlinkat(dirfd(d), e->d_name, 0) != 0)
         unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
   closedir(d);
-}
-
-static int count_entries(const char *dir)
-{
-  DIR *d = opendir(dir);
-  cr_assert_not_null(d, "opendir %s: %s", dir, strerror(errno));
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-      n++;
-  closedir(d);
-  return n;
 }
 
 /* ---- hostile region files ---------------------------------------------- */
@@ -181,7 +148,7 @@ static void expect_refused(const char *ini, const char *path, const char *victim
                            const char *needle)
 {
   struct snap before = snap_of(victim);
-  int entries = count_entries(hdir);
+  int entries = th_count_entries(hdir);
   ecc_connector *c = NULL;
   char err[1024] = "";
   int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
@@ -190,7 +157,7 @@ static void expect_refused(const char *ini, const char *path, const char *victim
   cr_expect_not_null(strstr(err, needle), "error '%s' lacks '%s'", err, needle);
   cr_expect_not_null(strstr(err, path), "error '%s' does not name %s", err, path);
   expect_same(victim, &before);
-  cr_expect_eq(count_entries(hdir), entries, "a refused open added or removed files");
+  cr_expect_eq(th_count_entries(hdir), entries, "a refused open added or removed files");
 }
 
 /* Each hostile kind: builds the file at `path` and says what the refusal
@@ -437,7 +404,7 @@ static const char *plugin_copy(const char *name, mode_t file_mode, mode_t dir_mo
 static void plugin_teardown(void)
 {
   if (pdir[0] != '\0')
-    remove_tree(pdir);
+    th_remove_tree(pdir);
   pdir[0] = '\0';
 }
 
@@ -485,7 +452,7 @@ static void expect_plugin_refused(const char *lines, int line, int want, const c
   cr_expect_not_null(strstr(err, needle), "'%s': error '%s' lacks '%s'", lines, err, needle);
   if (pdir[0] != '\0')
     cr_expect(!pdir_mapped(), "'%s': a refused plugin was loaded", lines);
-  cr_expect_eq(count_entries(hdir), 0, "'%s': a region was created", lines);
+  cr_expect_eq(th_count_entries(hdir), 0, "'%s': a region was created", lines);
 }
 
 Test(hostile, world_writable_plugin_file_or_directory_is_refused, .fini = plugin_teardown)
@@ -677,7 +644,7 @@ static void expect_ini_refused(const char *text, int line, const char *needle)
   cr_expect_null(c);
   cr_expect_not_null(strstr(err, needle), "error '%s' lacks '%s'", err, needle);
   cr_expect_not_null(strstr(err, where), "error '%s' does not start at '%s'", err, where);
-  cr_expect_eq(count_entries(hdir), 0, "a refused INI created a region");
+  cr_expect_eq(th_count_entries(hdir), 0, "a refused INI created a region");
 }
 
 /* A valid INI with `line5` as its fifth line (inside [region]); the

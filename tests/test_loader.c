@@ -102,17 +102,6 @@ static int still_loaded(const char *path)
   return 1;
 }
 
-static int count_fds(void)
-{
-  DIR *d = opendir("/proc/self/fd");
-  cr_assert_not_null(d);
-  int n = 0;
-  for (struct dirent *e = readdir(d); e != NULL; e = readdir(d))
-    n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
-
 static char *private_dir(void)
 {
   static char dirs[4][64];
@@ -654,7 +643,7 @@ Test(loader, load_unload_loop_leaks_no_fds)
   const char *ini = fixture_ini("good", NULL);
   const char *broken = fixture_ini("null_required", NULL);
   char err[512];
-  int before = count_fds();
+  int before = th_count_fds();
   for (int i = 0; i < 200; i++) {
     ecc_connector *c = NULL;
     cr_assert_eq(ecc_open(ini, NULL, &c, err, sizeof(err)), ECC_OK, "round %d: %s", i, err);
@@ -662,7 +651,7 @@ Test(loader, load_unload_loop_leaks_no_fds)
     cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_OK);
     cr_assert_eq(ecc_open(broken, NULL, &c, err, sizeof(err)), ECC_ERR_INCOMPATIBLE);
   }
-  cr_assert_eq(count_fds(), before, "file descriptors leaked");
+  cr_assert_eq(th_count_fds(), before, "file descriptors leaked");
   cr_assert_not(still_loaded(fixture("good")));
   cr_assert_not(still_loaded(fixture("null_required")));
 }

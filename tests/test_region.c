@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "helpers.h"
 #include "log.h"
 #include "region.h"
 
@@ -111,30 +112,6 @@ static const char *last_error(void)
   return buf;
 }
 
-static int count_entries(const char *dir)
-{
-  DIR *d = opendir(dir);
-  cr_assert_not_null(d, "opendir %s: %s", dir, strerror(errno));
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-      n++;
-  closedir(d);
-  return n;
-}
-
-static int count_fds(void)
-{
-  return count_entries("/proc/self/fd");
-}
-
-static int exists(const char *path)
-{
-  struct stat st;
-  return lstat(path, &st) == 0;
-}
-
 static int64_t elapsed_ms(const struct timespec *t0)
 {
   struct timespec now;
@@ -173,12 +150,12 @@ static void write_file(const char *path, const struct region_header *h, off_t si
 static void expect_region_error(const struct region_params *p, const char *needle)
 {
   struct region r;
-  int fds = count_fds();
+  int fds = th_count_fds();
   int rc = region_open(p, &r, &tlog);
   cr_assert_eq(rc, ECC_ERR_REGION, "rc %d, error '%s'", rc, last_error());
   cr_assert_eq(r.fd, -1);
   cr_assert_null(r.map);
-  cr_assert_eq(count_fds(), fds, "a failed open leaked a descriptor");
+  cr_assert_eq(th_count_fds(), fds, "a failed open leaked a descriptor");
   cr_assert_not_null(strstr(last_error(), needle), "error '%s' lacks '%s'", last_error(),
                      needle);
   cr_assert_not_null(strstr(last_error(), path_of(p->name)), "error '%s' lacks the path",
@@ -289,13 +266,13 @@ Test(region, create_writes_a_correct_header)
   cr_assert_eq(st.st_size, (off_t)(REGION_HEADER_BYTES + 192 * 10));
   cr_assert_eq(st.st_mode & 0777, 0600);
   cr_assert_eq(st.st_ino, r.ino);
-  cr_assert_eq(count_entries(tdir), 1, "the temporary name was left behind");
+  cr_assert_eq(th_count_entries(tdir), 1, "the temporary name was left behind");
   cr_assert_not_null(strstr(captured, "created region"), "log: %s", captured);
 
   region_close(&r, &tlog);
   cr_assert_eq(r.fd, -1);
   cr_assert_null(r.map);
-  cr_assert(!exists(path_of(name)), "the creator did not unlink on close");
+  cr_assert(!th_exists(path_of(name)), "the creator did not unlink on close");
   region_close(&r, &tlog); /* idempotent */
   cr_assert_eq(r.fd, -1);
 }
@@ -319,10 +296,10 @@ Test(region, join_in_same_process_shares_data)
   cr_assert(check_fill(a.blocks + 15 * 256, 256, 2), "joiner's write not seen by creator");
 
   region_close(&b, &tlog);
-  cr_assert(exists(path_of(name)), "a joiner must not unlink");
+  cr_assert(th_exists(path_of(name)), "a joiner must not unlink");
   cr_assert(check_fill(a.blocks + 15 * 256, 256, 2));
   region_close(&a, &tlog);
-  cr_assert(!exists(path_of(name)));
+  cr_assert(!th_exists(path_of(name)));
 }
 
 Test(region, joiner_outlives_creator_and_next_open_creates_afresh)
@@ -335,13 +312,13 @@ Test(region, joiner_outlives_creator_and_next_open_creates_afresh)
   cr_assert_eq(b.creator, 0, "auto must join an existing region");
   fill(a.blocks, 64, 5);
   region_close(&a, &tlog);
-  cr_assert(!exists(path_of(name)));
+  cr_assert(!th_exists(path_of(name)));
   cr_assert(check_fill(b.blocks, 64, 5), "the joiner's mapping must survive the unlink");
   cr_assert_eq(region_open(&p, &c, &tlog), ECC_OK, "%s", last_error());
   cr_assert_eq(c.creator, 1);
   cr_assert_neq(c.ino, b.ino);
   region_close(&b, &tlog);
-  cr_assert(exists(path_of(name)), "closing the old joiner removed the new region");
+  cr_assert(th_exists(path_of(name)), "closing the old joiner removed the new region");
   region_close(&c, &tlog);
 }
 
@@ -374,9 +351,9 @@ Test(region, join_from_forked_child_sees_and_writes_data)
   cr_assert_eq(waitpid(pid, &status, 0), pid);
   cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed: status %d", status);
   cr_assert(check_fill(a.blocks + 7 * 512, 512, 12), "child's write not seen by parent");
-  cr_assert(exists(path_of(name)), "the joining child unlinked the region");
+  cr_assert(th_exists(path_of(name)), "the joining child unlinked the region");
   region_close(&a, &tlog);
-  cr_assert(!exists(path_of(name)));
+  cr_assert(!th_exists(path_of(name)));
 }
 
 Test(region, join_waits_for_a_late_creator)
@@ -471,7 +448,7 @@ Test(region, racing_auto_opens_make_exactly_one_creator)
     cr_assert_eq(msg[1], ino, "racing opens ended up on different files");
   }
   cr_assert_eq(creators, 1);
-  cr_assert_eq(count_entries(tdir), 1, "temporary files were left behind");
+  cr_assert_eq(th_count_entries(tdir), 1, "temporary files were left behind");
   close(release[1]);
   for (int i = 0; i < N; i++) {
     int status = 0;
@@ -479,7 +456,7 @@ Test(region, racing_auto_opens_make_exactly_one_creator)
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
   close(report[0]);
-  cr_assert_eq(count_entries(tdir), 0);
+  cr_assert_eq(th_count_entries(tdir), 0);
 }
 
 /* ---- layout and header checks ------------------------------------------ */
@@ -493,7 +470,7 @@ Test(region, join_with_other_block_size_fails_naming_both_layouts)
   struct region_params pj = params(name, 128, 8, REGION_AUTO, 1000);
   expect_region_error(&pj, "has 8 blocks of 64 bytes but this connector is configured for "
                            "8 blocks of 128 bytes");
-  cr_assert(exists(path_of(name)), "a failed join must not remove the region");
+  cr_assert(th_exists(path_of(name)), "a failed join must not remove the region");
   region_close(&a, &tlog);
 }
 
@@ -519,7 +496,7 @@ Test(region, file_shorter_than_a_header_is_rejected_after_the_timeout)
   expect_region_error(&p, "truncated: 100 bytes");
   int64_t ms = elapsed_ms(&t0);
   cr_assert(ms >= 190 && ms < 2000, "took %lld ms", (long long)ms);
-  cr_assert(exists(path_of(name)), "a joiner must not remove what it rejects");
+  cr_assert(th_exists(path_of(name)), "a joiner must not remove what it rejects");
 }
 
 Test(region, header_without_magic_is_rejected_after_the_timeout)
@@ -660,7 +637,7 @@ Test(region, file_of_another_user_is_refused_and_not_reaped)
   struct region_params p = params(name, 64, 8, REGION_AUTO, 1000);
   expect_region_error(&p, "owned by uid 12345");
   cr_assert_eq(region_reap_orphans(tdir, &tlog), 0);
-  cr_assert(exists(path_of(name)), "another user's file was reaped");
+  cr_assert(th_exists(path_of(name)), "another user's file was reaped");
 }
 
 Test(region, directory_at_the_region_path_is_refused)
@@ -701,7 +678,7 @@ Test(region, join_without_a_file_times_out_in_bounded_time)
   expect_region_error(&p, want);
   int64_t ms = elapsed_ms(&t0);
   cr_assert(ms >= 190 && ms < 2000, "took %lld ms", (long long)ms);
-  cr_assert_eq(count_entries(tdir), 0, "mode join must never create");
+  cr_assert_eq(th_count_entries(tdir), 0, "mode join must never create");
 }
 
 Test(region, create_when_the_file_exists_fails)
@@ -711,8 +688,8 @@ Test(region, create_when_the_file_exists_fails)
   struct region a;
   cr_assert_eq(region_open(&p, &a, &tlog), ECC_OK, "%s", last_error());
   expect_region_error(&p, "already exists");
-  cr_assert_eq(count_entries(tdir), 1);
-  cr_assert(exists(path_of(name)), "the failed create removed the existing region");
+  cr_assert_eq(th_count_entries(tdir), 1);
+  cr_assert(th_exists(path_of(name)), "the failed create removed the existing region");
   region_close(&a, &tlog);
 }
 
@@ -724,9 +701,9 @@ Test(region, region_of_an_exited_process_is_reaped)
   struct region_params p = params(name, 64, 8, REGION_AUTO, 1000);
   struct holder h = start_holder(&p, 0);
   cr_assert_eq(stop_holder(&h), 0);
-  cr_assert(exists(path_of(name)), "the child should have left its region behind");
+  cr_assert(th_exists(path_of(name)), "the child should have left its region behind");
   cr_assert_eq(region_reap_orphans(tdir, &tlog), 1);
-  cr_assert(!exists(path_of(name)));
+  cr_assert(!th_exists(path_of(name)));
   cr_assert_not_null(strstr(captured, "removed orphaned region"), "log: %s", captured);
   cr_assert_not_null(strstr(captured, path_of(name)), "log: %s", captured);
 }
@@ -737,14 +714,14 @@ Test(region, region_held_by_a_live_process_is_not_reaped)
   struct region_params p = params(name, 64, 8, REGION_AUTO, 1000);
   struct holder h = start_holder(&p, 0);
   cr_assert_eq(region_reap_orphans(tdir, &tlog), 0);
-  cr_assert(exists(path_of(name)), "a held region was reaped");
+  cr_assert(th_exists(path_of(name)), "a held region was reaped");
   /* Held by a joiner in this process only. */
   struct region r;
   cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", last_error());
   cr_assert_eq(r.creator, 0);
   cr_assert_eq(stop_holder(&h), 0);
   cr_assert_eq(region_reap_orphans(tdir, &tlog), 0);
-  cr_assert(exists(path_of(name)), "a region held by this process was reaped");
+  cr_assert(th_exists(path_of(name)), "a region held by this process was reaped");
   region_close(&r, &tlog);
   cr_assert_eq(region_reap_orphans(tdir, &tlog), 1);
 }
@@ -756,7 +733,7 @@ Test(region, region_created_here_is_not_reaped)
   struct region r;
   cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", last_error());
   cr_assert_eq(region_reap_orphans(tdir, &tlog), 0);
-  cr_assert(exists(path_of(name)));
+  cr_assert(th_exists(path_of(name)));
   region_close(&r, &tlog);
 }
 
@@ -773,9 +750,9 @@ Test(region, stale_temporary_file_is_reaped_and_other_files_are_left)
   for (int i = 0; i < 4; i++)
     write_file(keep[i], NULL, 10, 0600);
   cr_assert_eq(region_reap_orphans(tdir, &tlog), 1);
-  cr_assert(!exists(tmp), "the stale temporary file is still there");
+  cr_assert(!th_exists(tmp), "the stale temporary file is still there");
   for (int i = 0; i < 4; i++)
-    cr_assert(exists(keep[i]), "%s was reaped", keep[i]);
+    cr_assert(th_exists(keep[i]), "%s was reaped", keep[i]);
 }
 
 Test(region, temporary_file_being_built_is_not_reaped)
@@ -788,7 +765,7 @@ Test(region, temporary_file_being_built_is_not_reaped)
   cr_assert_geq(fd, 0);
   cr_assert_eq(flock(fd, LOCK_SH), 0);
   cr_assert_eq(region_reap_orphans(tdir, &tlog), 0);
-  cr_assert(exists(tmp));
+  cr_assert(th_exists(tmp));
   close(fd);
   cr_assert_eq(region_reap_orphans(tdir, &tlog), 1);
 }
@@ -850,7 +827,7 @@ Test(region, bad_names_and_paths_are_refused_before_touching_anything)
   p.dir = dir;
   cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_CONFIG);
   cr_assert_not_null(strstr(last_error(), "too long"), "%s", last_error());
-  cr_assert_eq(count_entries(tdir), 0);
+  cr_assert_eq(th_count_entries(tdir), 0);
 }
 
 Test(region, zero_and_overflowing_layouts_are_refused)
@@ -870,7 +847,7 @@ Test(region, zero_and_overflowing_layouts_are_refused)
   p = params(name, 64, 8, 17, 100);
   cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_INVALID);
   cr_assert_eq(region_open(NULL, &r, &tlog), ECC_ERR_INVALID);
-  cr_assert_eq(count_entries(tdir), 0);
+  cr_assert_eq(th_count_entries(tdir), 0);
 }
 
 Test(region, missing_directory_fails_with_the_path_named)
@@ -880,12 +857,12 @@ Test(region, missing_directory_fails_with_the_path_named)
   struct region_params p = params(uniq(), 64, 8, REGION_AUTO, 100);
   p.dir = dir;
   struct region r;
-  int fds = count_fds();
+  int fds = th_count_fds();
   cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_SYSTEM, "%s", last_error());
   cr_assert_not_null(strstr(last_error(), dir), "%s", last_error());
   cr_assert_not_null(strstr(last_error(), strerror(ENOENT)), "%s", last_error());
-  cr_assert_eq(count_fds(), fds);
-  cr_assert_eq(count_entries(tdir), 0);
+  cr_assert_eq(th_count_fds(), fds);
+  cr_assert_eq(th_count_entries(tdir), 0);
 }
 
 Test(region, region_larger_than_the_filesystem_fails_with_enospc_and_leaves_nothing)
@@ -901,14 +878,14 @@ Test(region, region_larger_than_the_filesystem_fails_with_enospc_and_leaves_noth
   const char *name = uniq();
   struct region_params p = params(name, bs, fs_bytes / bs + 2, REGION_CREATE, 100);
   struct region r;
-  int fds = count_fds();
+  int fds = th_count_fds();
   cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_SYSTEM, "%s", last_error());
   cr_assert_not_null(strstr(last_error(), strerror(ENOSPC)), "%s", last_error());
   cr_assert_not_null(strstr(last_error(), path_of(name)), "%s", last_error());
   cr_assert_eq(r.fd, -1);
   cr_assert_null(r.map);
-  cr_assert_eq(count_fds(), fds);
-  cr_assert_eq(count_entries(tdir), 0, "a failed create left a file behind");
+  cr_assert_eq(th_count_fds(), fds);
+  cr_assert_eq(th_count_entries(tdir), 0, "a failed create left a file behind");
 }
 
 Test(region, file_size_limit_fails_with_efbig_and_leaves_nothing)
@@ -948,5 +925,5 @@ Test(region, file_size_limit_fails_with_efbig_and_leaves_nothing)
   cr_assert_eq(rc, ECC_ERR_SYSTEM, "rc %d: %s", rc, text);
   cr_assert_not_null(strstr(text, strerror(EFBIG)), "%s", text);
   cr_assert_not_null(strstr(text, path_of(name)), "%s", text);
-  cr_assert_eq(count_entries(tdir), 0, "a failed create left a file behind");
+  cr_assert_eq(th_count_entries(tdir), 0, "a failed create left a file behind");
 }

@@ -52,6 +52,8 @@ struct cuda_slot {
   cudaEvent_t gate;      /* recorded on the host's stream, waited on by ours */
   cudaEvent_t start, end;
   int failed;            /* ECC_OK, or the copy call's failure to report */
+  uint64_t uses;         /* times acquired: tells a later submit whether the
+                            end event still belongs to the transfer it knew */
   uint64_t *tasks;       /* pinned src[cap] dst[cap] len[cap] of split descriptors */
   size_t task_cap;
   struct cuda_slot *next;     /* free list */
@@ -81,7 +83,11 @@ struct cuda_engine {
   struct cuda_slot *free_slots;
   struct cuda_slot *all_slots;
   struct pin_hdr *spares; /* released pinned buffers */
-  cudaEvent_t last_end[3]; /* by direction: end of the transfer submitted last */
+  /* By direction: the slot of the transfer submitted last, and its uses
+   * count then (written and read by submit only, which the connector
+   * serialises). */
+  struct cuda_slot *last[3];
+  uint64_t last_uses[3];
 };
 
 struct ctx_guard {
@@ -251,6 +257,7 @@ static struct cuda_slot *slot_get(struct cuda_engine *ce, const char **why)
   if (s != NULL) {
     s->next = NULL;
     s->failed = ECC_OK;
+    s->uses++;
   }
   return s;
 }
@@ -396,8 +403,11 @@ static cudaError_t order_before(struct cuda_engine *ce, struct cuda_slot *s, int
     if (rc == cudaSuccess)
       rc = cudaStreamWaitEvent(s->stream, s->gate, 0);
   }
-  if (rc == cudaSuccess && ce->last_end[dir] != NULL)
-    rc = cudaStreamWaitEvent(s->stream, ce->last_end[dir], 0);
+  /* A slot used again since belongs to a later transfer, and the one we
+   * knew has finished (its slot was released). */
+  struct cuda_slot *prev = ce->last[dir];
+  if (rc == cudaSuccess && prev != NULL && prev != s && prev->uses == ce->last_uses[dir])
+    rc = cudaStreamWaitEvent(s->stream, prev->end, 0);
   return rc;
 }
 
@@ -435,7 +445,8 @@ static int cuda_submit(struct engine *e, struct transfer *t, void *stream)
     (void)cudaGetLastError();
     s->failed = ECC_ERR_DEVICE;
   } else {
-    ce->last_end[dir] = s->end;
+    ce->last[dir] = s;
+    ce->last_uses[dir] = s->uses;
   }
   t->engine_state = s;
   ctx_leave(ce, &g);
@@ -443,18 +454,19 @@ static int cuda_submit(struct engine *e, struct transfer *t, void *stream)
 }
 
 /* Runs right after the load's submit, under the same connector lock, so the
- * direction's last end event is this transfer's. The transfer itself may
- * already have been polled and released by another thread. */
+ * direction's last slot is this transfer's (its end event is recorded again
+ * only by a later submit). The transfer itself may already have been polled
+ * and released by another thread, so t->engine_state is not read. */
 static int cuda_order_after(struct engine *e, struct transfer *t, void *stream)
 {
   struct cuda_engine *ce = e->impl;
   int dir = t->direction == ECC_DIR_SAVE ? ECC_DIR_SAVE : ECC_DIR_LOAD;
-  if (stream == NULL || ce->last_end[dir] == NULL)
+  if (stream == NULL || ce->last[dir] == NULL)
     return ECC_OK;
   struct ctx_guard g;
   if (ctx_enter(ce, &g) != 0)
     return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot make device %d current", ce->device);
-  cudaError_t rc = cudaStreamWaitEvent((cudaStream_t)stream, ce->last_end[dir], 0);
+  cudaError_t rc = cudaStreamWaitEvent((cudaStream_t)stream, ce->last[dir]->end, 0);
   if (rc != cudaSuccess)
     (void)cudaGetLastError();
   ctx_leave(ce, &g);
