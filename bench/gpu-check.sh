@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check.sh OUT_DIR - on a machine with a GPU: build with CUDA, run the
 # GPU tests, the benchmark, the demo, then the GPU tests again under
-# compute-sanitizer memcheck and racecheck. Logs and the CSV go to OUT_DIR;
+# compute-sanitizer memcheck and racecheck. Logs and the CSV go to OUT_DIR
+# (seven files: the device tool brings back at most eight);
 # the benchmark's table is printed last. BENCH_ARGS (e.g. --quick) goes to
 # ecc-bench; SANITIZE_TIMEOUT bounds each sanitizer run (seconds).
 set -u -o pipefail
@@ -11,7 +12,7 @@ mkdir -p "$out"
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current \
-  --format=csv | tee "$out/gpu.txt"
+  --format=csv | tee "$out/machine.log"
 # The benchmark's regions need a few GiB of /dev/shm.
 if [ "$(df --output=avail -k /dev/shm | tail -1)" -lt 8000000 ]; then
   mount -o remount,size=16G /dev/shm || echo "warning: /dev/shm is small"
@@ -40,15 +41,20 @@ echo "== demo (engine auto)"
 ECC_PLUGIN_DIR="$build/lib/ecc" timeout 120 "$build/bin/eccctl" demo conf/default.ini \
   > "$out/demo.log" 2>&1 || status=1
 tail -3 "$out/demo.log"
+cat "$out/demo.log" >> "$out/machine.log"
+rm -f "$out/demo.log"
 
 for tool in memcheck racecheck; do
   echo "== compute-sanitizer $tool"
+  echo "== $tool" >> "$out/sanitize.log"
   timeout "${SANITIZE_TIMEOUT:-200}" compute-sanitizer --tool "$tool" --target-processes all \
-    --error-exitcode 99 "$build/tests/test_cuda_engine" --jobs 1 > "$out/$tool.log" 2>&1
+    --error-exitcode 99 "$build/tests/test_cuda_engine" --jobs 1 > "$out/$tool.tmp" 2>&1
   rc=$?
   [ $rc -eq 0 ] || status=1
   echo "$tool exit $rc"
-  grep -E "ERROR SUMMARY|Synthesis" "$out/$tool.log" | sort | uniq -c
+  grep -E "ERROR SUMMARY|Synthesis" "$out/$tool.tmp" | sort | uniq -c
+  cat "$out/$tool.tmp" >> "$out/sanitize.log"
+  rm -f "$out/$tool.tmp"
 done
 
 cat "$out/bench.txt"

@@ -270,19 +270,34 @@ int conn_flush(struct conn *c, void *stream)
 
 /* ---- load ---- */
 
-static int cmp_u64(const void *a, const void *b)
+/* Stable LSD radix sort of keys by their high 32 bits, a byte per pass;
+ * the result ends in keys. `tmp` has room for n keys. A step may load
+ * thousands of entries, and a comparison sort of them costs more than
+ * building their descriptors. */
+static void radix_sort_high32(uint64_t *keys, uint64_t *tmp, size_t n)
 {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : (x > y);
+  for (unsigned shift = 32; shift < 64; shift += 8) {
+    size_t count[257] = {0};
+    for (size_t i = 0; i < n; i++)
+      count[((keys[i] >> shift) & 0xff) + 1]++;
+    if (count[((keys[0] >> shift) & 0xff) + 1] == n)
+      continue; /* every key has this byte: the pass would change nothing */
+    for (unsigned b = 0; b < 256; b++)
+      count[b + 1] += count[b];
+    for (size_t i = 0; i < n; i++)
+      tmp[count[(keys[i] >> shift) & 0xff]++] = keys[i];
+    memcpy(keys, tmp, n * sizeof(uint64_t));
+  }
 }
 
-/* Fill c->order with entry indexes sorted by first block id. The sort key
+/* Fill c->order with entry indexes sorted by first block id. The key
  * carries the index in its low half, so equal first blocks keep the host's
- * order and no comparison context is needed. */
+ * order. */
 static int sort_loads(struct conn *c, const ecc_load_entry_v1 *e, size_t n)
 {
   if (c->order_cap < n) {
-    uint64_t *p = realloc(c->order, n * sizeof(*p));
+    /* Keys, then as many again of scratch for the sort. */
+    uint64_t *p = realloc(c->order, 2 * n * sizeof(*p));
     if (p == NULL)
       return -1;
     c->order = p;
@@ -295,7 +310,7 @@ static int sort_loads(struct conn *c, const ecc_load_entry_v1 *e, size_t n)
       sorted = 0;
   }
   if (!sorted)
-    qsort(c->order, n, sizeof(uint64_t), cmp_u64);
+    radix_sort_high32(c->order, c->order + c->order_cap, n);
   return 0;
 }
 
@@ -314,7 +329,8 @@ static int build_load(struct conn *c, struct transfer *t, const ecc_load_entry_v
   }
   for (size_t i = 0; i < n; i++) {
     ecc_completion_v1 *rec = &t->done[t->n_done++];
-    memset(rec, 0, sizeof(*rec));
+    memset(rec, 0, offsetof(ecc_completion_v1, key));
+    rec->key[0] = '\0';
     rec->direction = ECC_DIR_LOAD;
     rec->transfer_id = e[i].transfer_id;
     rec->nbytes = load_bytes(c, &e[i]);
@@ -349,13 +365,15 @@ static int load_locked(struct conn *c, const ecc_load_entry_v1 *e, size_t n, voi
     transfer_put(c, t);
     return rc;
   }
-  /* The copy is running: from here on the transfer is reported whatever
-   * happens, so that its completion is never lost. */
+  /* Order the compute stream before the transfer is visible to poll (which
+   * may recycle it at once). The copy is running either way: from here on
+   * the transfer is reported whatever happens, so its completion is never
+   * lost. */
+  rc = c->engine.ops->order_after(&c->engine, t, stream);
   t->batch = ++c->load_batches;
   pthread_mutex_lock(&c->done_lock);
   fifo_push(&c->loads, t);
   pthread_mutex_unlock(&c->done_lock);
-  rc = c->engine.ops->order_after(&c->engine, t, stream);
   if (rc != ECC_OK)
     return log_fail(&c->log, rc, "load: could not order the compute stream after the copy; "
                     "poll for transfer completion before reading");

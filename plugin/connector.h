@@ -31,7 +31,7 @@ struct conn {
   struct transfer *pending;     /* the save batch this step is filling */
   uint64_t save_batches;        /* batches submitted per direction */
   uint64_t load_batches;
-  uint64_t *order;              /* load scratch: first block << 32 | entry index */
+  uint64_t *order;              /* load scratch: keys (first block << 32 | entry index), then as many for the sort */
   size_t order_cap;
 
   pthread_mutex_t done_lock;    /* FIFOs, free transfers, stats */

@@ -390,3 +390,74 @@ Test(connector, failed_create_leaves_no_file)
   cr_expect(!th_exists(path), "a failed create left %s behind", path);
   dlclose(lib);
 }
+
+Test(connector, load_sorts_many_entries_so_neighbours_coalesce)
+{
+  enum { N = NB }; /* every block once, one entry each, given in random order */
+  ecc_connector *c = th_open("both", th_region_name(), BS, NB, NULL);
+  static uint8_t src[NB * BS], dst[NB * BS];
+  th_fill(src, sizeof(src), 31);
+  uint32_t ids[NB];
+  for (uint32_t i = 0; i < NB; i++)
+    ids[i] = i;
+  ecc_save_entry s = {"all", (uint64_t)(uintptr_t)src, sizeof(src), ids, NB};
+  cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_completion done[N];
+  cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
+
+  uint32_t perm[N];
+  for (uint32_t i = 0; i < N; i++)
+    perm[i] = i;
+  srand(11);
+  for (uint32_t i = N - 1; i > 0; i--) {
+    uint32_t j = (uint32_t)rand() % (i + 1), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  /* Entry k loads block perm[k] to where that block sits in dst: sorted by
+   * first block, consecutive entries continue each other on both sides. */
+  ecc_load_entry e[N];
+  for (uint32_t k = 0; k < N; k++)
+    e[k] = (ecc_load_entry){k, &ids[perm[k]], 1, (uint64_t)(uintptr_t)(dst + perm[k] * BS), BS};
+  cr_assert_eq(ecc_load(c, e, N, NULL), ECC_OK);
+  cr_assert_eq(th_poll_until(c, done, N, 5000), N);
+  for (uint32_t k = 0; k < N; k++)
+    cr_assert_eq(done[k].transfer_id, k, "completions follow the host's order");
+  cr_expect_eq(memcmp(dst, src, sizeof(src)), 0);
+  cr_expect_eq(stats_of(c).load.descriptors, 1, "%llu descriptors: the sort did not bring neighbours together",
+               (unsigned long long)stats_of(c).load.descriptors);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(connector, load_sort_spans_several_bytes_of_block_ids)
+{
+  enum { N = 4096, FIRST = 61000, SMALL = 16 }; /* ids 61000..65095 cross byte boundaries */
+  ecc_connector *c = th_open("both", th_region_name(), SMALL, 65536, NULL);
+  static uint8_t src[N * SMALL], dst[N * SMALL];
+  static uint32_t ids[N], perm[N];
+  th_fill(src, sizeof(src), 32);
+  for (uint32_t i = 0; i < N; i++)
+    ids[i] = FIRST + i;
+  ecc_save_entry s = {"all", (uint64_t)(uintptr_t)src, sizeof(src), ids, N};
+  cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  static ecc_completion done[N];
+  cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
+  for (uint32_t i = 0; i < N; i++)
+    perm[i] = i;
+  srand(12);
+  for (uint32_t i = N - 1; i > 0; i--) {
+    uint32_t j = (uint32_t)rand() % (i + 1), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  static ecc_load_entry e[N];
+  for (uint32_t k = 0; k < N; k++)
+    e[k] = (ecc_load_entry){k, &ids[perm[k]], 1, (uint64_t)(uintptr_t)(dst + perm[k] * SMALL), SMALL};
+  cr_assert_eq(ecc_load(c, e, N, NULL), ECC_OK);
+  cr_assert_eq(th_poll_until(c, done, N, 5000), N);
+  cr_expect_eq(memcmp(dst, src, sizeof(src)), 0);
+  cr_expect_eq(stats_of(c).load.descriptors, 1);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}

@@ -5,34 +5,34 @@
  *
  * Reads of host memory cross the PCIe link with a round trip of a microsecond
  * or more, so the rate is set by how many bytes are in flight: each lane
- * issues UNROLL independent 16-byte loads before its first store, and every
- * warp of every CTA works on its own task. One CTA per task would leave most
- * of the link idle at 4 KiB blocks.
+ * issues UNROLL independent 16-byte loads before its first store (a warp
+ * moves 4 KiB per round trip, a whole 3-4 KiB block at once), and every warp
+ * of every CTA works on its own task. One CTA per task would leave most of
+ * the link idle at 4 KiB blocks. bench/NOTES.md has the launch shapes tried.
  */
 #include <stdint.h>
 
 #include "cuda_engine.h"
 
 #define WARP 32u
-#define UNROLL 4
 #define FULL_MASK 0xffffffffu
 
 /* Copies n units of T: lane-interleaved so a warp's accesses are contiguous,
- * all UNROLL loads of a round issued before the stores. */
-template <typename T>
+ * all U loads of a round issued before the stores. */
+template <typename T, int U>
 __device__ __forceinline__ void copy_units(const T *__restrict__ s, T *__restrict__ d,
                                            uint64_t n, unsigned lane)
 {
-  for (uint64_t base = 0; base < n; base += (uint64_t)WARP * UNROLL) {
-    T r[UNROLL];
+  for (uint64_t base = 0; base < n; base += (uint64_t)WARP * U) {
+    T r[U];
 #pragma unroll
-    for (int k = 0; k < UNROLL; k++) {
+    for (int k = 0; k < U; k++) {
       uint64_t i = base + (uint64_t)k * WARP + lane;
       if (i < n)
         r[k] = s[i];
     }
 #pragma unroll
-    for (int k = 0; k < UNROLL; k++) {
+    for (int k = 0; k < U; k++) {
       uint64_t i = base + (uint64_t)k * WARP + lane;
       if (i < n)
         d[i] = r[k];
@@ -43,7 +43,7 @@ __device__ __forceinline__ void copy_units(const T *__restrict__ s, T *__restric
 /* Copies len bytes with units of T once the destination is aligned to T;
  * the source has the same alignment (the caller picked T for that). Head and
  * tail bytes, fewer than sizeof(T) <= 16 of each, take one lane per byte. */
-template <typename T>
+template <typename T, int U>
 __device__ __forceinline__ void copy_aligned(const unsigned char *s, unsigned char *d,
                                              uint64_t len, unsigned lane)
 {
@@ -54,15 +54,18 @@ __device__ __forceinline__ void copy_aligned(const unsigned char *s, unsigned ch
   if (lane < head)
     d[lane] = s[lane];
   uint64_t units = (len - head) / w;
-  copy_units<T>(reinterpret_cast<const T *>(s + head), reinterpret_cast<T *>(d + head), units,
-                lane);
+  copy_units<T, U>(reinterpret_cast<const T *>(s + head), reinterpret_cast<T *>(d + head), units,
+                   lane);
   uint64_t done = head + units * w;
   if (lane < len - done)
     d[done + lane] = s[done + lane];
 }
 
 /* The widest access both addresses can share: 16 bytes when source and
- * destination agree modulo 16, narrower otherwise (down to single bytes). */
+ * destination agree modulo 16, narrower otherwise (down to single bytes).
+ * Only the 16-byte path, the one that carries the traffic, keeps 8 loads in
+ * flight per lane; the rare narrow ones keep 2, which holds the kernel's
+ * registers (and so what it takes from the SMs it shares) down. */
 __device__ __forceinline__ void copy_task(uint64_t src, uint64_t dst, uint64_t len,
                                           unsigned lane)
 {
@@ -70,15 +73,15 @@ __device__ __forceinline__ void copy_task(uint64_t src, uint64_t dst, uint64_t l
   unsigned char *d = reinterpret_cast<unsigned char *>(dst);
   uint64_t skew = (src ^ dst) & 15u;
   if (skew == 0)
-    copy_aligned<uint4>(s, d, len, lane);
+    copy_aligned<uint4, 8>(s, d, len, lane);
   else if ((skew & 7u) == 0)
-    copy_aligned<uint2>(s, d, len, lane);
+    copy_aligned<uint2, 2>(s, d, len, lane);
   else if ((skew & 3u) == 0)
-    copy_aligned<uint32_t>(s, d, len, lane);
+    copy_aligned<uint32_t, 2>(s, d, len, lane);
   else if ((skew & 1u) == 0)
-    copy_aligned<uint16_t>(s, d, len, lane);
+    copy_aligned<uint16_t, 2>(s, d, len, lane);
   else
-    copy_aligned<unsigned char>(s, d, len, lane);
+    copy_aligned<unsigned char, 2>(s, d, len, lane);
 }
 
 /* Warp w takes tasks w, w + W, w + 2W, ... (W warps in the grid). Its lanes

@@ -22,8 +22,8 @@ struct region;
 
 /* ---- copy kernels (copy_kernels.cu) ---- */
 
-/* Threads per CTA of the copy kernel: 16 warps, each moving 4 x 16 bytes per
- * lane per round trip, keep about 32 KiB of reads in flight per SM. */
+/* Threads per CTA of the copy kernel: 16 warps, each moving 8 x 16 bytes per
+ * lane per round trip, keep up to 64 KiB of reads in flight per SM. */
 #define ECC_COPY_THREADS 512u
 #define ECC_COPY_WARPS_PER_CTA (ECC_COPY_THREADS / 32u)
 

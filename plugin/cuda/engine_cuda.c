@@ -1,7 +1,7 @@
 /*
  * engine_cuda.c - the CUDA engine: device and context handling, the pinned
- * region, pooled streams and events, and the per-batch choice between the
- * copy engines (dma) and the gather/scatter kernel.
+ * region, per-direction streams and pooled events, and the per-batch choice
+ * between the copy engines (dma) and the gather/scatter kernel.
  *
  * Every entry point makes the engine's context current for the duration of
  * the call and puts the caller's back, so connectors on different devices in
@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "config.h"
 #include "cuda_engine.h"
@@ -19,21 +20,37 @@
 #include "region.h"
 
 /*
- * method = auto: the copy engines only for a few large descriptors.
+ * method = auto, per batch, from the mean descriptor size, the count, and
+ * whether the other direction is busy too. Figures measured on the H200
+ * with ecc-bench, 64 MiB steps (PCIe Gen5 x16, CUDA 13.0; bench/NOTES.md
+ * has the tables):
  *
- * Measured on the H200 (PCIe Gen5 x16, CUDA 13.0), host->device over 4096
- * scattered blocks: cuMemcpyBatchAsync moved 6.4 GB/s at 4 KiB, 12.3 at
- * 16 KiB, 33.2 at 64 KiB, 50.7 at 256 KiB, 54.2 at 1 MiB and 54.8 at 2 MiB
- * (device->host 4.7 / 13.6 / 37.3 / 49.6 / 53.9), while the warp-per-task
- * kernel held 50-51.4 GB/s on 8-16 SMs at every size. The batch call also
- * costs 0.5-0.8 us of host time per descriptor, so 4096 descriptors take
- * 2-3 ms to submit against 5-25 us for one kernel launch. The copy engines
- * win only where descriptors average 1 MiB or more (about 54-55 GB/s against
- * 51, and no SM taken) and are few enough that the call stays short.
- * bench/NOTES.md has the benchmark figures these bounds were checked with.
+ * One direction at a time, the copy kernel holds 88-95% of the 55 GB/s
+ * contiguous copy on 16 SMs at every block size, with one launch (a 4096-
+ * descriptor step costs about 12 us to submit). cuMemcpyBatchAsync costs
+ * 0.5-0.8 us of host time per descriptor and moves 11-17% at 3-4 KiB
+ * scattered blocks, 33-36% at 16 KiB, 70% at 64 KiB, 86-91% at 256 KiB, but
+ * 96-99% where descriptors average 512 KiB or more (1 MiB entries of any
+ * block size, fragmented 256 KiB blocks), against the kernel's 88-95%. So:
+ * dma when the mean is >= 512 KiB and the batch has at most 128 descriptors
+ * (about 100 us of host time), else the kernel.
+ *
+ * Both directions at once, SM copies share the link badly: kernels both ways
+ * moved 65-77% of the bidirectional rate (any launch shape, 8-32 SMs, and
+ * bulk-copy (TMA) variants; a kernel one way with the copy engine the other
+ * did no better), while batched copy-engine calls reached 85-103% where the
+ * batch is small enough for its host time to hide (<= 600 descriptors) and
+ * descriptors average >= 32 KiB (fragmented 32 KiB blocks 85%, 64 KiB 90%,
+ * 256 KiB scattered 86%, 1 MiB entries 93-98%), but only 42-65% beyond 1000
+ * descriptors. So when the other direction submitted within the last 50 ms
+ * (an ec_both step): dma when the mean is >= 32 KiB and the batch has at
+ * most 640 descriptors, else the kernel.
  */
-#define AUTO_DMA_MIN_MEAN (1ull << 20)
-#define AUTO_DMA_MAX_COUNT 64u
+#define AUTO_DMA_MIN_MEAN (512ull << 10)
+#define AUTO_DMA_MAX_COUNT 128u
+#define AUTO_BOTH_MIN_MEAN (32ull << 10)
+#define AUTO_BOTH_MAX_COUNT 640u
+#define AUTO_BOTH_WINDOW_NS (50ull * 1000 * 1000)
 
 /* Split descriptors so every warp has work: aim at 4 tasks per warp of the
  * grid, none smaller than 16 KiB (a few round trips of a warp). */
@@ -47,8 +64,8 @@
 typedef CUresult (*ctx_get_fn)(CUcontext *ctx);
 typedef CUresult (*ctx_set_fn)(CUcontext ctx);
 
+/* A transfer's events, pooled. */
 struct cuda_slot {
-  cudaStream_t stream;
   cudaEvent_t gate;      /* recorded on the host's stream, waited on by ours */
   cudaEvent_t start, end;
   int failed;            /* ECC_OK, or the copy call's failure to report */
@@ -76,7 +93,14 @@ struct cuda_engine {
   int method;            /* enum cuda_method as configured */
   int kernel_ok;         /* the kernel can run here (pinned, mapped, code present) */
   unsigned max_ctas;     /* min(engine.max_sms, SMs of the device) */
-  int priority;          /* of our streams: the highest, so copies get SMs soon */
+  int priority;          /* of the kernel streams: the highest, so copies get SMs soon */
+  /* By direction, a stream for the kernel and one for copy-engine batches.
+   * Per direction, not per transfer: on the H200 a stream that had carried
+   * batches of one direction and then carried the other made the two
+   * directions run one after the other (half the bidirectional rate);
+   * streams that keep to one direction run side by side. */
+  cudaStream_t kernel_stream[3];
+  cudaStream_t dma_stream[3];
   struct pin_state pin;
   struct dma_api dma;
   pthread_mutex_t lock;  /* free slots and spare buffers */
@@ -84,10 +108,11 @@ struct cuda_engine {
   struct cuda_slot *all_slots;
   struct pin_hdr *spares; /* released pinned buffers */
   /* By direction: the slot of the transfer submitted last, and its uses
-   * count then (written and read by submit only, which the connector
+   * count then (used by submit and order_after only, which the connector
    * serialises). */
   struct cuda_slot *last[3];
   uint64_t last_uses[3];
+  uint64_t last_submit_ns[3]; /* by direction, CLOCK_MONOTONIC; submit only */
 };
 
 struct ctx_guard {
@@ -206,8 +231,6 @@ static void cuda_desc_free(void *ctx, void *p)
 
 static void slot_destroy(struct cuda_slot *s)
 {
-  if (s->stream != NULL)
-    (void)cudaStreamDestroy(s->stream);
   if (s->gate != NULL)
     (void)cudaEventDestroy(s->gate);
   if (s->start != NULL)
@@ -226,9 +249,7 @@ static struct cuda_slot *slot_create(struct cuda_engine *ce, const char **why)
     *why = "out of memory";
     return NULL;
   }
-  cudaError_t rc = cudaStreamCreateWithPriority(&s->stream, cudaStreamNonBlocking, ce->priority);
-  if (rc == cudaSuccess)
-    rc = cudaEventCreateWithFlags(&s->gate, cudaEventDisableTiming);
+  cudaError_t rc = cudaEventCreateWithFlags(&s->gate, cudaEventDisableTiming);
   if (rc == cudaSuccess)
     rc = cudaEventCreateWithFlags(&s->start, cudaEventDefault);
   if (rc == cudaSuccess)
@@ -272,15 +293,26 @@ static void slot_put(struct cuda_engine *ce, struct cuda_slot *s)
 
 /* ---- the copy of one transfer ---- */
 
-static int pick_method(const struct cuda_engine *ce, size_t count, uint64_t bytes)
+static uint64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The copy method of one batch (see the figures at the top). */
+static int pick_method(const struct cuda_engine *ce, int dir, size_t count, uint64_t bytes,
+                       uint64_t now)
 {
   if (!ce->kernel_ok || ce->method == METHOD_DMA)
     return METHOD_DMA;
-  if (ce->method == METHOD_KERNEL)
+  if (ce->method == METHOD_KERNEL || count == 0)
     return METHOD_KERNEL;
-  if (count <= AUTO_DMA_MAX_COUNT && bytes / count >= AUTO_DMA_MIN_MEAN)
-    return METHOD_DMA;
-  return METHOD_KERNEL;
+  uint64_t mean = bytes / count;
+  uint64_t other = ce->last_submit_ns[dir == ECC_DIR_SAVE ? ECC_DIR_LOAD : ECC_DIR_SAVE];
+  if (other != 0 && now - other < AUTO_BOTH_WINDOW_NS)
+    return count <= AUTO_BOTH_MAX_COUNT && mean >= AUTO_BOTH_MIN_MEAN ? METHOD_DMA : METHOD_KERNEL;
+  return count <= AUTO_DMA_MAX_COUNT && mean >= AUTO_DMA_MIN_MEAN ? METHOD_DMA : METHOD_KERNEL;
 }
 
 static uint64_t piece_bytes(const struct cuda_engine *ce, uint64_t total)
@@ -327,34 +359,50 @@ static int build_tasks(struct cuda_engine *ce, struct cuda_slot *s, const struct
   return 0;
 }
 
-static int run_kernel(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer *t,
-                      unsigned *ctas_out, const char **why)
+/* What one batch will run, worked out on the host before anything is
+ * enqueued (so that none of it falls between the start and end events). */
+struct plan {
+  int method;
+  const uint64_t *src, *dst, *len; /* the task list the kernel reads */
+  uint32_t n;                      /* tasks */
+  unsigned ctas;
+};
+
+/* Kernel tasks: descriptors in our pinned memory are read in place; others,
+ * or split ones, go through the slot's own list. Returns 0, or -1 when that
+ * list cannot be had (the copy engines take the batch then). */
+static int plan_kernel(struct cuda_engine *ce, struct cuda_slot *s, const struct desc_buf *d,
+                       struct plan *p)
 {
-  const struct desc_buf *d = &t->desc;
   uint64_t piece = piece_bytes(ce, d->bytes);
   uint64_t n = count_tasks(d, piece);
-  const uint64_t *src = d->src, *dst = d->dst, *len = d->len;
-  /* Descriptors in our pinned memory are read in place; others, or split
-   * ones, go through the slot's own list. */
+  p->src = d->src;
+  p->dst = d->dst;
+  p->len = d->len;
   if (n != d->count || d->alloc != cuda_desc_alloc) {
-    if (n > UINT32_MAX || build_tasks(ce, s, d, piece, (size_t)n) != 0) {
-      *why = "out of pinned memory for the task list";
-      return ECC_ERR_NOMEM;
-    }
-    src = s->tasks;
-    dst = s->tasks + s->task_cap;
-    len = s->tasks + 2 * s->task_cap;
+    if (n > UINT32_MAX || build_tasks(ce, s, d, piece, (size_t)n) != 0)
+      return -1;
+    p->src = s->tasks;
+    p->dst = s->tasks + s->task_cap;
+    p->len = s->tasks + 2 * s->task_cap;
   }
   uint64_t want = (n + ECC_COPY_WARPS_PER_CTA - 1) / ECC_COPY_WARPS_PER_CTA;
-  unsigned ctas = want < ce->max_ctas ? (unsigned)want : ce->max_ctas;
-  *ctas_out = ctas;
-  int rc = ecc_copy_launch(src, dst, len, (uint32_t)n, ctas, t->direction == ECC_DIR_SAVE,
-                           s->stream);
-  if (rc != cudaSuccess) {
-    *why = cudaGetErrorString((cudaError_t)rc);
-    return ECC_ERR_TRANSFER;
+  p->ctas = want < ce->max_ctas ? (unsigned)want : ce->max_ctas;
+  p->n = (uint32_t)n;
+  return 0;
+}
+
+static void plan_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer *t,
+                      int dir, struct plan *p)
+{
+  uint64_t now = now_ns();
+  memset(p, 0, sizeof(*p));
+  p->method = pick_method(ce, dir, t->desc.count, t->desc.bytes, now);
+  ce->last_submit_ns[dir] = now;
+  if (p->method == METHOD_KERNEL && plan_kernel(ce, s, &t->desc, p) != 0) {
+    log_msg(ce->log, ECC_LOG_WARN, "cuda: no pinned memory for a task list; using dma");
+    p->method = METHOD_DMA;
   }
-  return ECC_OK;
 }
 
 static int debug_on(const struct cuda_engine *ce)
@@ -363,55 +411,54 @@ static int debug_on(const struct cuda_engine *ce)
   return h != NULL && h->log != NULL && h->log_level >= ECC_LOG_DEBUG;
 }
 
-/* Enqueue the copy on the slot's stream. A failure is kept in the slot and
- * reported by query, after whatever part of the copy did start. */
-static void run_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer *t)
+/* Enqueue the copy. A failure is kept in the slot and reported by query,
+ * after whatever part of the copy did start. */
+static void run_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer *t,
+                     int dir, const struct plan *p, cudaStream_t stream)
 {
   const struct desc_buf *d = &t->desc;
-  int to_host = t->direction == ECC_DIR_SAVE;
-  int method = pick_method(ce, d->count, d->bytes);
-  unsigned ctas = 0;
+  int to_host = dir == ECC_DIR_SAVE;
   const char *why = "";
   int rc;
-  if (method == METHOD_KERNEL) {
-    rc = run_kernel(ce, s, t, &ctas, &why);
+  if (p->method == METHOD_KERNEL) {
+    rc = ecc_copy_launch(p->src, p->dst, p->len, p->n, p->ctas, to_host, stream);
+    if (rc != cudaSuccess)
+      why = cudaGetErrorString((cudaError_t)rc);
   } else {
-    rc = dma_copy(&ce->dma, d->src, d->dst, d->len, d->count, to_host, s->stream, &why);
-    rc = rc == 0 ? ECC_OK : ECC_ERR_TRANSFER;
+    rc = dma_copy(&ce->dma, d->src, d->dst, d->len, d->count, to_host, stream, &why);
   }
-  if (rc != ECC_OK) {
+  const char *name = p->method == METHOD_KERNEL ? "kernel" : "dma";
+  if (rc != 0) {
     s->failed = ECC_ERR_TRANSFER;
     log_msg(ce->log, ECC_LOG_ERROR, "cuda: %s of %zu descriptors (%" PRIu64 " bytes) by %s failed: %s",
-            to_host ? "save" : "load", d->count, d->bytes,
-            method == METHOD_KERNEL ? "kernel" : "dma", why);
+            to_host ? "save" : "load", d->count, d->bytes, name, why);
   } else if (debug_on(ce)) {
     log_msg(ce->log, ECC_LOG_DEBUG, "cuda: %s of %zu descriptors (%" PRIu64 " bytes): method=%s sms=%u",
-            to_host ? "save" : "load", d->count, d->bytes,
-            method == METHOD_KERNEL ? "kernel" : "dma", ctas);
+            to_host ? "save" : "load", d->count, d->bytes, name, p->ctas);
   }
 }
 
-/* Make the slot's stream wait for the host's stream and for the transfer
- * submitted before in the same direction (so copies of one direction run
- * one after another: the kernel keeps its SM bound and FIFO order holds). */
+/* Make `stream` wait for the host's stream and for the transfer submitted
+ * before in the same direction (so copies of one direction run one after
+ * another: the kernel keeps its SM bound and FIFO order holds). */
 static cudaError_t order_before(struct cuda_engine *ce, struct cuda_slot *s, int dir,
-                                cudaStream_t host)
+                                cudaStream_t host, cudaStream_t stream)
 {
   cudaError_t rc = cudaSuccess;
   if (host != NULL) {
     rc = cudaEventRecord(s->gate, host);
     if (rc == cudaSuccess)
-      rc = cudaStreamWaitEvent(s->stream, s->gate, 0);
+      rc = cudaStreamWaitEvent(stream, s->gate, 0);
   }
   /* A slot used again since belongs to a later transfer, and the one we
    * knew has finished (its slot was released). */
   struct cuda_slot *prev = ce->last[dir];
   if (rc == cudaSuccess && prev != NULL && prev != s && prev->uses == ce->last_uses[dir])
-    rc = cudaStreamWaitEvent(s->stream, prev->end, 0);
+    rc = cudaStreamWaitEvent(stream, prev->end, 0);
   return rc;
 }
 
-static int cuda_submit(struct engine *e, struct transfer *t, void *stream)
+static int cuda_submit(struct engine *e, struct transfer *t, void *host_stream)
 {
   struct cuda_engine *ce = e->impl;
   struct ctx_guard g;
@@ -421,12 +468,15 @@ static int cuda_submit(struct engine *e, struct transfer *t, void *stream)
   struct cuda_slot *s = slot_get(ce, &why);
   if (s == NULL) {
     ctx_leave(ce, &g);
-    return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot create a stream and events: %s", why);
+    return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot create events: %s", why);
   }
   int dir = t->direction == ECC_DIR_SAVE ? ECC_DIR_SAVE : ECC_DIR_LOAD;
-  cudaError_t rc = order_before(ce, s, dir, (cudaStream_t)stream);
+  struct plan p;
+  plan_copy(ce, s, t, dir, &p);
+  cudaStream_t stream = p.method == METHOD_KERNEL ? ce->kernel_stream[dir] : ce->dma_stream[dir];
+  cudaError_t rc = order_before(ce, s, dir, (cudaStream_t)host_stream, stream);
   if (rc == cudaSuccess)
-    rc = cudaEventRecord(s->start, s->stream);
+    rc = cudaEventRecord(s->start, stream);
   if (rc != cudaSuccess) {
     (void)cudaGetLastError();
     slot_put(ce, s);
@@ -434,14 +484,14 @@ static int cuda_submit(struct engine *e, struct transfer *t, void *stream)
     return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot order the copy after the stream: %s",
                     cudaGetErrorString(rc));
   }
-  run_copy(ce, s, t);
-  rc = cudaEventRecord(s->end, s->stream);
+  run_copy(ce, s, t, dir, &p, stream);
+  rc = cudaEventRecord(s->end, stream);
   if (rc != cudaSuccess) {
     /* Without the end event nothing could tell when the copy is over. */
     log_msg(ce->log, ECC_LOG_ERROR, "cuda: recording the end of a copy failed: %s",
             cudaGetErrorString(rc));
     (void)cudaGetLastError();
-    (void)cudaStreamSynchronize(s->stream);
+    (void)cudaStreamSynchronize(stream);
     (void)cudaGetLastError();
     s->failed = ECC_ERR_DEVICE;
   } else {
@@ -539,6 +589,13 @@ static void engine_free(struct cuda_engine *ce)
     slot_destroy(s);
   }
   ce->free_slots = NULL;
+  for (int d = ECC_DIR_SAVE; d <= ECC_DIR_LOAD; d++) {
+    if (ce->kernel_stream[d] != NULL)
+      (void)cudaStreamDestroy(ce->kernel_stream[d]);
+    if (ce->dma_stream[d] != NULL)
+      (void)cudaStreamDestroy(ce->dma_stream[d]);
+  }
+  (void)cudaGetLastError();
   pinned_free_all(ce);
   unpin_region(&ce->pin, ce->log);
   pthread_mutex_destroy(&ce->lock);
@@ -674,9 +731,21 @@ static int setup_device(struct cuda_engine *ce, const struct plugin_config *cfg,
   return ECC_OK;
 }
 
-/* Two slots made up front so the first steps create no streams. */
+/* The streams, and two slots made up front so the first steps create no
+ * events. */
 static int warm_slots(struct cuda_engine *ce)
 {
+  for (int d = ECC_DIR_SAVE; d <= ECC_DIR_LOAD; d++) {
+    cudaError_t rc = cudaStreamCreateWithPriority(&ce->kernel_stream[d], cudaStreamNonBlocking,
+                                                  ce->priority);
+    if (rc == cudaSuccess)
+      rc = cudaStreamCreateWithFlags(&ce->dma_stream[d], cudaStreamNonBlocking);
+    if (rc != cudaSuccess) {
+      (void)cudaGetLastError();
+      return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot create streams: %s",
+                      cudaGetErrorString(rc));
+    }
+  }
   const char *why = "";
   struct cuda_slot *a = slot_create(ce, &why);
   struct cuda_slot *b = a != NULL ? slot_create(ce, &why) : NULL;

@@ -48,6 +48,14 @@ static void ck(cudaError_t rc, const char *what)
   cr_assert_eq(rc, cudaSuccess, "%s: %s", what, cudaGetErrorString(rc));
 }
 
+/* cudaMemset of device memory returns before it is done, on the legacy
+ * stream, which the plugin's and our non-blocking streams do not wait for. */
+static void memset_now(void *dev, int value, size_t n, const char *what)
+{
+  ck(cudaMemset(dev, value, n), what);
+  ck(cudaDeviceSynchronize(), what);
+}
+
 static uint64_t now_ms(void)
 {
   struct timespec ts;
@@ -210,7 +218,10 @@ static void one_round_trip(struct rig *r, struct bufs *b, int scattered, unsigne
 
   memset(r->blocks, OLD, region);
   pattern(b->src, b->cap, seed, 0);
+  /* From pageable memory cudaMemcpy may return before the data is on the
+   * device: wait, since the plugin's streams do not wait for the legacy one. */
   ck(cudaMemcpy(b->src_dev, b->src, b->cap, cudaMemcpyHostToDevice), "upload source");
+  ck(cudaDeviceSynchronize(), "upload source");
 
   ecc_save_entry e[2] = {
     {"a", (uint64_t)(uintptr_t)(b->src_dev + align), sa.nbytes, sa.ids, sa.n},
@@ -225,7 +236,7 @@ static void one_round_trip(struct rig *r, struct bufs *b, int scattered, unsigne
   apply_save(b->image, bs, &sb, b->src + off_b + align);
   expect_same(r->blocks, b->image, region, "region after save");
 
-  ck(cudaMemset(b->dst_dev, POISON, b->cap), "poison destination");
+  memset_now(b->dst_dev, POISON, b->cap, "poison destination");
   uint64_t moved_b = 7 * bs;
   ecc_load_entry l[2] = {
     {11, sa.ids, sa.n, (uint64_t)(uintptr_t)(b->dst_dev + dalign), sa.nbytes},
@@ -401,8 +412,8 @@ static void load_then_kernel(const char *method)
   unsigned long long *bad;
   ck(cudaMalloc((void **)&dst_dev, bytes), "cudaMalloc");
   ck(cudaMalloc((void **)&bad, sizeof(*bad)), "cudaMalloc");
-  ck(cudaMemset(dst_dev, POISON, bytes), "poison");
-  ck(cudaMemset(bad, 0, sizeof(*bad)), "zero");
+  memset_now(dst_dev, POISON, bytes, "poison");
+  memset_now(bad, 0, sizeof(*bad), "zero");
 
   ck(tk_spin(100u * 1000u * 1000u, r.stream), "spin");
   ecc_load_entry l = {9, ids, (uint32_t)nb, (uint64_t)(uintptr_t)dst_dev, bytes};
@@ -447,7 +458,7 @@ static void reuse_after_completion(const char *method)
     cr_assert_eq(ecc_save(r.c, &e, 1), ECC_OK);
     cr_assert_eq(ecc_flush(r.c, r.stream), ECC_OK);
     expect_done(r.c, 1, ECC_DIR_SAVE, 20000);
-    ck(cudaMemset(src_dev, 0, bytes), "overwrite source");
+    memset_now(src_dev, 0, bytes, "overwrite source");
     for (uint32_t i = 0; i < nb; i++) {
       pattern(want, bs, seed, (uint64_t)i * bs);
       expect_same(r.blocks + (uint64_t)ids[i] * bs, want, bs, "block after source reuse");
@@ -664,7 +675,8 @@ static int producer(const char *ini, int to_consumer, int from_consumer)
   uint8_t *host = malloc(bytes), *dev = NULL;
   pattern(host, bytes, 21, 0);
   if (cudaMalloc((void **)&dev, bytes) != cudaSuccess ||
-      cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+      cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess)
     return 11;
   ecc_save_entry e[PROC_ENTRIES];
   uint32_t ids[PROC_ENTRIES][PROC_BLOCKS];
@@ -697,7 +709,8 @@ static int consumer(const char *ini, int from_producer, int to_producer)
     return 21;
   const uint64_t bytes = (uint64_t)PROC_ENTRIES * PROC_BLOCKS * PROC_BS;
   uint8_t *host = malloc(bytes), *want = malloc(bytes), *dev = NULL;
-  if (cudaMalloc((void **)&dev, bytes) != cudaSuccess || cudaMemset(dev, POISON, bytes) != cudaSuccess)
+  if (cudaMalloc((void **)&dev, bytes) != cudaSuccess || cudaMemset(dev, POISON, bytes) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess)
     return 22;
   ecc_load_entry l[PROC_ENTRIES];
   uint32_t ids[PROC_ENTRIES][PROC_BLOCKS];
