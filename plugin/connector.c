@@ -131,8 +131,9 @@ static int check_save_entry(struct conn *c, const ecc_save_entry_v1 *e, size_t i
   int rc = check_blocks(c, "save", idx, e->block_ids, e->n_blocks);
   if (rc != ECC_OK)
     return rc;
-  uint64_t need = desc_blocks_reached(e->nbytes, c->region.block_size);
-  if (need > e->n_blocks)
+  uint64_t room;
+  if (!__builtin_mul_overflow((uint64_t)e->n_blocks, c->region.block_size, &room) &&
+      e->nbytes > room)
     return log_fail(&c->log, ECC_ERR_RANGE,
                     "save: encoder output exceeds allocated blocks for key %s: %" PRIu64
                     " bytes but only %" PRIu32 " blocks of %" PRIu64 " bytes",
@@ -143,10 +144,10 @@ static int check_save_entry(struct conn *c, const ecc_save_entry_v1 *e, size_t i
 /* Bytes a load entry moves: its blocks, cut at the destination's capacity. */
 static uint64_t load_bytes(const struct conn *c, const ecc_load_entry_v1 *e)
 {
-  uint64_t bs = c->region.block_size;
-  if (e->dst_capacity / bs >= e->n_blocks)
-    return (uint64_t)e->n_blocks * bs;
-  return e->dst_capacity;
+  uint64_t blocks;
+  if (__builtin_mul_overflow((uint64_t)e->n_blocks, c->region.block_size, &blocks))
+    return e->dst_capacity;
+  return blocks < e->dst_capacity ? blocks : e->dst_capacity;
 }
 
 static int check_load_entry(struct conn *c, const ecc_load_entry_v1 *e, size_t idx)
@@ -173,9 +174,11 @@ static int check_load_entry(struct conn *c, const ecc_load_entry_v1 *e, size_t i
 
 static int save_checked(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
 {
+  /* At most one descriptor per block listed (fewer when runs merge or the
+   * output stops early). */
   uint64_t descs = 0;
   for (size_t i = 0; i < n; i++)
-    descs += desc_blocks_reached(e[i].nbytes, c->region.block_size);
+    descs += e[i].n_blocks;
 
   struct transfer *t = c->pending;
   if (t == NULL && (t = transfer_get(c)) == NULL)
@@ -270,24 +273,33 @@ int conn_flush(struct conn *c, void *stream)
 
 /* ---- load ---- */
 
-/* Stable LSD radix sort of keys by their high 32 bits, a byte per pass;
- * the result ends in keys. `tmp` has room for n keys. A step may load
- * thousands of entries, and a comparison sort of them costs more than
- * building their descriptors. */
-static void radix_sort_high32(uint64_t *keys, uint64_t *tmp, size_t n)
+/* Stable LSD radix sort of keys by their high 32 bits, a byte per pass,
+ * counting all four bytes in one read and skipping passes where every key
+ * has the same byte. Returns keys or tmp, whichever holds the result. A
+ * step may load thousands of entries, and a comparison sort of them costs
+ * more than building their descriptors. */
+static uint64_t *radix_sort_high32(uint64_t *keys, uint64_t *tmp, size_t n)
 {
-  for (unsigned shift = 32; shift < 64; shift += 8) {
-    size_t count[257] = {0};
+  size_t count[4][256] = {{0}};
+  for (size_t i = 0; i < n; i++)
+    for (unsigned b = 0; b < 4; b++)
+      count[b][(keys[i] >> (32 + 8 * b)) & 0xff]++;
+  for (unsigned b = 0; b < 4; b++) {
+    unsigned shift = 32 + 8 * b;
+    if (count[b][(keys[0] >> shift) & 0xff] == n)
+      continue;
+    size_t pos[256], sum = 0;
+    for (unsigned v = 0; v < 256; v++) {
+      pos[v] = sum;
+      sum += count[b][v];
+    }
     for (size_t i = 0; i < n; i++)
-      count[((keys[i] >> shift) & 0xff) + 1]++;
-    if (count[((keys[0] >> shift) & 0xff) + 1] == n)
-      continue; /* every key has this byte: the pass would change nothing */
-    for (unsigned b = 0; b < 256; b++)
-      count[b + 1] += count[b];
-    for (size_t i = 0; i < n; i++)
-      tmp[count[(keys[i] >> shift) & 0xff]++] = keys[i];
-    memcpy(keys, tmp, n * sizeof(uint64_t));
+      tmp[pos[(keys[i] >> shift) & 0xff]++] = keys[i];
+    uint64_t *swap = keys;
+    keys = tmp;
+    tmp = swap;
   }
+  return keys;
 }
 
 /* Fill c->order with entry indexes sorted by first block id. The key
@@ -309,8 +321,9 @@ static int sort_loads(struct conn *c, const ecc_load_entry_v1 *e, size_t n)
     if (i > 0 && c->order[i] < c->order[i - 1])
       sorted = 0;
   }
+  c->sorted = c->order;
   if (!sorted)
-    radix_sort_high32(c->order, c->order + c->order_cap, n);
+    c->sorted = radix_sort_high32(c->order, c->order + c->order_cap, n);
   return 0;
 }
 
@@ -318,12 +331,12 @@ static int build_load(struct conn *c, struct transfer *t, const ecc_load_entry_v
 {
   uint64_t descs = 0;
   for (size_t i = 0; i < n; i++)
-    descs += desc_blocks_reached(load_bytes(c, &e[i]), c->region.block_size);
+    descs += e[i].n_blocks; /* an upper bound, as for saves */
   if (desc_reserve(&t->desc, descs) != 0 || reserve_done(t, n) != 0 || sort_loads(c, e, n) != 0)
     return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for %" PRIu64 " descriptors", descs);
   uint64_t base = (uint64_t)(uintptr_t)c->region.blocks;
   for (size_t k = 0; k < n; k++) {
-    const ecc_load_entry_v1 *x = &e[c->order[k] & 0xffffffffu];
+    const ecc_load_entry_v1 *x = &e[c->sorted[k] & 0xffffffffu];
     desc_add_entry(&t->desc, x->dst, base, c->region.block_size, x->block_ids,
                    load_bytes(c, x), 0);
   }

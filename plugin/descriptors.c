@@ -99,22 +99,25 @@ void desc_add_entry(struct desc_buf *b, uint64_t linear, uint64_t region_base,
                     uint64_t block_size, const uint32_t *ids, uint64_t nbytes,
                     int to_region)
 {
-  uint64_t used = desc_blocks_reached(nbytes, block_size);
-  uint64_t i = 0;
-  while (i < used) {
-    uint64_t run = 1;
-    while (i + run < used && (uint64_t)ids[i + run] == (uint64_t)ids[i] + run)
+  /* Walks the bytes rather than counting blocks first: no division on the
+   * per-entry path, and no sum that could overflow. */
+  uint64_t off = 0, i = 0;
+  while (off < nbytes) {
+    uint64_t first = ids[i], run = 1;
+    uint64_t left = nbytes - off;
+    uint64_t len = left < block_size ? left : block_size;
+    while (len < left && (uint64_t)ids[i + run] == first + run) {
+      uint64_t more = left - len < block_size ? left - len : block_size;
+      len += more; /* the last block of the entry may be partial */
       run++;
-    uint64_t offset = i * block_size;
-    uint64_t len = run * block_size;
-    if (offset + len > nbytes)
-      len = nbytes - offset; /* the output stops partway into its last block */
-    uint64_t lin = linear + offset;
-    uint64_t reg = region_base + (uint64_t)ids[i] * block_size;
+    }
+    uint64_t lin = linear + off;
+    uint64_t reg = region_base + first * block_size;
     if (to_region)
       push(b, lin, reg, len);
     else
       push(b, reg, lin, len);
+    off += len;
     i += run;
   }
 }
