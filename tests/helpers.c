@@ -178,6 +178,21 @@ void th_remove_tree(const char *dir)
   rmdir(dir);
 }
 
+struct region_header th_region_header(uint64_t bs, uint64_t nb)
+{
+  struct region_header h;
+  memset(&h, 0, sizeof(h));
+  memcpy(h.magic, REGION_MAGIC, sizeof(h.magic));
+  h.layout_version = REGION_LAYOUT_VERSION;
+  h.header_bytes = REGION_HEADER_BYTES;
+  h.block_size = bs;
+  h.num_blocks = nb;
+  h.file_bytes = REGION_HEADER_BYTES + bs * nb;
+  h.creator_pid = 1;
+  h.creator_uid = (uint32_t)geteuid();
+  return h;
+}
+
 int th_exists(const char *path)
 {
   struct stat st;

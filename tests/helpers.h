@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "ecc_host.h"
+#include "region.h"
 
 /* A region name unique to this process and call, e.g. "t12345-3". */
 const char *th_region_name(void);
@@ -53,6 +54,9 @@ int th_count_fds(void);
 
 /* Remove dir and everything under it (symlinks are removed, not followed). */
 void th_remove_tree(const char *dir);
+
+/* A valid region header for bs-byte blocks, nb of them, made by this user. */
+struct region_header th_region_header(uint64_t bs, uint64_t nb);
 
 /* Whether a file exists at path. */
 int th_exists(const char *path);

@@ -74,21 +74,6 @@ static const char *region_ini(const char *name, const char *extra)
   return th_write_temp(text, ".ini");
 }
 
-static struct region_header good_header(uint64_t bs, uint64_t nb)
-{
-  struct region_header h;
-  memset(&h, 0, sizeof(h));
-  memcpy(h.magic, REGION_MAGIC, sizeof(h.magic));
-  h.layout_version = REGION_LAYOUT_VERSION;
-  h.header_bytes = REGION_HEADER_BYTES;
-  h.block_size = bs;
-  h.num_blocks = nb;
-  h.file_bytes = REGION_HEADER_BYTES + bs * nb;
-  h.creator_pid = 1;
-  h.creator_uid = (uint32_t)geteuid();
-  return h;
-}
-
 static void write_region(const char *path, const struct region_header *h, off_t size, mode_t mode)
 {
   int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -166,7 +151,7 @@ typedef const char *(*make_hostile)(const char *path, const char **needle);
 
 static const char *make_world_writable(const char *path, const char **needle)
 {
-  struct region_header h = good_header(BS, NB);
+  struct region_header h = th_region_header(BS, NB);
   write_region(path, &h, REGION_HEADER_BYTES + BS * NB, 0666);
   *needle = "writable by group or others (mode 0666)";
   return path;
@@ -174,7 +159,7 @@ static const char *make_world_writable(const char *path, const char **needle)
 
 static const char *make_group_writable(const char *path, const char **needle)
 {
-  struct region_header h = good_header(BS, NB);
+  struct region_header h = th_region_header(BS, NB);
   write_region(path, &h, REGION_HEADER_BYTES + BS * NB, 0620);
   *needle = "writable by group or others (mode 0620)";
   return path;
@@ -182,7 +167,7 @@ static const char *make_group_writable(const char *path, const char **needle)
 
 static const char *make_truncated(const char *path, const char **needle)
 {
-  struct region_header h = good_header(BS, NB);
+  struct region_header h = th_region_header(BS, NB);
   write_region(path, &h, REGION_HEADER_BYTES + BS * (NB - 1), 0600);
   *needle = "truncated";
   return path;
@@ -198,7 +183,7 @@ static const char *make_short_of_a_header(const char *path, const char **needle)
 static const char *make_forged_count(const char *path, const char **needle)
 {
   /* Consistent with itself and with nothing else: 1000 blocks claimed. */
-  struct region_header h = good_header(BS, 1000);
+  struct region_header h = th_region_header(BS, 1000);
   write_region(path, &h, REGION_HEADER_BYTES + BS * NB, 0600);
   *needle = "truncated: its header declares";
   return path;
@@ -206,7 +191,7 @@ static const char *make_forged_count(const char *path, const char **needle)
 
 static const char *make_inconsistent(const char *path, const char **needle)
 {
-  struct region_header h = good_header(BS, NB);
+  struct region_header h = th_region_header(BS, NB);
   h.num_blocks = 1ull << 58; /* file_bytes still says NB blocks; the product wraps */
   write_region(path, &h, REGION_HEADER_BYTES + BS * NB, 0600);
   *needle = "inconsistent header";
@@ -215,7 +200,7 @@ static const char *make_inconsistent(const char *path, const char **needle)
 
 static const char *make_foreign(const char *path, const char **needle)
 {
-  struct region_header h = good_header(BS, NB);
+  struct region_header h = th_region_header(BS, NB);
   memcpy(h.magic, "\x7f" "ELF\2\1\1\0", 8);
   write_region(path, &h, REGION_HEADER_BYTES + BS * NB, 0600);
   *needle = "not an encoder-cache region";
@@ -224,7 +209,7 @@ static const char *make_foreign(const char *path, const char **needle)
 
 static const char *make_other_layout(const char *path, const char **needle)
 {
-  struct region_header h = good_header(BS * 2, NB / 2);
+  struct region_header h = th_region_header(BS * 2, NB / 2);
   write_region(path, &h, REGION_HEADER_BYTES + BS * NB, 0600);
   *needle = "has 4 blocks of 128 bytes but this connector is configured for 8 blocks of 64";
   return path;
@@ -234,7 +219,7 @@ static const char *make_symlink(const char *path, const char **needle)
 {
   static char target[200];
   snprintf(target, sizeof(target), "%s/target-of-symlink", hdir);
-  struct region_header h = good_header(BS, NB);
+  struct region_header h = th_region_header(BS, NB);
   write_region(target, &h, REGION_HEADER_BYTES + BS * NB, 0600);
   cr_assert_eq(symlink(target, path), 0);
   *needle = "symbolic link";
@@ -358,7 +343,7 @@ Test(hostile, region_file_of_another_user_is_refused_and_never_reaped)
   }
   const char *name = th_region_name();
   const char *path = path_in(hdir, name);
-  struct region_header h = good_header(BS, NB);
+  struct region_header h = th_region_header(BS, NB);
   write_region(path, &h, REGION_HEADER_BYTES + BS * NB, 0600);
   cr_assert_eq(chown(path, 12345, 12345), 0);
   expect_refused(region_ini(name, NULL), path, path, "owned by uid 12345");

@@ -119,21 +119,6 @@ static int64_t elapsed_ms(const struct timespec *t0)
   return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
-static struct region_header good_header(uint64_t bs, uint64_t nb)
-{
-  struct region_header h;
-  memset(&h, 0, sizeof(h));
-  memcpy(h.magic, REGION_MAGIC, sizeof(h.magic));
-  h.layout_version = REGION_LAYOUT_VERSION;
-  h.header_bytes = REGION_HEADER_BYTES;
-  h.block_size = bs;
-  h.num_blocks = nb;
-  h.file_bytes = REGION_HEADER_BYTES + bs * nb;
-  h.creator_pid = 1;
-  h.creator_uid = (uint32_t)geteuid();
-  return h;
-}
-
 /* A region file made by hand: `h` (may be NULL) at offset 0, `size` bytes. */
 static void write_file(const char *path, const struct region_header *h, off_t size,
                        mode_t mode)
@@ -510,7 +495,7 @@ Test(region, header_without_magic_is_rejected_after_the_timeout)
 Test(region, file_shorter_than_its_header_says_is_rejected)
 {
   const char *name = uniq();
-  struct region_header h = good_header(64, 8);
+  struct region_header h = th_region_header(64, 8);
   write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 7, 0600);
   struct region_params p = params(name, 64, 8, REGION_JOIN, 5000);
   struct timespec t0;
@@ -525,7 +510,7 @@ Test(region, file_shorter_than_its_header_says_is_rejected)
 Test(region, foreign_magic_is_rejected_at_once)
 {
   const char *name = uniq();
-  struct region_header h = good_header(64, 8);
+  struct region_header h = th_region_header(64, 8);
   memcpy(h.magic, "NOTOURS!", 8);
   write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 8, 0600);
   struct region_params p = params(name, 64, 8, REGION_JOIN, 5000);
@@ -539,7 +524,7 @@ Test(region, forged_block_count_is_rejected)
 {
   /* Header claims more blocks than the file holds, consistently with itself. */
   const char *name = uniq();
-  struct region_header h = good_header(64, 1000);
+  struct region_header h = th_region_header(64, 1000);
   write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 8, 0600);
   struct region_params p = params(name, 64, 1000, REGION_JOIN, 1000);
   expect_region_error(&p, "truncated");
@@ -548,7 +533,7 @@ Test(region, forged_block_count_is_rejected)
 Test(region, inconsistent_header_is_rejected)
 {
   const char *name = uniq();
-  struct region_header h = good_header(64, 8);
+  struct region_header h = th_region_header(64, 8);
   h.num_blocks = 9; /* file_bytes still says 8 */
   write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 9, 0600);
   struct region_params p = params(name, 64, 9, REGION_JOIN, 1000);
@@ -558,7 +543,7 @@ Test(region, inconsistent_header_is_rejected)
 Test(region, overflowing_header_is_rejected)
 {
   const char *name = uniq();
-  struct region_header h = good_header(64, 8);
+  struct region_header h = th_region_header(64, 8);
   h.block_size = 1ull << 40;
   h.num_blocks = 1ull << 40;
   h.file_bytes = REGION_HEADER_BYTES; /* what the product wraps to */
@@ -570,7 +555,7 @@ Test(region, overflowing_header_is_rejected)
 Test(region, other_layout_version_is_rejected)
 {
   const char *name = uniq();
-  struct region_header h = good_header(64, 8);
+  struct region_header h = th_region_header(64, 8);
   h.layout_version = 2;
   write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 8, 0600);
   struct region_params p = params(name, 64, 8, REGION_JOIN, 1000);
@@ -581,7 +566,7 @@ Test(region, hand_made_valid_file_is_joined)
 {
   /* The checks above fail for the reason they name, not for a bad helper. */
   const char *name = uniq();
-  struct region_header h = good_header(64, 8);
+  struct region_header h = th_region_header(64, 8);
   write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 8, 0600);
   struct region_params p = params(name, 64, 8, REGION_JOIN, 1000);
   struct region r;
@@ -597,7 +582,7 @@ Test(region, symlink_at_the_region_path_is_refused)
   const char *name = uniq();
   char target[128];
   snprintf(target, sizeof(target), "%s/target", tdir);
-  struct region_header h = good_header(64, 8);
+  struct region_header h = th_region_header(64, 8);
   write_file(target, &h, REGION_HEADER_BYTES + 64 * 8, 0600);
   cr_assert_eq(symlink(target, path_of(name)), 0);
   struct region_params p = params(name, 64, 8, REGION_AUTO, 1000);
@@ -612,7 +597,7 @@ Test(region, symlink_at_the_region_path_is_refused)
 Test(region, group_or_world_writable_file_is_refused)
 {
   const char *name = uniq();
-  struct region_header h = good_header(64, 8);
+  struct region_header h = th_region_header(64, 8);
   write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 8, 0666);
   struct region_params p = params(name, 64, 8, REGION_JOIN, 1000);
   expect_region_error(&p, "writable by group or others (mode 0666)");
@@ -631,7 +616,7 @@ Test(region, file_of_another_user_is_refused_and_not_reaped)
     cr_skip_test("needs root to give a file away");
   }
   const char *name = uniq();
-  struct region_header h = good_header(64, 8);
+  struct region_header h = th_region_header(64, 8);
   write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 8, 0600);
   cr_assert_eq(chown(path_of(name), 12345, 12345), 0);
   struct region_params p = params(name, 64, 8, REGION_AUTO, 1000);
@@ -653,7 +638,7 @@ Test(region, directory_at_the_region_path_is_refused)
 Test(region, exclusive_lock_held_elsewhere_bounds_the_join)
 {
   const char *name = uniq();
-  struct region_header h = good_header(64, 8);
+  struct region_header h = th_region_header(64, 8);
   write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 8, 0600);
   int fd = open(path_of(name), O_RDONLY | O_CLOEXEC);
   cr_assert_geq(fd, 0);
