@@ -75,11 +75,6 @@ int desc_reserve(struct desc_buf *b, size_t more)
   return 0;
 }
 
-uint64_t desc_blocks_reached(uint64_t nbytes, uint64_t block_size)
-{
-  return nbytes / block_size + (nbytes % block_size != 0);
-}
-
 static void push(struct desc_buf *b, uint64_t src, uint64_t dst, uint64_t len)
 {
   size_t last = b->count - 1;

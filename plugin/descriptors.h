@@ -32,9 +32,6 @@ void desc_clear(struct desc_buf *b);
 /* Make room for `more` descriptors. Returns 0 or -1 (out of memory). */
 int desc_reserve(struct desc_buf *b, size_t more);
 
-/* Upper bound on descriptors one entry adds: one per block it reaches. */
-uint64_t desc_blocks_reached(uint64_t nbytes, uint64_t block_size);
-
 /*
  * Append the descriptors of one entry: `nbytes` of linear memory at `linear`
  * against region blocks `ids` (block i at region_base + i * block_size).
@@ -42,7 +39,8 @@ uint64_t desc_blocks_reached(uint64_t nbytes, uint64_t block_size);
  * Only the blocks the bytes reach get descriptors; each run of strictly
  * ascending consecutive ids is one descriptor; the last may be partial. A
  * run that continues the previous descriptor on both sides is merged into
- * it. Room must have been reserved. Addresses are unsigned 64-bit.
+ * it. Room must have been reserved: one descriptor per block listed.
+ * Addresses are unsigned 64-bit.
  */
 void desc_add_entry(struct desc_buf *b, uint64_t linear, uint64_t region_base,
                     uint64_t block_size, const uint32_t *ids, uint64_t nbytes,

@@ -50,18 +50,38 @@ const char *th_write_temp(const char *text, const char *suffix)
   return paths[i];
 }
 
-const char *th_ini(const char *role, const char *region, uint64_t block_size,
-                   uint64_t num_blocks, const char *extra)
+const char *th_ini_at(const char *dir, const char *role, const char *region,
+                      uint64_t block_size, uint64_t num_blocks, const char *region_extra,
+                      const char *extra)
 {
+  char dir_line[256] = "";
+  if (dir != NULL)
+    snprintf(dir_line, sizeof(dir_line), "dir = %s\n", dir);
   char text[4096];
   snprintf(text, sizeof(text),
            "[plugin]\npath = %s\nlog_level = error\n\n"
            "[connector]\nrole = %s\n\n"
-           "[region]\nname = %s\nblock_size = %llu\nsize = %llu\n\n"
+           "[region]\n%sname = %s\nblock_size = %llu\nsize = %llu\n%s\n"
            "[engine]\ntype = host\n%s",
-           ECC_PLUGIN_PATH, role, region, (unsigned long long)block_size,
-           (unsigned long long)(block_size * num_blocks), extra ? extra : "");
+           ECC_PLUGIN_PATH, role, dir_line, region, (unsigned long long)block_size,
+           (unsigned long long)(block_size * num_blocks), region_extra ? region_extra : "",
+           extra ? extra : "");
   return th_write_temp(text, ".ini");
+}
+
+const char *th_ini(const char *role, const char *region, uint64_t block_size,
+                   uint64_t num_blocks, const char *extra)
+{
+  return th_ini_at(NULL, role, region, block_size, num_blocks, NULL, extra);
+}
+
+const char *th_region_path(const char *dir, const char *name)
+{
+  static char paths[8][256];
+  static unsigned n;
+  unsigned i = n++ % 8;
+  snprintf(paths[i], sizeof(paths[i]), "%s/ecc-%s.region", dir, name);
+  return paths[i];
 }
 
 ecc_connector *th_open(const char *role, const char *region, uint64_t block_size,

@@ -25,6 +25,15 @@ const char *th_write_temp(const char *text, const char *suffix);
 const char *th_ini(const char *role, const char *region, uint64_t block_size,
                    uint64_t num_blocks, const char *extra);
 
+/* The same with the region file in `dir` (NULL: the default) and
+ * `region_extra` written inside [region] (may be NULL). */
+const char *th_ini_at(const char *dir, const char *role, const char *region,
+                      uint64_t block_size, uint64_t num_blocks, const char *region_extra,
+                      const char *extra);
+
+/* The path of region `name` in `dir` (static storage, 8 live at a time). */
+const char *th_region_path(const char *dir, const char *name);
+
 /* Open a connector from th_ini(...), failing the test with the shim's
  * message if it cannot. */
 ecc_connector *th_open(const char *role, const char *region, uint64_t block_size,

@@ -58,18 +58,6 @@ static int64_t now_ms(void)
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static const char *ini_in_cdir(const char *name, uint64_t bs, uint64_t nb, const char *extra)
-{
-  char text[2048];
-  snprintf(text, sizeof(text),
-           "[plugin]\npath = %s\nlog_level = error\n"
-           "[region]\ndir = %s\nname = %s\nblock_size = %llu\nsize = %llu\n"
-           "[engine]\ntype = host\n%s\n",
-           ECC_PLUGIN_PATH, cdir, name, (unsigned long long)bs,
-           (unsigned long long)(bs * nb), extra ? extra : "");
-  return th_write_temp(text, ".ini");
-}
-
 static ecc_connector *open_ini(const char *ini, const char *role)
 {
   ecc_kv kv = {"connector.role", role};
@@ -273,7 +261,7 @@ Test(concurrency, savers_loader_poller_and_stats_reader_share_one_handle)
 {
   static struct shared s;
   memset(&s, 0, sizeof(s));
-  s.c = open_ini(ini_in_cdir(th_region_name(), BS, NB, "[connector]\nmax_inflight = 8\n"),
+  s.c = open_ini(th_ini_at(cdir, "both", th_region_name(), BS, NB, NULL, "[connector]\nmax_inflight = 8\n"),
                  "both");
   pthread_t savers[SAVERS], loader, poller, reader;
   struct saver_arg args[SAVERS];
@@ -523,12 +511,12 @@ Test(concurrency, several_connectors_in_one_process_never_share_state)
   struct own_arg own[OWN];
   pthread_t th[OWN], prod, cons;
   for (int i = 0; i < OWN; i++) {
-    own[i] = (struct own_arg){.ini = ini_in_cdir(th_region_name(), PBS, 64, NULL), .id = i};
+    own[i] = (struct own_arg){.ini = th_ini_at(cdir, "both", th_region_name(), PBS, 64, NULL, NULL), .id = i};
     cr_assert_eq(pthread_create(&th[i], NULL, own_main, &own[i]), 0);
   }
   static struct pair p;
   memset(&p, 0, sizeof(p));
-  p.ini = ini_in_cdir(th_region_name(), PBS, RING * ROWS, "[region]\njoin_timeout_ms = 10000\n");
+  p.ini = th_ini_at(cdir, "both", th_region_name(), PBS, RING * ROWS, NULL, "[region]\njoin_timeout_ms = 10000\n");
   pthread_mutex_init(&p.lock, NULL);
   pthread_cond_init(&p.changed, NULL);
   /* The producer creates the region; the consumer's open joins it. */

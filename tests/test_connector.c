@@ -391,6 +391,19 @@ Test(connector, failed_create_leaves_no_file)
   dlclose(lib);
 }
 
+/* perm = a random permutation of 0..n-1, the same for the same seed. */
+static void shuffled(uint32_t *perm, uint32_t n, unsigned seed)
+{
+  for (uint32_t i = 0; i < n; i++)
+    perm[i] = i;
+  srand(seed);
+  for (uint32_t i = n - 1; i > 0; i--) {
+    uint32_t j = (uint32_t)rand() % (i + 1), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+}
+
 Test(connector, load_sorts_many_entries_so_neighbours_coalesce)
 {
   enum { N = NB }; /* every block once, one entry each, given in random order */
@@ -407,14 +420,7 @@ Test(connector, load_sorts_many_entries_so_neighbours_coalesce)
   cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
 
   uint32_t perm[N];
-  for (uint32_t i = 0; i < N; i++)
-    perm[i] = i;
-  srand(11);
-  for (uint32_t i = N - 1; i > 0; i--) {
-    uint32_t j = (uint32_t)rand() % (i + 1), t = perm[i];
-    perm[i] = perm[j];
-    perm[j] = t;
-  }
+  shuffled(perm, N, 11);
   /* Entry k loads block perm[k] to where that block sits in dst: sorted by
    * first block, consecutive entries continue each other on both sides. */
   ecc_load_entry e[N];
@@ -444,14 +450,7 @@ Test(connector, load_sort_spans_several_bytes_of_block_ids)
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
   static ecc_completion done[N];
   cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
-  for (uint32_t i = 0; i < N; i++)
-    perm[i] = i;
-  srand(12);
-  for (uint32_t i = N - 1; i > 0; i--) {
-    uint32_t j = (uint32_t)rand() % (i + 1), t = perm[i];
-    perm[i] = perm[j];
-    perm[j] = t;
-  }
+  shuffled(perm, N, 12);
   static ecc_load_entry e[N];
   for (uint32_t k = 0; k < N; k++)
     e[k] = (ecc_load_entry){k, &ids[perm[k]], 1, (uint64_t)(uintptr_t)(dst + perm[k] * SMALL), SMALL};

@@ -14,7 +14,7 @@ static struct desc_buf build(uint64_t linear, const uint32_t *ids, uint64_t nbyt
 {
   struct desc_buf b;
   desc_init(&b, NULL, NULL, NULL);
-  cr_assert_eq(desc_reserve(&b, desc_blocks_reached(nbytes, BS)), 0);
+  cr_assert_eq(desc_reserve(&b, 8), 0); /* every case lists at most 8 blocks */
   desc_add_entry(&b, linear, BASE, BS, ids, nbytes, to_region);
   return b;
 }

@@ -51,29 +51,6 @@ static int count_threads(void)
   return th_count_entries("/proc/self/task");
 }
 
-static const char *region_path(const char *dir, const char *name)
-{
-  static char paths[8][160];
-  static unsigned n;
-  unsigned i = n++ % 8;
-  snprintf(paths[i], sizeof(paths[i]), "%s/ecc-%s.region", dir, name);
-  return paths[i];
-}
-
-/* An INI for the real plugin with the host engine, its region in `dir`. */
-static const char *ini_for(const char *dir, const char *name, uint64_t bs, uint64_t nb,
-                           const char *extra)
-{
-  char text[2048];
-  snprintf(text, sizeof(text),
-           "[plugin]\npath = %s\nlog_level = error\n\n"
-           "[region]\ndir = %s\nname = %s\nblock_size = %llu\nsize = %llu\n%s\n"
-           "[engine]\ntype = host\n",
-           ECC_PLUGIN_PATH, dir, name, (unsigned long long)bs,
-           (unsigned long long)(bs * nb), extra ? extra : "");
-  return th_write_temp(text, ".ini");
-}
-
 /* Log lines of connectors opened with capture_options(), for checks. */
 static char captured[16384];
 
@@ -397,8 +374,8 @@ static uint64_t big_bytes_present(ecc_connector *c, uint64_t id)
 Test(faults, producer_killed_mid_step_hands_over_only_completed_saves_and_next_producer_rejoins)
 {
   const char *name = th_region_name();
-  const char *ini = ini_for(rdir, name, KBS, KNB,
-                            "join_timeout_ms = 5000\n[engine]\nhost_threads = 1\n");
+  const char *ini = th_ini_at(rdir, "both", name, KBS, KNB,
+                            "join_timeout_ms = 5000\n[engine]\nhost_threads = 1\n", NULL);
   struct child p1 = spawn("first", ini);
   struct child p2 = spawn("second", ini);
 
@@ -433,7 +410,7 @@ Test(faults, producer_killed_mid_step_hands_over_only_completed_saves_and_next_p
   uint64_t present = big_bytes_present(cons, id++);
   cr_log_info("the 64 MiB save in flight at the kill had %llu of %llu bytes in the region",
               (unsigned long long)present, (unsigned long long)BIG_ROWS * KBS);
-  cr_assert(th_exists(region_path(rdir, name)), "the dead creator's region vanished");
+  cr_assert(th_exists(th_region_path(rdir, name)), "the dead creator's region vanished");
 
   /* The next producer joins the file the consumer still holds. */
   start(&p2);
@@ -458,16 +435,16 @@ Test(faults, producer_killed_mid_step_hands_over_only_completed_saves_and_next_p
   cr_assert_eq(ecc_close(cons), ECC_OK);
 
   /* Nobody holds the dead creator's file now: the next open reaps it. */
-  cr_assert(th_exists(region_path(rdir, name)), "a joiner removed the region");
+  cr_assert(th_exists(th_region_path(rdir, name)), "a joiner removed the region");
   struct stat old;
-  cr_assert_eq(stat(region_path(rdir, name), &old), 0);
+  cr_assert_eq(stat(th_region_path(rdir, name), &old), 0);
   captured[0] = '\0';
   ecc_connector *next = open_role(ini, "producer", ECC_LOG_INFO);
   ecc_info info = describe(next);
   cr_expect_eq(info.creator, 1, "the orphan should have been reaped and a new region created");
   cr_expect_not_null(strstr(captured, "removed orphaned region"), "log: %s", captured);
   struct stat now;
-  cr_assert_eq(stat(region_path(rdir, name), &now), 0);
+  cr_assert_eq(stat(th_region_path(rdir, name), &now), 0);
   cr_expect_neq(now.st_ino, old.st_ino, "the orphan's file was reused");
   cr_assert_eq(ecc_close(next), ECC_OK);
   cr_expect_eq(th_count_entries(rdir), 0, "files left in %s", rdir);
@@ -478,7 +455,7 @@ Test(faults, joiner_rejoins_after_the_creator_is_killed_while_it_holds_the_regio
   /* Mode join: the region of a SIGKILLed creator is still joinable while a
    * consumer holds it, and a joiner never takes over the unlink. */
   const char *name = th_region_name();
-  const char *ini = ini_for(rdir, name, 4096, 64, "join_timeout_ms = 2000\n");
+  const char *ini = th_ini_at(rdir, "both", name, 4096, 64, "join_timeout_ms = 2000\n", NULL);
   struct child p1 = spawn("idle", ini);
   start(&p1);
   struct note n = next_note(&p1);
@@ -495,7 +472,7 @@ Test(faults, joiner_rejoins_after_the_creator_is_killed_while_it_holds_the_regio
   cr_expect_eq(describe(again).creator, 0);
   cr_assert_eq(ecc_close(again), ECC_OK);
   cr_assert_eq(ecc_close(cons), ECC_OK);
-  cr_expect(th_exists(region_path(rdir, name)), "joiners must not unlink the region");
+  cr_expect(th_exists(th_region_path(rdir, name)), "joiners must not unlink the region");
 }
 
 /* ---- creators that died before sizing, joiners that give up --------------- */
@@ -512,10 +489,10 @@ Test(faults, unheld_files_of_a_creator_that_died_before_sizing_are_reaped)
 {
   const char *name = th_region_name();
   char tmp[200];
-  snprintf(tmp, sizeof(tmp), "%s.tmp.99999.0", region_path(rdir, name));
+  snprintf(tmp, sizeof(tmp), "%s.tmp.99999.0", th_region_path(rdir, name));
   make_file(tmp, 0);
-  make_file(region_path(rdir, name), 0);
-  const char *ini = ini_for(rdir, name, 64, 16, "join_timeout_ms = 300\n");
+  make_file(th_region_path(rdir, name), 0);
+  const char *ini = th_ini_at(rdir, "both", name, 64, 16, "join_timeout_ms = 300\n", NULL);
   captured[0] = '\0';
   ecc_connector *c = open_role(ini, "both", ECC_LOG_INFO);
   cr_expect_eq(describe(c).creator, 1);
@@ -549,19 +526,19 @@ Test(faults, held_zero_length_region_makes_joiners_time_out_and_stays_untouched)
   /* A creator that died between creating the file in place and sizing it,
    * while some process still holds it: nothing to join, nothing to reap. */
   const char *name = th_region_name();
-  make_file(region_path(rdir, name), 0);
-  int holder = open(region_path(rdir, name), O_RDONLY | O_CLOEXEC);
+  make_file(th_region_path(rdir, name), 0);
+  int holder = open(th_region_path(rdir, name), O_RDONLY | O_CLOEXEC);
   cr_assert_geq(holder, 0);
   cr_assert_eq(flock(holder, LOCK_SH), 0);
   struct stat before, after;
-  cr_assert_eq(stat(region_path(rdir, name), &before), 0);
-  const char *ini = ini_for(rdir, name, 64, 16, "join_timeout_ms = 300\n");
+  cr_assert_eq(stat(th_region_path(rdir, name), &before), 0);
+  const char *ini = th_ini_at(rdir, "both", name, 64, 16, "join_timeout_ms = 300\n", NULL);
   expect_open_fails(ini, NULL, 0, ECC_ERR_REGION,
                     "truncated: 0 bytes, less than its 4096-byte header (waited 300 ms)", 290,
                     5000);
   ecc_kv join = {"region.mode", "join"};
   expect_open_fails(ini, &join, 1, ECC_ERR_REGION, "truncated: 0 bytes", 290, 5000);
-  cr_assert_eq(stat(region_path(rdir, name), &after), 0);
+  cr_assert_eq(stat(th_region_path(rdir, name), &after), 0);
   cr_expect_eq(after.st_ino, before.st_ino);
   cr_expect_eq(after.st_size, 0);
   cr_expect_eq(th_count_entries(rdir), 1, "something was created beside the held file");
@@ -571,10 +548,10 @@ Test(faults, held_zero_length_region_makes_joiners_time_out_and_stays_untouched)
 Test(faults, held_region_without_magic_times_out_naming_the_magic)
 {
   const char *name = th_region_name();
-  make_file(region_path(rdir, name), 4096 + 64 * 16);
-  int holder = open(region_path(rdir, name), O_RDONLY | O_CLOEXEC);
+  make_file(th_region_path(rdir, name), 4096 + 64 * 16);
+  int holder = open(th_region_path(rdir, name), O_RDONLY | O_CLOEXEC);
   cr_assert_eq(flock(holder, LOCK_SH), 0);
-  const char *ini = ini_for(rdir, name, 64, 16, "join_timeout_ms = 250\n");
+  const char *ini = th_ini_at(rdir, "both", name, 64, 16, "join_timeout_ms = 250\n", NULL);
   expect_open_fails(ini, NULL, 0, ECC_ERR_REGION, "magic did not appear within 250 ms", 240,
                     5000);
   close(holder);
@@ -583,9 +560,9 @@ Test(faults, held_region_without_magic_times_out_naming_the_magic)
 Test(faults, joiner_without_a_creator_times_out_and_creates_nothing)
 {
   const char *name = th_region_name();
-  const char *ini = ini_for(rdir, name, 64, 16, "mode = join\njoin_timeout_ms = 200\n");
+  const char *ini = th_ini_at(rdir, "both", name, 64, 16, "mode = join\njoin_timeout_ms = 200\n", NULL);
   char want[256];
-  snprintf(want, sizeof(want), "timed out after 200 ms waiting for %s", region_path(rdir, name));
+  snprintf(want, sizeof(want), "timed out after 200 ms waiting for %s", th_region_path(rdir, name));
   expect_open_fails(ini, NULL, 0, ECC_ERR_REGION, want, 190, 5000);
   cr_expect_eq(th_count_entries(rdir), 0, "mode join created something");
 }
@@ -605,16 +582,16 @@ Test(faults, tmpfs_too_small_fails_with_enospc_and_leaves_nothing)
                  strerror(e));
   }
   const char *name = th_region_name();
-  const char *big = ini_for(mnt, name, 4096, 1024, NULL); /* 4 MiB */
+  const char *big = th_ini_at(mnt, "both", name, 4096, 1024, NULL, NULL); /* 4 MiB */
   char path[160];
-  snprintf(path, sizeof(path), "%s", region_path(mnt, name));
+  snprintf(path, sizeof(path), "%s", th_region_path(mnt, name));
   int fds = th_count_fds();
   ecc_connector *c = NULL;
   char err[1024] = "";
   int rc = ecc_open(big, NULL, &c, err, sizeof(err));
   int left = th_count_entries(mnt);
   /* A control: a region that fits is created in the same tmpfs. */
-  const char *small = ini_for(mnt, name, 4096, 128, NULL); /* 512 KiB */
+  const char *small = th_ini_at(mnt, "both", name, 4096, 128, NULL, NULL); /* 512 KiB */
   ecc_connector *ok = NULL;
   char err2[1024] = "";
   int rc2 = ecc_open(small, NULL, &ok, err2, sizeof(err2));
@@ -639,7 +616,7 @@ Test(faults, tmpfs_too_small_fails_with_enospc_and_leaves_nothing)
 Test(faults, inflight_bound_refuses_each_direction_alone_and_quietly)
 {
   const char *name = th_region_name();
-  const char *ini = ini_for(rdir, name, 64, 64, "[connector]\nmax_inflight = 3\n");
+  const char *ini = th_ini_at(rdir, "both", name, 64, 64, "[connector]\nmax_inflight = 3\n", NULL);
   captured[0] = '\0';
   ecc_connector *c = open_role(ini, "both", ECC_LOG_WARN);
   static uint8_t buf[64], dst[8][64];
@@ -697,7 +674,7 @@ Test(faults, inflight_bound_refuses_each_direction_alone_and_quietly)
 Test(faults, shutdown_with_large_transfers_in_flight_waits_frees_and_unlinks)
 {
   const char *name = th_region_name();
-  const char *ini = ini_for(rdir, name, SBS, SROWS * SENTRIES, "[engine]\nhost_threads = 1\n");
+  const char *ini = th_ini_at(rdir, "both", name, SBS, SROWS * SENTRIES, "[engine]\nhost_threads = 1\n", NULL);
   int fds = th_count_fds(), threads = count_threads();
   ecc_connector *c = open_role(ini, "both", ECC_LOG_WARN);
   char path[256];

@@ -54,24 +54,11 @@ static void clear_hdir(void)
 
 /* ---- hostile region files ---------------------------------------------- */
 
-static const char *path_in(const char *dir, const char *name)
-{
-  static char paths[8][200];
-  static unsigned n;
-  unsigned i = n++ % 8;
-  snprintf(paths[i], sizeof(paths[i]), "%s/ecc-%s.region", dir, name);
-  return paths[i];
-}
-
 static const char *region_ini(const char *name, const char *extra)
 {
-  char text[1024];
-  snprintf(text, sizeof(text),
-           "[plugin]\npath = %s\nlog_level = error\n"
-           "[region]\ndir = %s\nname = %s\nblock_size = %u\nsize = %u\n"
-           "join_timeout_ms = 200\n%s\n[engine]\ntype = host\n",
-           ECC_PLUGIN_PATH, hdir, name, BS, BS * NB, extra ? extra : "");
-  return th_write_temp(text, ".ini");
+  char region_extra[512];
+  snprintf(region_extra, sizeof(region_extra), "join_timeout_ms = 200\n%s", extra ? extra : "");
+  return th_ini_at(hdir, "both", name, BS, NB, region_extra, NULL);
 }
 
 static void write_region(const char *path, const struct region_header *h, off_t size, mode_t mode)
@@ -263,7 +250,7 @@ Test(hostile, region_files_are_refused_and_left_alone_when_reaping_is_off)
 {
   for (size_t i = 0; i < N_KINDS; i++) {
     const char *name = th_region_name();
-    const char *path = path_in(hdir, name);
+    const char *path = th_region_path(hdir, name);
     const char *needle = NULL;
     const char *victim = kinds[i].make(path, &needle);
     cr_log_info("region file: %s", kinds[i].what);
@@ -286,7 +273,7 @@ Test(hostile, region_files_held_by_a_live_process_are_refused_with_reaping_on)
 {
   for (size_t i = 0; i < N_KINDS; i++) {
     const char *name = th_region_name();
-    const char *path = path_in(hdir, name);
+    const char *path = th_region_path(hdir, name);
     const char *needle = NULL;
     const char *victim = kinds[i].make(path, &needle);
     int holder = -1;
@@ -310,7 +297,7 @@ Test(hostile, unheld_hostile_file_of_our_own_user_is_reaped_as_an_orphan)
    * replaces it. Links, directories and fifos are never reaped. */
   for (size_t i = 0; i < N_KINDS; i++) {
     const char *name = th_region_name();
-    const char *path = path_in(hdir, name);
+    const char *path = th_region_path(hdir, name);
     const char *needle = NULL;
     kinds[i].make(path, &needle);
     ecc_connector *c = NULL;
@@ -342,7 +329,7 @@ Test(hostile, region_file_of_another_user_is_refused_and_never_reaped)
     cr_skip_test("needs root to give a file to another user");
   }
   const char *name = th_region_name();
-  const char *path = path_in(hdir, name);
+  const char *path = th_region_path(hdir, name);
   struct region_header h = th_region_header(BS, NB);
   write_region(path, &h, REGION_HEADER_BYTES + BS * NB, 0600);
   cr_assert_eq(chown(path, 12345, 12345), 0);
