@@ -27,6 +27,7 @@ static struct transfer *transfer_get(struct conn *c)
   }
   t->next = NULL;
   t->n_done = 0;
+  t->keys_len = 0;
   t->next_report = 0;
   t->finished = 0;
   t->status = ECC_OK;
@@ -53,21 +54,33 @@ static void transfer_free(struct transfer *t)
 {
   desc_free(&t->desc);
   free(t->done);
+  free(t->keys);
   free(t);
 }
 
-static int reserve_done(struct transfer *t, size_t more)
+/* Room for `more` completion records and `key_bytes` more bytes of keys. */
+static int reserve_done(struct transfer *t, size_t more, size_t key_bytes)
 {
-  if (t->n_done + more <= t->cap_done)
-    return 0;
-  size_t cap = t->cap_done < 16 ? 16 : t->cap_done;
-  while (cap < t->n_done + more)
-    cap *= 2;
-  ecc_completion_v1 *p = realloc(t->done, cap * sizeof(*p));
-  if (p == NULL)
-    return -1;
-  t->done = p;
-  t->cap_done = cap;
+  if (t->n_done + more > t->cap_done) {
+    size_t cap = t->cap_done < 16 ? 16 : t->cap_done;
+    while (cap < t->n_done + more)
+      cap *= 2;
+    struct done_rec *p = realloc(t->done, cap * sizeof(*p));
+    if (p == NULL)
+      return -1;
+    t->done = p;
+    t->cap_done = cap;
+  }
+  if (t->keys_len + key_bytes > t->keys_cap) {
+    size_t cap = t->keys_cap < 1024 ? 1024 : t->keys_cap;
+    while (cap < t->keys_len + key_bytes)
+      cap *= 2;
+    char *p = realloc(t->keys, cap);
+    if (p == NULL)
+      return -1;
+    t->keys = p;
+    t->keys_cap = cap;
+  }
   return 0;
 }
 
@@ -94,23 +107,45 @@ static struct transfer *fifo_pop(struct fifo *f)
 
 /* ---- checks shared by save and load ---- */
 
+/* What a call's entries need, added up while they are checked so that the
+ * entries are not walked again for it. */
+struct call_size {
+  uint64_t descs;   /* descriptors at most: one per block listed */
+  size_t key_bytes; /* saves: bytes of the keys, NULs included */
+};
+
+/* Block ids in range, and their span (n_ids x block_size) within 64 bits,
+ * which the byte counts below and desc_write_entry rely on. */
 static int check_blocks(struct conn *c, const char *what, size_t idx,
                         const uint32_t *ids, uint32_t n_ids)
 {
   if (ids == NULL || n_ids == 0)
     return log_fail(&c->log, ECC_ERR_INVALID, "%s: entry %zu has no block ids", what, idx);
+  uint64_t span;
+  if (__builtin_mul_overflow((uint64_t)n_ids, c->region.block_size, &span))
+    return log_fail(&c->log, ECC_ERR_RANGE,
+                    "%s: entry %zu: %" PRIu32 " blocks of %" PRIu64 " bytes exceed 2^64 bytes",
+                    what, idx, n_ids, c->region.block_size);
+  /* The largest id first, without a branch per block; the culprit is
+   * looked for only when there is one. */
+  uint32_t top = 0;
+  for (uint32_t i = 0; i < n_ids; i++)
+    top = ids[i] > top ? ids[i] : top;
   uint64_t limit = c->region.num_blocks;
-  for (uint32_t i = 0; i < n_ids; i++) {
-    if (ids[i] >= limit)
-      return log_fail(&c->log, ECC_ERR_RANGE,
-                      "%s: entry %zu: block id %" PRIu32 " (position %" PRIu32
-                      ") is out of range: the region has %" PRIu64 " blocks",
-                      what, idx, ids[i], i, limit);
-  }
-  return ECC_OK;
+  if (top < limit)
+    return ECC_OK;
+  uint32_t at = 0;
+  while (ids[at] < limit)
+    at++;
+  return log_fail(&c->log, ECC_ERR_RANGE,
+                  "%s: entry %zu: block id %" PRIu32 " (position %" PRIu32
+                  ") is out of range: the region has %" PRIu64 " blocks",
+                  what, idx, ids[at], at, limit);
 }
 
-static int check_save_entry(struct conn *c, const ecc_save_entry_v1 *e, size_t idx)
+/* On success adds the entry to *size. */
+static int check_save_entry(struct conn *c, const ecc_save_entry_v1 *e, size_t idx,
+                            struct call_size *size)
 {
   if (e->key == NULL)
     return log_fail(&c->log, ECC_ERR_INVALID, "save: entry %zu has a NULL key", idx);
@@ -131,26 +166,28 @@ static int check_save_entry(struct conn *c, const ecc_save_entry_v1 *e, size_t i
   int rc = check_blocks(c, "save", idx, e->block_ids, e->n_blocks);
   if (rc != ECC_OK)
     return rc;
-  uint64_t room;
-  if (!__builtin_mul_overflow((uint64_t)e->n_blocks, c->region.block_size, &room) &&
-      e->nbytes > room)
+  uint64_t room = (uint64_t)e->n_blocks * c->region.block_size; /* fits: check_blocks */
+  if (e->nbytes > room)
     return log_fail(&c->log, ECC_ERR_RANGE,
                     "save: encoder output exceeds allocated blocks for key %s: %" PRIu64
                     " bytes but only %" PRIu32 " blocks of %" PRIu64 " bytes",
                     e->key, e->nbytes, e->n_blocks, c->region.block_size);
+  size->descs += e->n_blocks;
+  size->key_bytes += klen + 1;
   return ECC_OK;
 }
 
-/* Bytes a load entry moves: its blocks, cut at the destination's capacity. */
+/* Bytes a load entry moves: its blocks, cut at the destination's capacity.
+ * The product fits in 64 bits once check_blocks has passed. */
 static uint64_t load_bytes(const struct conn *c, const ecc_load_entry_v1 *e)
 {
-  uint64_t blocks;
-  if (__builtin_mul_overflow((uint64_t)e->n_blocks, c->region.block_size, &blocks))
-    return e->dst_capacity;
+  uint64_t blocks = (uint64_t)e->n_blocks * c->region.block_size;
   return blocks < e->dst_capacity ? blocks : e->dst_capacity;
 }
 
-static int check_load_entry(struct conn *c, const ecc_load_entry_v1 *e, size_t idx)
+/* On success adds the entry to *size. */
+static int check_load_entry(struct conn *c, const ecc_load_entry_v1 *e, size_t idx,
+                            struct call_size *size)
 {
   if (e->dst == 0)
     return log_fail(&c->log, ECC_ERR_INVALID,
@@ -167,39 +204,44 @@ static int check_load_entry(struct conn *c, const ecc_load_entry_v1 *e, size_t i
     return log_fail(&c->log, ECC_ERR_INVALID,
                     "load: entry %zu (transfer %" PRIu64 "): destination 0x%" PRIx64
                     " wraps around", idx, e->transfer_id, e->dst);
+  size->descs += e->n_blocks;
   return ECC_OK;
 }
 
 /* ---- save / flush ---- */
 
-static int save_checked(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
+static int save_checked(struct conn *c, const ecc_save_entry_v1 *e, size_t n,
+                        const struct call_size *size)
 {
-  /* At most one descriptor per block listed (fewer when runs merge or the
-   * output stops early). */
-  uint64_t descs = 0;
-  for (size_t i = 0; i < n; i++)
-    descs += e[i].n_blocks;
-
   struct transfer *t = c->pending;
   if (t == NULL && (t = transfer_get(c)) == NULL)
     return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for a transfer");
-  if (desc_reserve(&t->desc, descs) != 0 || reserve_done(t, n) != 0) {
+  if (desc_reserve(&t->desc, size->descs) != 0 || reserve_done(t, n, size->key_bytes) != 0) {
     if (c->pending == NULL)
       transfer_put(c, t);
-    return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for %" PRIu64 " descriptors", descs);
+    return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for %" PRIu64 " descriptors",
+                    size->descs);
   }
   c->pending = t;
 
-  uint64_t base = (uint64_t)(uintptr_t)c->region.blocks;
+  /* Locals, stored back once: see struct desc_writer. */
+  uint64_t base = (uint64_t)(uintptr_t)c->region.blocks, bs = c->region.block_size;
+  struct desc_writer w;
+  desc_writer_open(&t->desc, &w);
+  struct done_rec *rec = t->done + t->n_done;
+  char *keys = t->keys;
+  size_t keys_len = t->keys_len;
   for (size_t i = 0; i < n; i++) {
-    desc_add_entry(&t->desc, e[i].src, base, c->region.block_size, e[i].block_ids,
-                   e[i].nbytes, 1);
-    ecc_completion_v1 *rec = &t->done[t->n_done++];
-    memset(rec, 0, offsetof(ecc_completion_v1, key));
-    rec->direction = ECC_DIR_SAVE;
-    rec->nbytes = e[i].nbytes;
-    strcpy(rec->key, e[i].key); /* length checked: <= ECC_KEY_MAX */
+    desc_write_entry(&w, e[i].src, base, bs, e[i].block_ids, e[i].nbytes, 1);
+    rec[i].id = keys_len;
+    rec[i].nbytes = e[i].nbytes;
+    size_t klen = strlen(e[i].key) + 1; /* checked: <= ECC_KEY_MAX + 1 */
+    memcpy(keys + keys_len, e[i].key, klen);
+    keys_len += klen;
   }
+  desc_writer_close(&t->desc, &w);
+  t->n_done += n;
+  t->keys_len = keys_len;
   return ECC_OK;
 }
 
@@ -211,8 +253,9 @@ int conn_save(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
     return log_fail(&c->log, ECC_ERR_INVALID, "save: entries is NULL but n = %zu", n);
   if (c->cfg.role == ROLE_CONSUMER)
     return log_fail(&c->log, ECC_ERR_ROLE, "save: this connector is a consumer (connector.role)");
+  struct call_size size = {0, 0};
   for (size_t i = 0; i < n; i++) {
-    int rc = check_save_entry(c, &e[i], i);
+    int rc = check_save_entry(c, &e[i], i, &size);
     if (rc != ECC_OK)
       return rc;
   }
@@ -223,7 +266,7 @@ int conn_save(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
     return ECC_OK;
   }
   pthread_mutex_lock(&c->step_lock);
-  int rc = save_checked(c, e, n);
+  int rc = save_checked(c, e, n, &size);
   pthread_mutex_unlock(&c->step_lock);
   return rc;
 }
@@ -274,24 +317,29 @@ int conn_flush(struct conn *c, void *stream)
 /* ---- load ---- */
 
 /* Stable LSD radix sort of keys by their high 32 bits, a byte per pass,
- * counting all four bytes in one read and skipping passes where every key
- * has the same byte. Returns keys or tmp, whichever holds the result. A
- * step may load thousands of entries, and a comparison sort of them costs
- * more than building their descriptors. */
+ * skipping the bytes every key shares (one pass over the keys finds them:
+ * block ids rarely use all 32 bits). Returns keys or tmp, whichever holds
+ * the result. A step may load thousands of entries, and a comparison sort
+ * of them costs more than building their descriptors. */
 static uint64_t *radix_sort_high32(uint64_t *keys, uint64_t *tmp, size_t n)
 {
-  size_t count[4][256] = {{0}};
-  for (size_t i = 0; i < n; i++)
-    for (unsigned b = 0; b < 4; b++)
-      count[b][(keys[i] >> (32 + 8 * b)) & 0xff]++;
-  for (unsigned b = 0; b < 4; b++) {
-    unsigned shift = 32 + 8 * b;
-    if (count[b][(keys[0] >> shift) & 0xff] == n)
+  uint64_t all_and = ~0ull, all_or = 0;
+  for (size_t i = 0; i < n; i++) {
+    all_and &= keys[i];
+    all_or |= keys[i];
+  }
+  uint64_t varying = all_and ^ all_or;
+  for (unsigned shift = 32; shift < 64; shift += 8) {
+    if (((varying >> shift) & 0xff) == 0)
       continue;
-    size_t pos[256], sum = 0;
+    size_t pos[256] = {0};
+    for (size_t i = 0; i < n; i++)
+      pos[(keys[i] >> shift) & 0xff]++;
+    size_t sum = 0;
     for (unsigned v = 0; v < 256; v++) {
+      size_t count = pos[v];
       pos[v] = sum;
-      sum += count[b][v];
+      sum += count;
     }
     for (size_t i = 0; i < n; i++)
       tmp[pos[(keys[i] >> shift) & 0xff]++] = keys[i];
@@ -302,58 +350,99 @@ static uint64_t *radix_sort_high32(uint64_t *keys, uint64_t *tmp, size_t n)
   return keys;
 }
 
-/* Fill c->order with entry indexes sorted by first block id. The key
- * carries the index in its low half, so equal first blocks keep the host's
- * order. */
-static int sort_loads(struct conn *c, const ecc_load_entry_v1 *e, size_t n)
+/* What the checking pass learnt about a call's loads. */
+struct load_plan {
+  struct call_size size;
+  int sort; /* whether the entries must be sorted by first block */
+};
+
+/* One pass over the entries in the host's order: each is checked, and gets
+ * its completion record and its sort key (first block << 32 | index, so
+ * equal first blocks keep the host's order) in c->order. The sort is not
+ * needed when the blocks already ascend, nor when the destinations do
+ * without overlap: two entries can then merge only if one's destination
+ * ends where the next's begins, and those are neighbours in the host's
+ * order already. Records and keys are scratch until the transfer is
+ * queued, so a rejected call still changes nothing. */
+static int plan_loads(struct conn *c, struct transfer *t, const ecc_load_entry_v1 *e, size_t n,
+                      struct load_plan *plan)
 {
-  if (c->order_cap < n) {
-    /* Keys, then as many again of scratch for the sort. */
-    uint64_t *p = realloc(c->order, 2 * n * sizeof(*p));
-    if (p == NULL)
-      return -1;
-    c->order = p;
-    c->order_cap = n;
-  }
-  int sorted = 1;
+  int blocks_ascend = 1, dsts_ascend = 1;
+  uint64_t prev_end = 0, prev_key = 0;
+  struct done_rec *rec = t->done; /* the transfer is new: no records yet */
+  uint64_t *keys = c->order;
+  plan->size = (struct call_size){0, 0};
   for (size_t i = 0; i < n; i++) {
-    c->order[i] = ((uint64_t)e[i].block_ids[0] << 32) | (uint64_t)i;
-    if (i > 0 && c->order[i] < c->order[i - 1])
-      sorted = 0;
+    int rc = check_load_entry(c, &e[i], i, &plan->size);
+    if (rc != ECC_OK)
+      return rc;
+    uint64_t bytes = load_bytes(c, &e[i]);
+    rec[i].id = e[i].transfer_id;
+    rec[i].nbytes = bytes;
+    uint64_t key = ((uint64_t)e[i].block_ids[0] << 32) | (uint64_t)i;
+    keys[i] = key;
+    if (i > 0 && key < prev_key)
+      blocks_ascend = 0;
+    if (i > 0 && e[i].dst < prev_end)
+      dsts_ascend = 0;
+    prev_key = key;
+    prev_end = e[i].dst + bytes; /* checked: does not wrap */
   }
-  c->sorted = c->order;
-  if (!sorted)
-    c->sorted = radix_sort_high32(c->order, c->order + c->order_cap, n);
+  plan->sort = !blocks_ascend && !dsts_ascend;
+  return ECC_OK;
+}
+
+static int reserve_order(struct conn *c, size_t n)
+{
+  if (c->order_cap >= n)
+    return 0;
+  /* Keys, then as many again of scratch for the sort. */
+  uint64_t *p = realloc(c->order, 2 * n * sizeof(*p));
+  if (p == NULL)
+    return -1;
+  c->order = p;
+  c->order_cap = n;
   return 0;
 }
 
-static int build_load(struct conn *c, struct transfer *t, const ecc_load_entry_v1 *e, size_t n)
+/* Descriptors of a step's loads in order of first block, so that entries
+ * next to each other in the region and at their destinations coalesce. */
+static int build_load(struct conn *c, struct transfer *t, const ecc_load_entry_v1 *e, size_t n,
+                      const struct load_plan *plan)
 {
-  uint64_t descs = 0;
-  for (size_t i = 0; i < n; i++)
-    descs += e[i].n_blocks; /* an upper bound, as for saves */
-  if (desc_reserve(&t->desc, descs) != 0 || reserve_done(t, n) != 0 || sort_loads(c, e, n) != 0)
-    return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for %" PRIu64 " descriptors", descs);
-  uint64_t base = (uint64_t)(uintptr_t)c->region.blocks;
-  for (size_t k = 0; k < n; k++) {
-    const ecc_load_entry_v1 *x = &e[c->sorted[k] & 0xffffffffu];
-    desc_add_entry(&t->desc, x->dst, base, c->region.block_size, x->block_ids,
-                   load_bytes(c, x), 0);
+  if (desc_reserve(&t->desc, plan->size.descs) != 0)
+    return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for %" PRIu64 " descriptors",
+                    plan->size.descs);
+  uint64_t base = (uint64_t)(uintptr_t)c->region.blocks, bs = c->region.block_size;
+  const struct done_rec *rec = t->done;
+  struct desc_writer w;
+  desc_writer_open(&t->desc, &w);
+  if (plan->sort) {
+    const uint64_t *sorted = radix_sort_high32(c->order, c->order + c->order_cap, n);
+    for (size_t k = 0; k < n; k++) {
+      uint32_t i = (uint32_t)sorted[k];
+      desc_write_entry(&w, e[i].dst, base, bs, e[i].block_ids, rec[i].nbytes, 0);
+    }
+  } else {
+    for (size_t i = 0; i < n; i++)
+      desc_write_entry(&w, e[i].dst, base, bs, e[i].block_ids, rec[i].nbytes, 0);
   }
-  for (size_t i = 0; i < n; i++) {
-    ecc_completion_v1 *rec = &t->done[t->n_done++];
-    memset(rec, 0, offsetof(ecc_completion_v1, key));
-    rec->key[0] = '\0';
-    rec->direction = ECC_DIR_LOAD;
-    rec->transfer_id = e[i].transfer_id;
-    rec->nbytes = load_bytes(c, &e[i]);
-  }
+  desc_writer_close(&t->desc, &w);
+  t->n_done = n;
   t->direction = ECC_DIR_LOAD;
   return ECC_OK;
 }
 
-static int load_locked(struct conn *c, const ecc_load_entry_v1 *e, size_t n, void *stream)
+/* Checked entries first, then the in-flight bound, then the copy. */
+static int start_load(struct conn *c, struct transfer *t, const ecc_load_entry_v1 *e, size_t n,
+                      void *stream)
 {
+  if (reserve_done(t, n, 0) != 0 || reserve_order(c, n) != 0)
+    return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for %zu entries", n);
+  struct load_plan plan;
+  int rc = plan_loads(c, t, e, n, &plan);
+  if (rc != ECC_OK)
+    return rc;
   pthread_mutex_lock(&c->done_lock);
   int room = has_room(c, &c->loads);
   pthread_mutex_unlock(&c->done_lock);
@@ -361,19 +450,25 @@ static int load_locked(struct conn *c, const ecc_load_entry_v1 *e, size_t n, voi
     return log_fail_at(&c->log, ECC_LOG_DEBUG, ECC_ERR_BUSY,
                     "load: %u load transfers are in flight (connector.max_inflight); poll first",
                     c->cfg.max_inflight);
+  rc = build_load(c, t, e, n, &plan);
+  if (rc != ECC_OK)
+    return rc;
+  rc = c->engine.ops->submit(&c->engine, t, stream);
+  if (rc == ECC_ERR_INVALID)
+    return log_fail(&c->log, rc, "load: the %s engine takes no compute stream; pass NULL",
+                    c->engine.ops->name);
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "load: the %s engine could not start the copy",
+                    c->engine.ops->name);
+  return ECC_OK;
+}
+
+static int load_locked(struct conn *c, const ecc_load_entry_v1 *e, size_t n, void *stream)
+{
   struct transfer *t = transfer_get(c);
   if (t == NULL)
     return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for a transfer");
-  int rc = build_load(c, t, e, n);
-  if (rc == ECC_OK) {
-    rc = c->engine.ops->submit(&c->engine, t, stream);
-    if (rc == ECC_ERR_INVALID)
-      rc = log_fail(&c->log, rc, "load: the %s engine takes no compute stream; pass NULL",
-                    c->engine.ops->name);
-    else if (rc != ECC_OK)
-      rc = log_fail(&c->log, rc, "load: the %s engine could not start the copy",
-                    c->engine.ops->name);
-  }
+  int rc = start_load(c, t, e, n, stream);
   if (rc != ECC_OK) {
     transfer_put(c, t);
     return rc;
@@ -393,6 +488,8 @@ static int load_locked(struct conn *c, const ecc_load_entry_v1 *e, size_t n, voi
   return ECC_OK;
 }
 
+/* The entries are checked under the step lock, in the same pass that
+ * prepares them: a step of thousands of entries pays for one walk, not two. */
 int conn_load(struct conn *c, const ecc_load_entry_v1 *e, size_t n, void *stream)
 {
   if (n == 0)
@@ -403,11 +500,6 @@ int conn_load(struct conn *c, const ecc_load_entry_v1 *e, size_t n, void *stream
     return log_fail(&c->log, ECC_ERR_ROLE, "load: this connector is a producer (connector.role)");
   if (n > UINT32_MAX)
     return log_fail(&c->log, ECC_ERR_INVALID, "load: %zu entries in one call; at most %u", n, UINT32_MAX);
-  for (size_t i = 0; i < n; i++) {
-    int rc = check_load_entry(c, &e[i], i);
-    if (rc != ECC_OK)
-      return rc;
-  }
   pthread_mutex_lock(&c->step_lock);
   int rc = load_locked(c, e, n, stream);
   pthread_mutex_unlock(&c->step_lock);
@@ -467,18 +559,31 @@ static int head_finished(struct conn *c, struct transfer *t)
   return 1;
 }
 
+/* The caller's record for one entry of a finished transfer. */
+static void report(const struct transfer *t, const struct done_rec *rec, ecc_completion_v1 *out)
+{
+  out->direction = (uint32_t)t->direction;
+  out->status = t->status;
+  out->batch = t->batch;
+  out->nbytes = rec->nbytes;
+  out->elapsed_ns = t->elapsed_ns;
+  if (t->direction == ECC_DIR_SAVE) {
+    const char *key = t->keys + rec->id;
+    out->transfer_id = 0;
+    memcpy(out->key, key, strlen(key) + 1);
+  } else {
+    out->transfer_id = rec->id;
+    out->key[0] = '\0';
+  }
+}
+
 static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1 *out, size_t cap)
 {
   size_t n = 0;
   while (n < cap && f->head != NULL && head_finished(c, f->head)) {
     struct transfer *t = f->head;
-    while (n < cap && t->next_report < t->n_done) {
-      out[n] = t->done[t->next_report++];
-      out[n].status = t->status;
-      out[n].batch = t->batch;
-      out[n].elapsed_ns = t->elapsed_ns;
-      n++;
-    }
+    while (n < cap && t->next_report < t->n_done)
+      report(t, &t->done[t->next_report++], &out[n++]);
     if (t->next_report == t->n_done)
       transfer_put_locked(c, fifo_pop(f));
   }

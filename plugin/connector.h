@@ -33,7 +33,6 @@ struct conn {
   uint64_t load_batches;
   uint64_t *order;              /* load scratch: keys (first block << 32 | entry index), then as many for the sort */
   size_t order_cap;             /* keys it has room for */
-  uint64_t *sorted;             /* the sorted keys: in order's first or second half */
 
   pthread_mutex_t done_lock;    /* FIFOs, free transfers, stats */
   struct fifo saves;

@@ -43,6 +43,7 @@ void desc_clear(struct desc_buf *b)
 {
   b->count = 0;
   b->bytes = 0;
+  b->src_end = b->dst_end = 0;
 }
 
 int desc_reserve(struct desc_buf *b, size_t more)
@@ -75,44 +76,12 @@ int desc_reserve(struct desc_buf *b, size_t more)
   return 0;
 }
 
-static void push(struct desc_buf *b, uint64_t src, uint64_t dst, uint64_t len)
-{
-  size_t last = b->count - 1;
-  if (b->count > 0 && b->src[last] + b->len[last] == src &&
-      b->dst[last] + b->len[last] == dst) {
-    b->len[last] += len;
-  } else {
-    b->src[b->count] = src;
-    b->dst[b->count] = dst;
-    b->len[b->count] = len;
-    b->count++;
-  }
-  b->bytes += len;
-}
-
 void desc_add_entry(struct desc_buf *b, uint64_t linear, uint64_t region_base,
                     uint64_t block_size, const uint32_t *ids, uint64_t nbytes,
                     int to_region)
 {
-  /* Walks the bytes rather than counting blocks first: no division on the
-   * per-entry path, and no sum that could overflow. */
-  uint64_t off = 0, i = 0;
-  while (off < nbytes) {
-    uint64_t first = ids[i], run = 1;
-    uint64_t left = nbytes - off;
-    uint64_t len = left < block_size ? left : block_size;
-    while (len < left && (uint64_t)ids[i + run] == first + run) {
-      uint64_t more = left - len < block_size ? left - len : block_size;
-      len += more; /* the last block of the entry may be partial */
-      run++;
-    }
-    uint64_t lin = linear + off;
-    uint64_t reg = region_base + first * block_size;
-    if (to_region)
-      push(b, lin, reg, len);
-    else
-      push(b, reg, lin, len);
-    off += len;
-    i += run;
-  }
+  struct desc_writer w;
+  desc_writer_open(b, &w);
+  desc_write_entry(&w, linear, region_base, block_size, ids, nbytes, to_region);
+  desc_writer_close(b, &w);
 }

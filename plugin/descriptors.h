@@ -16,6 +16,8 @@ struct desc_buf {
   size_t count;    /* descriptors in use */
   size_t cap;      /* capacity of each array */
   uint64_t bytes;  /* sum of len[0..count) */
+  uint64_t src_end;/* where the last descriptor ends on each side (count > 0): */
+  uint64_t dst_end;/*   the next one may continue it */
   void *storage;   /* one allocation holding the three arrays */
   /* Allocator for storage (the CUDA engine gives pinned memory so kernels
    * can read descriptors in place). NULL means malloc/free. */
@@ -33,6 +35,42 @@ void desc_clear(struct desc_buf *b);
 int desc_reserve(struct desc_buf *b, size_t more);
 
 /*
+ * A writer holds a buffer's fill state in the caller's locals while a step's
+ * entries are added, and desc_write_entry is inline: a step adds thousands
+ * of entries, and state kept in the buffer would be stored and read back
+ * (stores through the uint64_t arrays may alias its fields) once per entry,
+ * several times slower than the work itself.
+ */
+struct desc_writer {
+  uint64_t *src, *dst, *len; /* the buffer's arrays */
+  size_t count;              /* descriptors written */
+  uint64_t bytes;            /* their total length */
+  uint64_t src_end, dst_end; /* where the last one ends (count > 0) */
+};
+
+/* Inline too: a writer whose address escapes into a call lives in memory,
+ * and the point is to keep it in registers. */
+static inline void desc_writer_open(const struct desc_buf *b, struct desc_writer *w)
+{
+  w->src = b->src;
+  w->dst = b->dst;
+  w->len = b->len;
+  w->count = b->count;
+  w->bytes = b->bytes;
+  w->src_end = b->src_end;
+  w->dst_end = b->dst_end;
+}
+
+/* Store the writer's state back into b. */
+static inline void desc_writer_close(struct desc_buf *b, const struct desc_writer *w)
+{
+  b->count = w->count;
+  b->bytes = w->bytes;
+  b->src_end = w->src_end;
+  b->dst_end = w->dst_end;
+}
+
+/*
  * Append the descriptors of one entry: `nbytes` of linear memory at `linear`
  * against region blocks `ids` (block i at region_base + i * block_size).
  * `to_region` 1: linear -> blocks (save); 0: blocks -> linear (load).
@@ -40,8 +78,46 @@ int desc_reserve(struct desc_buf *b, size_t more);
  * ascending consecutive ids is one descriptor; the last may be partial. A
  * run that continues the previous descriptor on both sides is merged into
  * it. Room must have been reserved: one descriptor per block listed.
- * Addresses are unsigned 64-bit.
+ * Requires nbytes <= (blocks listed) * block_size, a product that fits in
+ * 64 bits. Addresses are unsigned 64-bit. Walks the bytes rather than
+ * counting blocks first: a division per entry costs more than the walk.
  */
+static inline void desc_write_entry(struct desc_writer *w, uint64_t linear, uint64_t region_base,
+                                    uint64_t block_size, const uint32_t *ids, uint64_t nbytes,
+                                    int to_region)
+{
+  uint64_t off = 0, i = 0;
+  while (off < nbytes) {
+    uint64_t first = ids[i], run = 1;
+    uint64_t left = nbytes - off;
+    uint64_t n = block_size;
+    while (n < left && (uint64_t)ids[i + run] == first + run) {
+      n += block_size; /* cannot wrap: see the precondition above */
+      run++;
+    }
+    if (n > left)
+      n = left; /* the last block of the entry may be partial */
+    uint64_t lin = linear + off;
+    uint64_t reg = region_base + first * block_size;
+    uint64_t s = to_region ? lin : reg;
+    uint64_t d = to_region ? reg : lin;
+    if (w->count > 0 && s == w->src_end && d == w->dst_end) {
+      w->len[w->count - 1] += n;
+    } else {
+      w->src[w->count] = s;
+      w->dst[w->count] = d;
+      w->len[w->count] = n;
+      w->count++;
+    }
+    w->src_end = s + n;
+    w->dst_end = d + n;
+    w->bytes += n;
+    off += n;
+    i += run;
+  }
+}
+
+/* desc_write_entry for a single entry. */
 void desc_add_entry(struct desc_buf *b, uint64_t linear, uint64_t region_base,
                     uint64_t block_size, const uint32_t *ids, uint64_t nbytes,
                     int to_region);

@@ -16,15 +16,26 @@ struct ecc_log;
 struct plugin_config;
 struct region;
 
+/* What poll reports for one entry, kept small: a full ecc_completion_v1 is
+ * 168 bytes, and a step of thousands of entries would write (and poll copy)
+ * megabytes of them at submit time. */
+struct done_rec {
+  uint64_t id;               /* loads: the host's transfer id; saves: offset of the key in keys */
+  uint64_t nbytes;           /* bytes of the entry that the copy moves */
+};
+
 /* One batched transfer, owned by the connector, lent to the engine between
  * submit() and the query() that reports it finished. */
 struct transfer {
   int direction;             /* ECC_DIR_SAVE (device->region) or ECC_DIR_LOAD */
   uint64_t batch;            /* sequence number in its direction, from 1 */
   struct desc_buf desc;      /* what to copy */
-  ecc_completion_v1 *done;   /* one record per entry, filled at submit */
+  struct done_rec *done;     /* one record per entry, filled at submit */
   size_t n_done;             /* records in use */
   size_t cap_done;           /* records allocated */
+  char *keys;                /* saves: the entries' keys, each NUL-terminated, back to back */
+  size_t keys_len;           /* bytes of keys in use */
+  size_t keys_cap;           /* bytes of keys allocated */
   size_t next_report;        /* first record poll has not returned yet */
   int finished;              /* 1 once query() said so (status below is final) */
   int status;                /* ECC_OK or the failure reported by the engine */

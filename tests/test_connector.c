@@ -460,3 +460,78 @@ Test(connector, load_sort_spans_several_bytes_of_block_ids)
   cr_expect_eq(stats_of(c).load.descriptors, 1);
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
+
+Test(connector, load_in_host_order_when_destinations_ascend)
+{
+  /* Blocks in random order but destinations ascending: merges can only join
+   * entries that are neighbours in the host's order, so no sort is needed
+   * and the descriptors are exactly the breaks in that order. */
+  enum { N = NB };
+  ecc_connector *c = th_open("both", th_region_name(), BS, NB, NULL);
+  static uint8_t src[NB * BS], dst[NB * BS];
+  th_fill(src, sizeof(src), 33);
+  uint32_t ids[NB];
+  for (uint32_t i = 0; i < NB; i++)
+    ids[i] = i;
+  ecc_save_entry s = {"all", (uint64_t)(uintptr_t)src, sizeof(src), ids, NB};
+  cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_completion done[N];
+  cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
+
+  uint32_t perm[N];
+  shuffled(perm, N, 13);
+  /* Keep a few runs of neighbours so that some entries do merge. */
+  for (uint32_t k = 0; k + 1 < N; k += 16)
+    perm[k + 1] = perm[k] + 1 < NB ? perm[k] + 1 : perm[k + 1];
+  uint64_t breaks = 0;
+  ecc_load_entry e[N];
+  for (uint32_t k = 0; k < N; k++) {
+    e[k] = (ecc_load_entry){k, &ids[perm[k]], 1, (uint64_t)(uintptr_t)(dst + k * BS), BS};
+    if (k == 0 || perm[k] != perm[k - 1] + 1)
+      breaks++;
+  }
+  cr_assert_eq(ecc_load(c, e, N, NULL), ECC_OK);
+  cr_assert_eq(th_poll_until(c, done, N, 5000), N);
+  for (uint32_t k = 0; k < N; k++) {
+    cr_assert_eq(done[k].transfer_id, k, "completions follow the host's order");
+    cr_assert_eq(memcmp(dst + k * BS, src + perm[k] * BS, BS), 0, "entry %u holds the wrong block", k);
+  }
+  cr_expect(breaks < N, "the test must contain neighbours");
+  cr_expect_eq(stats_of(c).load.descriptors, breaks, "%llu descriptors, %llu breaks in host order",
+               (unsigned long long)stats_of(c).load.descriptors, (unsigned long long)breaks);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(connector, save_completions_carry_each_key_exactly)
+{
+  /* Keys of every length from 1 to the maximum, reported back byte for byte
+   * (completions keep the keys packed until poll writes the records). */
+  enum { N = ECC_KEY_MAX };
+  ecc_connector *c = th_open("both", th_region_name(), BS, NB, NULL);
+  static uint8_t src[N * BS];
+  static char keys[N][ECC_KEY_MAX + 1];
+  uint32_t ids[N];
+  ecc_save_entry e[N];
+  th_fill(src, sizeof(src), 34);
+  for (uint32_t i = 0; i < N; i++) {
+    size_t len = (size_t)i + 1;
+    for (size_t j = 0; j < len; j++)
+      keys[i][j] = (char)('a' + (i + j) % 26);
+    keys[i][len] = '\0';
+    ids[i] = NB - 1 - i;
+    e[i] = (ecc_save_entry){keys[i], (uint64_t)(uintptr_t)(src + i * BS), BS, &ids[i], 1};
+  }
+  cr_assert_eq(ecc_save(c, e, N), ECC_OK);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  static ecc_completion done[N];
+  cr_assert_eq(th_poll_until(c, done, N, 5000), N);
+  for (uint32_t i = 0; i < N; i++) {
+    cr_assert_str_eq(done[i].key, keys[i]);
+    cr_assert_eq(done[i].direction, ECC_DIR_SAVE);
+    cr_assert_eq(done[i].transfer_id, 0);
+    cr_assert_eq(done[i].nbytes, BS);
+    cr_assert_eq(done[i].status, ECC_OK);
+  }
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}

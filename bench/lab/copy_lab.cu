@@ -24,7 +24,25 @@ static void check(cudaError_t rc, const char *what, int line)
   }
 }
 
-template <int U>
+/* Loads with an L2 prefetch-size hint (HINT 1: 128 B, 2: 256 B, 0: none):
+ * do larger L2 fills of host memory make fewer, larger read requests on
+ * the link, leaving the upstream direction to the other way's writes? */
+template <int HINT>
+__device__ __forceinline__ uint4 load16(const uint4 *p)
+{
+  uint4 r;
+  if (HINT == 1)
+    asm volatile("ld.global.nc.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  else if (HINT == 2)
+    asm volatile("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  else
+    r = *p;
+  return r;
+}
+
+template <int U, int HINT = 0>
 __global__ void copy_kernel(const uint64_t *__restrict__ src, const uint64_t *__restrict__ dst,
                             const uint64_t *__restrict__ len, uint32_t n, int fence)
 {
@@ -48,7 +66,7 @@ __global__ void copy_kernel(const uint64_t *__restrict__ src, const uint64_t *__
         for (int j = 0; j < U; j++) {
           uint64_t i = base + j * 32 + lane;
           if (i < units)
-            r[j] = sp[i];
+            r[j] = load16<HINT>(sp + i);
         }
 #pragma unroll
         for (int j = 0; j < U; j++) {
@@ -290,7 +308,7 @@ static double run(const op *ops, int n_ops, double *rate)
   return tot[3];
 }
 
-int main()
+int main(int argc, char **argv)
 {
   CK(cudaSetDevice(0));
   CK(cudaHostAlloc(&H, HBYTES, cudaHostAllocMapped));
@@ -323,6 +341,36 @@ int main()
   printf("copy engine, contiguous 64 MiB: h2d %.1f  d2h %.1f  both %.1f (%.1f + %.1f)\n", a, b, c,
          rt[0], rt[1]);
 
+  if (argc > 1 && strcmp(argv[1], "hints") == 0) {
+    static const variant HV[] = {
+      {"512x8", 512, copy_kernel<8, 0>, 0},
+      {"512x8/128B", 512, copy_kernel<8, 1>, 0},
+      {"512x8/256B", 512, copy_kernel<8, 2>, 0},
+    };
+    for (size_t bs : {(size_t)4096, (size_t)65536}) {
+      uint32_t n = (uint32_t)(MB64 / bs);
+      job g = make_job(bs, n, 0, 0, 1, bs), s = make_job(bs, n, 256ull << 20, 1, 2, bs);
+      printf("\n%zu B blocks, %u scattered, 64 MiB each way (GB/s; both: total = load + save)\n", bs, n);
+      for (const variant &v : HV)
+        for (int ctas : {16, 32}) {
+          op lo = {0, &g, &v, ctas, 0, 0, 0}, so = {0, &s, &HV[0], ctas, 1, 0, 0};
+          double l = run(&lo, 1, rt), sv = run(&so, 1, rt);
+          op bo[2] = {lo, so};
+          double t = run(bo, 2, rt);
+          printf("%-11s %4d | %6.1f %6.1f | %6.1f = %6.1f + %6.1f  %s %s\n", v.name, ctas, l, sv, t,
+                 rt[0], rt[1], verify(g), verify(s));
+          op mix[2] = {lo, cd2h};
+          double m = run(mix, 2, rt);
+          printf("    %s load/%d + copy-engine contiguous save: %.1f = %.1f + %.1f\n", v.name, ctas, m,
+                 rt[0], rt[1]);
+        }
+      op so = {0, &s, &HV[0], 16, 1, 0, 0};
+      op mix2[2] = {ch2d, so};
+      double m2 = run(mix2, 2, rt);
+      printf("copy-engine contiguous load + kernel save 512x8/16: %.1f = %.1f + %.1f\n", m2, rt[0], rt[1]);
+    }
+    return 0;
+  }
   const size_t sizes[] = {4096, 65536};
   for (size_t bs : sizes) {
     uint32_t n = (uint32_t)(MB64 / bs);

@@ -112,6 +112,7 @@ struct cuda_engine {
    * serialises). */
   struct cuda_slot *last[3];
   uint64_t last_uses[3];
+  cudaStream_t last_stream[3]; /* the stream the direction's last copy ran on */
   uint64_t last_submit_ns[3]; /* by direction, CLOCK_MONOTONIC; submit only */
 };
 
@@ -451,9 +452,11 @@ static cudaError_t order_before(struct cuda_engine *ce, struct cuda_slot *s, int
       rc = cudaStreamWaitEvent(stream, s->gate, 0);
   }
   /* A slot used again since belongs to a later transfer, and the one we
-   * knew has finished (its slot was released). */
+   * knew has finished (its slot was released). On the same stream the
+   * order holds already, and each call costs host time per step. */
   struct cuda_slot *prev = ce->last[dir];
-  if (rc == cudaSuccess && prev != NULL && prev != s && prev->uses == ce->last_uses[dir])
+  if (rc == cudaSuccess && prev != NULL && prev != s && prev->uses == ce->last_uses[dir] &&
+      ce->last_stream[dir] != stream)
     rc = cudaStreamWaitEvent(stream, prev->end, 0);
   return rc;
 }
@@ -497,6 +500,7 @@ static int cuda_submit(struct engine *e, struct transfer *t, void *host_stream)
   } else {
     ce->last[dir] = s;
     ce->last_uses[dir] = s->uses;
+    ce->last_stream[dir] = stream;
   }
   t->engine_state = s;
   ctx_leave(ce, &g);
