@@ -245,7 +245,9 @@ typedef struct ecc_plugin_v1 {
    * never copies, never waits. All entries are checked before any is queued.
    * `src` must stay valid and unchanged until this key's completion has been
    * polled. On a rank that is not the save rank it does nothing and returns
-   * ECC_OK (no completion will follow). n == 0 is a no-op.
+   * ECC_OK (no completion will follow). n == 0 is a no-op. The copies of one
+   * batch run in parallel: if two of its entries list the same block, which
+   * one the block ends up holding is unspecified.
    * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_RANGE, ECC_ERR_ROLE,
    * ECC_ERR_NOMEM, ECC_ERR_CLOSED. */
   int (*save)(ecc_handle_t h, const ecc_save_entry_v1 *entries, size_t n);
@@ -259,8 +261,10 @@ typedef struct ecc_plugin_v1 {
    * ECC_ERR_NOMEM, ECC_ERR_CLOSED. */
   int (*flush)(ecc_handle_t h, void *compute_stream);
 
-  /* load: copy `n` entries in ONE batched transfer, sorted by first block so
-   * that neighbours in the region whose destinations are adjacent coalesce.
+  /* load: copy `n` entries in ONE batched transfer, in order of first block
+   * so that neighbours in the region whose destinations are adjacent
+   * coalesce (when the destinations ascend in the given order, that order
+   * already brings every such pair together and is kept).
    * With a stream, work queued on `compute_stream` after load returns sees the
    * data; with the host engine (stream NULL) the data is there once poll has
    * reported the transfer id. `dst` must not be read or reused before then.

@@ -58,29 +58,36 @@ static void transfer_free(struct transfer *t)
   free(t);
 }
 
-/* Room for `more` completion records and `key_bytes` more bytes of keys. */
-static int reserve_done(struct transfer *t, size_t more, size_t key_bytes)
+/* Room for `more` completion records. */
+static int reserve_done(struct transfer *t, size_t more)
 {
-  if (t->n_done + more > t->cap_done) {
-    size_t cap = t->cap_done < 16 ? 16 : t->cap_done;
-    while (cap < t->n_done + more)
-      cap *= 2;
-    struct done_rec *p = realloc(t->done, cap * sizeof(*p));
-    if (p == NULL)
-      return -1;
-    t->done = p;
-    t->cap_done = cap;
-  }
-  if (t->keys_len + key_bytes > t->keys_cap) {
-    size_t cap = t->keys_cap < 1024 ? 1024 : t->keys_cap;
-    while (cap < t->keys_len + key_bytes)
-      cap *= 2;
-    char *p = realloc(t->keys, cap);
-    if (p == NULL)
-      return -1;
-    t->keys = p;
-    t->keys_cap = cap;
-  }
+  if (t->n_done + more <= t->cap_done)
+    return 0;
+  size_t cap = t->cap_done < 16 ? 16 : t->cap_done;
+  while (cap < t->n_done + more)
+    cap *= 2;
+  struct done_rec *p = realloc(t->done, cap * sizeof(*p));
+  if (p == NULL)
+    return -1;
+  t->done = p;
+  t->cap_done = cap;
+  return 0;
+}
+
+/* Room for keys up to `need` bytes in all. Records hold offsets, not
+ * pointers, so the keys may move. */
+static int reserve_keys(struct transfer *t, size_t need)
+{
+  if (need <= t->keys_cap)
+    return 0;
+  size_t cap = t->keys_cap < 1024 ? 1024 : t->keys_cap;
+  while (cap < need)
+    cap *= 2;
+  char *p = realloc(t->keys, cap);
+  if (p == NULL)
+    return -1;
+  t->keys = p;
+  t->keys_cap = cap;
   return 0;
 }
 
@@ -111,7 +118,6 @@ static struct transfer *fifo_pop(struct fifo *f)
  * entries are not walked again for it. */
 struct call_size {
   uint64_t descs;   /* descriptors at most: one per block listed */
-  size_t key_bytes; /* saves: bytes of the keys, NULs included */
 };
 
 /* Block ids in range, and their span (n_ids x block_size) within 64 bits,
@@ -143,9 +149,9 @@ static int check_blocks(struct conn *c, const char *what, size_t idx,
                   what, idx, ids[at], at, limit);
 }
 
-/* On success adds the entry to *size. */
+/* On success sets *key_len to the key's length. */
 static int check_save_entry(struct conn *c, const ecc_save_entry_v1 *e, size_t idx,
-                            struct call_size *size)
+                            size_t *key_len)
 {
   if (e->key == NULL)
     return log_fail(&c->log, ECC_ERR_INVALID, "save: entry %zu has a NULL key", idx);
@@ -172,8 +178,7 @@ static int check_save_entry(struct conn *c, const ecc_save_entry_v1 *e, size_t i
                     "save: encoder output exceeds allocated blocks for key %s: %" PRIu64
                     " bytes but only %" PRIu32 " blocks of %" PRIu64 " bytes",
                     e->key, e->nbytes, e->n_blocks, c->region.block_size);
-  size->descs += e->n_blocks;
-  size->key_bytes += klen + 1;
+  *key_len = klen;
   return ECC_OK;
 }
 
@@ -210,39 +215,69 @@ static int check_load_entry(struct conn *c, const ecc_load_entry_v1 *e, size_t i
 
 /* ---- save / flush ---- */
 
-static int save_checked(struct conn *c, const ecc_save_entry_v1 *e, size_t n,
-                        const struct call_size *size)
+static int check_saves(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
 {
-  struct transfer *t = c->pending;
-  if (t == NULL && (t = transfer_get(c)) == NULL)
-    return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for a transfer");
-  if (desc_reserve(&t->desc, size->descs) != 0 || reserve_done(t, n, size->key_bytes) != 0) {
-    if (c->pending == NULL)
-      transfer_put(c, t);
-    return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for %" PRIu64 " descriptors",
-                    size->descs);
+  size_t klen;
+  for (size_t i = 0; i < n; i++) {
+    int rc = check_save_entry(c, &e[i], i, &klen);
+    if (rc != ECC_OK)
+      return rc;
   }
-  c->pending = t;
+  return ECC_OK;
+}
 
+/* Adds the call's entries to the pending transfer, checking each one in the
+ * same pass: a step of thousands of entries pays for one walk, not two. The
+ * descriptors, records and keys written go past what the transfer counts
+ * until the last entry has passed, so a rejected call changes nothing. */
+static int add_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1 *e, size_t n)
+{
+  uint64_t descs = 0; /* at most one per block listed */
+  for (size_t i = 0; i < n; i++)
+    descs += e[i].n_blocks;
+  if (desc_reserve(&t->desc, descs) != 0 || reserve_done(t, n) != 0) {
+    /* A bad entry (a wild block count, say) is the better answer. */
+    int rc = check_saves(c, e, n);
+    return rc != ECC_OK ? rc
+                        : log_fail(&c->log, ECC_ERR_NOMEM,
+                                   "save: out of memory for %" PRIu64 " descriptors", descs);
+  }
   /* Locals, stored back once: see struct desc_writer. */
   uint64_t base = (uint64_t)(uintptr_t)c->region.blocks, bs = c->region.block_size;
   struct desc_writer w;
   desc_writer_open(&t->desc, &w);
   struct done_rec *rec = t->done + t->n_done;
-  char *keys = t->keys;
   size_t keys_len = t->keys_len;
   for (size_t i = 0; i < n; i++) {
+    size_t klen;
+    int rc = check_save_entry(c, &e[i], i, &klen);
+    if (rc != ECC_OK)
+      return rc;
+    if (reserve_keys(t, keys_len + klen + 1) != 0)
+      return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for the keys");
     desc_write_entry(&w, e[i].src, base, bs, e[i].block_ids, e[i].nbytes, 1);
     rec[i].id = keys_len;
     rec[i].nbytes = e[i].nbytes;
-    size_t klen = strlen(e[i].key) + 1; /* checked: <= ECC_KEY_MAX + 1 */
-    memcpy(keys + keys_len, e[i].key, klen);
-    keys_len += klen;
+    memcpy(t->keys + keys_len, e[i].key, klen + 1);
+    keys_len += klen + 1;
   }
   desc_writer_close(&t->desc, &w);
   t->n_done += n;
   t->keys_len = keys_len;
   return ECC_OK;
+}
+
+static int save_locked(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
+{
+  struct transfer *t = c->pending;
+  if (t == NULL && (t = transfer_get(c)) == NULL)
+    return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for a transfer");
+  int rc = add_saves(c, t, e, n);
+  if (rc == ECC_OK)
+    c->pending = t;
+  else if (c->pending == NULL)
+    transfer_put(c, t);
+  return rc;
 }
 
 int conn_save(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
@@ -253,20 +288,17 @@ int conn_save(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
     return log_fail(&c->log, ECC_ERR_INVALID, "save: entries is NULL but n = %zu", n);
   if (c->cfg.role == ROLE_CONSUMER)
     return log_fail(&c->log, ECC_ERR_ROLE, "save: this connector is a consumer (connector.role)");
-  struct call_size size = {0, 0};
-  for (size_t i = 0; i < n; i++) {
-    int rc = check_save_entry(c, &e[i], i, &size);
+  if (!c->save_rank) {
+    int rc = check_saves(c, e, n);
     if (rc != ECC_OK)
       return rc;
-  }
-  if (!c->save_rank) {
     pthread_mutex_lock(&c->done_lock);
     c->stats.saves_skipped += n;
     pthread_mutex_unlock(&c->done_lock);
     return ECC_OK;
   }
   pthread_mutex_lock(&c->step_lock);
-  int rc = save_checked(c, e, n, &size);
+  int rc = save_locked(c, e, n);
   pthread_mutex_unlock(&c->step_lock);
   return rc;
 }
@@ -371,7 +403,7 @@ static int plan_loads(struct conn *c, struct transfer *t, const ecc_load_entry_v
   uint64_t prev_end = 0, prev_key = 0;
   struct done_rec *rec = t->done; /* the transfer is new: no records yet */
   uint64_t *keys = c->order;
-  plan->size = (struct call_size){0, 0};
+  plan->size = (struct call_size){0};
   for (size_t i = 0; i < n; i++) {
     int rc = check_load_entry(c, &e[i], i, &plan->size);
     if (rc != ECC_OK)
@@ -437,7 +469,7 @@ static int build_load(struct conn *c, struct transfer *t, const ecc_load_entry_v
 static int start_load(struct conn *c, struct transfer *t, const ecc_load_entry_v1 *e, size_t n,
                       void *stream)
 {
-  if (reserve_done(t, n, 0) != 0 || reserve_order(c, n) != 0)
+  if (reserve_done(t, n) != 0 || reserve_order(c, n) != 0)
     return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for %zu entries", n);
   struct load_plan plan;
   int rc = plan_loads(c, t, e, n, &plan);
