@@ -73,7 +73,7 @@ static ecc_connector *open_ini(const char *ini, const char *role)
 /* ---- one handle: two savers, a loader, a poller, a stats reader ---------- */
 
 #define BS 256u
-#define NB 512u
+#define NB 65536u
 #define SAVERS 2
 #define KEYS_MAX 2000000
 #define ROTATION (NB / 4 / 4) /* entries before a saver's blocks repeat */

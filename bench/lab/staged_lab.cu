@@ -5,6 +5,8 @@
  * host-to-device copy per slot. Saves: one contiguous device-to-host copy
  * per slot, then threads scatter the slot into region blocks.
  * Not part of the build: nvcc -O3 -arch=sm_90 -Xcompiler -fopenmp,-mavx2 -o staged_lab staged_lab.cu
+ * ./staged_lab: CPU rates and the chunked pipeline; ./staged_lab workers:
+ * T independent workers per direction, each with its own stream and slots.
  */
 #include <algorithm>
 #include <cstdint>
@@ -119,6 +121,75 @@ static void save_pipeline()
   }
 }
 
+/* ---- second design: independent workers, no barrier. Each of T threads
+ * per direction owns 1/T of the step and runs its own pipeline on its own
+ * stream with its own staging slots. ---- */
+static const int MAXW = 16;
+static uint8_t *WS[2][MAXW][NSLOT];
+static cudaStream_t wst[2][MAXW];
+static cudaEvent_t wev[2][MAXW][NSLOT];
+
+static void worker(int dir, int w, int nw)
+{
+  size_t n = STEP / BLK, first = (size_t)w * (n / nw);
+  size_t per_w = w == nw - 1 ? n - first : n / nw; /* the last takes the rest */
+  size_t per_chunk = g_chunk / BLK;
+  const uint32_t *ids = dir == 0 ? load_ids.data() : save_ids.data();
+  uint8_t *dev = (dir == 0 ? DL : DS) + first * BLK;
+  size_t nchunk = (per_w + per_chunk - 1) / per_chunk;
+  if (dir == 1) /* saves: device -> slot first, then scatter */
+    for (size_t c = 0; c < nchunk && c < (size_t)NSLOT; c++) {
+      size_t k = std::min(per_chunk, per_w - c * per_chunk);
+      CK(cudaMemcpyAsync(WS[1][w][c], dev + c * per_chunk * BLK, k * BLK, cudaMemcpyDeviceToHost, wst[1][w]));
+      CK(cudaEventRecord(wev[1][w][c], wst[1][w]));
+    }
+  for (size_t c = 0; c < nchunk; c++) {
+    int sl = (int)(c % NSLOT);
+    size_t k = std::min(per_chunk, per_w - c * per_chunk);
+    const uint32_t *cid = ids + first + c * per_chunk;
+    CK(cudaEventSynchronize(wev[dir][w][sl]));
+    for (size_t i = 0; i < k; i++) {
+      uint8_t *blk = H + (size_t)cid[i] * BLK;
+      if (dir == 0)
+        copy(WS[0][w][sl] + i * BLK, blk, BLK);
+      else
+        copy(blk, WS[1][w][sl] + i * BLK, BLK);
+    }
+    if (g_nt)
+      _mm_sfence();
+    if (dir == 0) {
+      CK(cudaMemcpyAsync(dev + c * per_chunk * BLK, WS[0][w][sl], k * BLK, cudaMemcpyHostToDevice, wst[0][w]));
+      CK(cudaEventRecord(wev[0][w][sl], wst[0][w]));
+    } else if (c + NSLOT < nchunk) {
+      size_t nx = c + NSLOT, kk = std::min(per_chunk, per_w - nx * per_chunk);
+      CK(cudaMemcpyAsync(WS[1][w][sl], dev + nx * per_chunk * BLK, kk * BLK, cudaMemcpyDeviceToHost, wst[1][w]));
+      CK(cudaEventRecord(wev[1][w][sl], wst[1][w]));
+    }
+  }
+  CK(cudaStreamSynchronize(wst[dir][w]));
+}
+
+static double run_workers(int which)
+{
+  std::vector<double> r;
+  for (int it = 0; it < 9; it++) {
+    CK(cudaDeviceSynchronize());
+    double t0 = now_us();
+    std::vector<std::thread> th;
+    for (int d = 0; d < 2; d++)
+      if (which & (1 << d))
+        for (int w = 0; w < g_threads; w++)
+          th.emplace_back(worker, d, w, g_threads);
+    for (auto &t : th)
+      t.join();
+    double us = now_us() - t0;
+    if (it >= 2)
+      r.push_back((which == 3 ? 2.0 : 1.0) * STEP / (us * 1e3));
+  }
+  std::sort(r.begin(), r.end());
+  return r[3];
+}
+
 /* which: 1 load, 2 save, 3 both; GB/s over wall time, median of 7 */
 static double run(int which)
 {
@@ -174,7 +245,7 @@ static int verify()
   return 1;
 }
 
-int main()
+int main(int argc, char **argv)
 {
   CK(cudaSetDevice(0));
   CK(cudaHostAlloc(&H, REGION, cudaHostAllocPortable));
@@ -183,6 +254,16 @@ int main()
       CK(cudaHostAlloc(&HS[d][s], 16 * MB, cudaHostAllocPortable));
       CK(cudaEventCreateWithFlags(&ev[d][s], cudaEventDisableTiming));
     }
+  if (argc > 1 && strcmp(argv[1], "workers") == 0) {
+    for (int d = 0; d < 2; d++)
+      for (int w = 0; w < MAXW; w++) {
+        CK(cudaStreamCreateWithFlags(&wst[d][w], cudaStreamNonBlocking));
+        for (int sl = 0; sl < NSLOT; sl++) {
+          CK(cudaHostAlloc(&WS[d][w][sl], 2 * MB, cudaHostAllocPortable));
+          CK(cudaEventCreateWithFlags(&wev[d][w][sl], cudaEventDisableTiming));
+        }
+      }
+  }
   CK(cudaMalloc(&DL, STEP));
   CK(cudaMalloc(&DS, STEP));
   CK(cudaStreamCreateWithFlags(&s_load, cudaStreamNonBlocking));
@@ -199,6 +280,24 @@ int main()
     src[i] = (uint8_t)(i * 131 + 7);
   CK(cudaMemcpy(DS, src.data(), STEP, cudaMemcpyHostToDevice));
   printf("cores %d\n", omp_get_num_procs());
+  if (argc > 1 && strcmp(argv[1], "workers") == 0) {
+    printf("independent workers, 1 MiB chunks, 3 slots each (GB/s over wall time)\n");
+    printf("block  copy   thr/dir |  load  save  both | bytes\n");
+    g_chunk = 1 * MB;
+    for (size_t bs : {(size_t)4096, (size_t)65536}) {
+      BLK = bs;
+      pick_ids(7654321 + bs);
+      for (g_nt = 0; g_nt < 2; g_nt++)
+        for (int t : {2, 4, 6, 8}) {
+          g_threads = t;
+          double l = run_workers(1), sv = run_workers(2), b = run_workers(3);
+          printf("%6zu %s %3d | %5.1f %5.1f %5.1f | %s\n", BLK, g_nt ? "nt    " : "memcpy", t, l, sv, b,
+                 verify() ? "ok" : "WRONG");
+          fflush(stdout);
+        }
+    }
+    return 0;
+  }
 
   /* ceilings: the copy engines alone, contiguous, 64 MiB each way */
   g_threads = 1;
