@@ -114,12 +114,6 @@ static struct transfer *fifo_pop(struct fifo *f)
 
 /* ---- checks shared by save and load ---- */
 
-/* What a call's entries need, added up while they are checked so that the
- * entries are not walked again for it. */
-struct call_size {
-  uint64_t descs;   /* descriptors at most: one per block listed */
-};
-
 /* Block ids in range, and their span (n_ids x block_size) within 64 bits,
  * which the byte counts below and desc_write_entry rely on. */
 static int check_blocks(struct conn *c, const char *what, size_t idx,
@@ -190,9 +184,10 @@ static uint64_t load_bytes(const struct conn *c, const ecc_load_entry_v1 *e)
   return blocks < e->dst_capacity ? blocks : e->dst_capacity;
 }
 
-/* On success adds the entry to *size. */
+/* On success adds the entry's block count to *descs (at most one
+ * descriptor per block), so the entries are not walked again for it. */
 static int check_load_entry(struct conn *c, const ecc_load_entry_v1 *e, size_t idx,
-                            struct call_size *size)
+                            uint64_t *descs)
 {
   if (e->dst == 0)
     return log_fail(&c->log, ECC_ERR_INVALID,
@@ -209,57 +204,53 @@ static int check_load_entry(struct conn *c, const ecc_load_entry_v1 *e, size_t i
     return log_fail(&c->log, ECC_ERR_INVALID,
                     "load: entry %zu (transfer %" PRIu64 "): destination 0x%" PRIx64
                     " wraps around", idx, e->transfer_id, e->dst);
-  size->descs += e->n_blocks;
+  *descs += e->n_blocks;
   return ECC_OK;
 }
 
 /* ---- save / flush ---- */
 
-static int check_saves(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
+/* Every entry is checked before any is added: adding may merge the first
+ * one into the batch's last descriptor, which a later bad entry could not
+ * take back. Sets *descs (at most one descriptor per block listed) and
+ * *key_bytes (NULs included). */
+static int check_saves(struct conn *c, const ecc_save_entry_v1 *e, size_t n, uint64_t *descs,
+                       size_t *key_bytes)
 {
-  size_t klen;
+  *descs = 0;
+  *key_bytes = 0;
   for (size_t i = 0; i < n; i++) {
+    size_t klen = 0;
     int rc = check_save_entry(c, &e[i], i, &klen);
     if (rc != ECC_OK)
       return rc;
+    *descs += e[i].n_blocks;
+    *key_bytes += klen + 1;
   }
   return ECC_OK;
 }
 
-/* Adds the call's entries to the pending transfer, checking each one in the
- * same pass: a step of thousands of entries pays for one walk, not two. The
- * descriptors, records and keys written go past what the transfer counts
- * until the last entry has passed, so a rejected call changes nothing. */
-static int add_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1 *e, size_t n)
+static int add_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1 *e, size_t n,
+                     uint64_t descs, size_t key_bytes)
 {
-  uint64_t descs = 0; /* at most one per block listed */
-  for (size_t i = 0; i < n; i++)
-    descs += e[i].n_blocks;
-  if (desc_reserve(&t->desc, descs) != 0 || reserve_done(t, n) != 0) {
-    /* A bad entry (a wild block count, say) is the better answer. */
-    int rc = check_saves(c, e, n);
-    return rc != ECC_OK ? rc
-                        : log_fail(&c->log, ECC_ERR_NOMEM,
-                                   "save: out of memory for %" PRIu64 " descriptors", descs);
-  }
+  if (desc_reserve(&t->desc, descs) != 0 || reserve_done(t, n) != 0 ||
+      reserve_keys(t, t->keys_len + key_bytes) != 0)
+    return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for %" PRIu64 " descriptors",
+                    descs);
   /* Locals, stored back once: see struct desc_writer. */
   uint64_t base = (uint64_t)(uintptr_t)c->region.blocks, bs = c->region.block_size;
   struct desc_writer w;
   desc_writer_open(&t->desc, &w);
   struct done_rec *rec = t->done + t->n_done;
+  char *keys = t->keys;
   size_t keys_len = t->keys_len;
   for (size_t i = 0; i < n; i++) {
-    size_t klen;
-    int rc = check_save_entry(c, &e[i], i, &klen);
-    if (rc != ECC_OK)
-      return rc;
-    if (reserve_keys(t, keys_len + klen + 1) != 0)
-      return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for the keys");
     desc_write_entry(&w, e[i].src, base, bs, e[i].block_ids, e[i].nbytes, 1);
     rec[i].id = keys_len;
     rec[i].nbytes = e[i].nbytes;
-    memcpy(t->keys + keys_len, e[i].key, klen + 1);
-    keys_len += klen + 1;
+    size_t klen = strlen(e[i].key) + 1; /* checked: <= ECC_KEY_MAX + 1 */
+    memcpy(keys + keys_len, e[i].key, klen);
+    keys_len += klen;
   }
   desc_writer_close(&t->desc, &w);
   t->n_done += n;
@@ -267,12 +258,13 @@ static int add_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1
   return ECC_OK;
 }
 
-static int save_locked(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
+static int save_locked(struct conn *c, const ecc_save_entry_v1 *e, size_t n, uint64_t descs,
+                       size_t key_bytes)
 {
   struct transfer *t = c->pending;
   if (t == NULL && (t = transfer_get(c)) == NULL)
     return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for a transfer");
-  int rc = add_saves(c, t, e, n);
+  int rc = add_saves(c, t, e, n, descs, key_bytes);
   if (rc == ECC_OK)
     c->pending = t;
   else if (c->pending == NULL)
@@ -288,17 +280,19 @@ int conn_save(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
     return log_fail(&c->log, ECC_ERR_INVALID, "save: entries is NULL but n = %zu", n);
   if (c->cfg.role == ROLE_CONSUMER)
     return log_fail(&c->log, ECC_ERR_ROLE, "save: this connector is a consumer (connector.role)");
+  uint64_t descs;
+  size_t key_bytes;
+  int rc = check_saves(c, e, n, &descs, &key_bytes);
+  if (rc != ECC_OK)
+    return rc;
   if (!c->save_rank) {
-    int rc = check_saves(c, e, n);
-    if (rc != ECC_OK)
-      return rc;
     pthread_mutex_lock(&c->done_lock);
     c->stats.saves_skipped += n;
     pthread_mutex_unlock(&c->done_lock);
     return ECC_OK;
   }
   pthread_mutex_lock(&c->step_lock);
-  int rc = save_locked(c, e, n);
+  rc = save_locked(c, e, n, descs, key_bytes);
   pthread_mutex_unlock(&c->step_lock);
   return rc;
 }
@@ -384,8 +378,8 @@ static uint64_t *radix_sort_high32(uint64_t *keys, uint64_t *tmp, size_t n)
 
 /* What the checking pass learnt about a call's loads. */
 struct load_plan {
-  struct call_size size;
-  int sort; /* whether the entries must be sorted by first block */
+  uint64_t descs; /* descriptors at most: one per block listed */
+  int sort;       /* whether the entries must be sorted by first block */
 };
 
 /* One pass over the entries in the host's order: each is checked, and gets
@@ -403,9 +397,9 @@ static int plan_loads(struct conn *c, struct transfer *t, const ecc_load_entry_v
   uint64_t prev_end = 0, prev_key = 0;
   struct done_rec *rec = t->done; /* the transfer is new: no records yet */
   uint64_t *keys = c->order;
-  plan->size = (struct call_size){0};
+  plan->descs = 0;
   for (size_t i = 0; i < n; i++) {
-    int rc = check_load_entry(c, &e[i], i, &plan->size);
+    int rc = check_load_entry(c, &e[i], i, &plan->descs);
     if (rc != ECC_OK)
       return rc;
     uint64_t bytes = load_bytes(c, &e[i]);
@@ -442,9 +436,9 @@ static int reserve_order(struct conn *c, size_t n)
 static int build_load(struct conn *c, struct transfer *t, const ecc_load_entry_v1 *e, size_t n,
                       const struct load_plan *plan)
 {
-  if (desc_reserve(&t->desc, plan->size.descs) != 0)
+  if (desc_reserve(&t->desc, plan->descs) != 0)
     return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for %" PRIu64 " descriptors",
-                    plan->size.descs);
+                    plan->descs);
   uint64_t base = (uint64_t)(uintptr_t)c->region.blocks, bs = c->region.block_size;
   const struct done_rec *rec = t->done;
   struct desc_writer w;

@@ -5,12 +5,14 @@
  */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "helpers.h"
 
@@ -404,20 +406,28 @@ static void shuffled(uint32_t *perm, uint32_t n, unsigned seed)
   }
 }
 
+/* Fills src with pattern `seed`, saves it as one entry over every block of
+ * the region in order (ids[i] = i) and waits for the save. */
+static void save_every_block(ecc_connector *c, uint8_t src[NB * BS], uint32_t ids[NB], uint64_t seed)
+{
+  th_fill(src, NB * BS, seed);
+  for (uint32_t i = 0; i < NB; i++)
+    ids[i] = i;
+  ecc_save_entry s = {"all", (uint64_t)(uintptr_t)src, (uint64_t)NB * BS, ids, NB};
+  cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_completion done[1];
+  cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
+}
+
 Test(connector, load_sorts_many_entries_so_neighbours_coalesce)
 {
   enum { N = NB }; /* every block once, one entry each, given in random order */
   ecc_connector *c = th_open("both", th_region_name(), BS, NB, NULL);
   static uint8_t src[NB * BS], dst[NB * BS];
-  th_fill(src, sizeof(src), 31);
   uint32_t ids[NB];
-  for (uint32_t i = 0; i < NB; i++)
-    ids[i] = i;
-  ecc_save_entry s = {"all", (uint64_t)(uintptr_t)src, sizeof(src), ids, NB};
-  cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
-  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  save_every_block(c, src, ids, 31);
   ecc_completion done[N];
-  cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
 
   uint32_t perm[N];
   shuffled(perm, N, 11);
@@ -469,15 +479,9 @@ Test(connector, load_in_host_order_when_destinations_ascend)
   enum { N = NB };
   ecc_connector *c = th_open("both", th_region_name(), BS, NB, NULL);
   static uint8_t src[NB * BS], dst[NB * BS];
-  th_fill(src, sizeof(src), 33);
   uint32_t ids[NB];
-  for (uint32_t i = 0; i < NB; i++)
-    ids[i] = i;
-  ecc_save_entry s = {"all", (uint64_t)(uintptr_t)src, sizeof(src), ids, NB};
-  cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
-  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  save_every_block(c, src, ids, 33);
   ecc_completion done[N];
-  cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
 
   uint32_t perm[N];
   shuffled(perm, N, 13);
@@ -533,5 +537,43 @@ Test(connector, save_completions_carry_each_key_exactly)
     cr_assert_eq(done[i].nbytes, BS);
     cr_assert_eq(done[i].status, ECC_OK);
   }
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(connector, rejected_save_leaves_the_queued_batch_as_it_was)
+{
+  /* A queued entry, then a call whose first entry would merge into it and
+   * whose second is bad, then a good entry elsewhere: the batch must move
+   * the two good entries, to their blocks, and nothing of the rejected call. */
+  const char *name = th_region_name();
+  ecc_connector *c = th_open("both", name, BS, NB, NULL);
+  static uint8_t src[3 * BS];
+  th_fill(src, sizeof(src), 35);
+  uint32_t first[] = {0}, next[] = {1}, wild[] = {NB}, far[] = {10};
+  ecc_save_entry a = {"a", (uint64_t)(uintptr_t)src, BS, first, 1};
+  cr_assert_eq(ecc_save(c, &a, 1), ECC_OK);
+  ecc_save_entry call[2] = {
+    {"b", (uint64_t)(uintptr_t)(src + BS), BS, next, 1}, /* continues a on both sides */
+    {"c", (uint64_t)(uintptr_t)src, BS, wild, 1},       /* block id out of range */
+  };
+  cr_assert_eq(ecc_save(c, call, 2), ECC_ERR_RANGE);
+  ecc_save_entry d = {"d", (uint64_t)(uintptr_t)(src + 2 * BS), BS, far, 1};
+  cr_assert_eq(ecc_save(c, &d, 1), ECC_OK);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_completion done[4];
+  cr_assert_eq(th_poll_until(c, done, 2, 5000), 2);
+  cr_expect_str_eq(done[0].key, "a");
+  cr_expect_str_eq(done[1].key, "d");
+  cr_expect_eq(th_poll_until(c, done, 1, 20), 0, "a rejected entry was reported");
+  cr_expect_eq(stats_of(c).save.bytes, 2 * BS);
+
+  uint8_t block[BS], zero[BS] = {0};
+  int fd = open(th_region_path("/dev/shm", name), O_RDONLY); /* th_open: the default dir */
+  cr_assert(fd >= 0, "cannot open the region file");
+  cr_assert_eq(pread(fd, block, BS, REGION_HEADER_BYTES + 1 * BS), (ssize_t)BS);
+  cr_expect_eq(memcmp(block, zero, BS), 0, "block 1, only in the rejected call, was written");
+  cr_assert_eq(pread(fd, block, BS, REGION_HEADER_BYTES + 10 * BS), (ssize_t)BS);
+  cr_expect_eq(memcmp(block, src + 2 * BS, BS), 0, "block 10 does not hold entry d");
+  close(fd);
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
