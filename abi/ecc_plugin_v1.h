@@ -143,6 +143,12 @@ typedef struct ecc_create_args_v1 {
   size_t err_cap;                        /* capacity of err in bytes, NUL included */
 } ecc_create_args_v1;
 
+/* Device addresses in entries (save `src`, load `dst`) must be memory the
+ * connector's device can reach: its own, or pinned host memory. They are
+ * not checked: another device's memory makes the copy kernel fault, which
+ * ends that device's context in the calling process, as any kernel fault
+ * does. */
+
 /* One entry to save: `nbytes` at device address `src` go to `block_ids`. */
 typedef struct ecc_save_entry_v1 {
   const char *key;          /* 1..ECC_KEY_MAX bytes, copied during the call */

@@ -666,9 +666,20 @@ static int child_poll(ecc_connector *c, size_t want)
   return got == want ? 0 : -1;
 }
 
+/* The child's buffers go on the device its connector copies on (the
+ * parent names it in ECC_TEST_GPU): a kernel on one device cannot write
+ * another device's memory. */
+static int use_test_gpu(void)
+{
+  const char *d = getenv("ECC_TEST_GPU");
+  return d == NULL || cudaSetDevice(atoi(d)) == cudaSuccess ? 0 : -1;
+}
+
 static int producer(const char *ini, int to_consumer, int from_consumer)
 {
   ecc_connector *c = NULL;
+  if (use_test_gpu() != 0)
+    return 15;
   if (child_open(ini, &c) != ECC_OK)
     return 10;
   const uint64_t bytes = (uint64_t)PROC_ENTRIES * PROC_BLOCKS * PROC_BS;
@@ -705,6 +716,8 @@ static int consumer(const char *ini, int from_producer, int to_producer)
   if (read(from_producer, &ch, 1) != 1)
     return 20;
   ecc_connector *c = NULL;
+  if (use_test_gpu() != 0)
+    return 28;
   if (child_open(ini, &c) != ECC_OK)
     return 21;
   const uint64_t bytes = (uint64_t)PROC_ENTRIES * PROC_BLOCKS * PROC_BS;
@@ -761,8 +774,14 @@ static void producer_consumer(int dev_p, int dev_c)
   int p2c[2], c2p[2];
   cr_assert_eq(pipe2(p2c, O_CLOEXEC), 0);
   cr_assert_eq(pipe2(c2p, O_CLOEXEC), 0);
+  char dev[16];
+  snprintf(dev, sizeof(dev), "%d", dev_p);
+  setenv("ECC_TEST_GPU", dev, 1); /* children inherit it at spawn */
   pid_t pp = th_spawn_self("gpu-producer", ini_p, p2c[1], c2p[0]);
+  snprintf(dev, sizeof(dev), "%d", dev_c);
+  setenv("ECC_TEST_GPU", dev, 1);
   pid_t pc = th_spawn_self("gpu-consumer", ini_c, p2c[0], c2p[1]);
+  unsetenv("ECC_TEST_GPU");
   close(p2c[0]);
   close(p2c[1]);
   close(c2p[0]);
