@@ -5,7 +5,6 @@
  * refused with a clear error, and nothing hostile is modified.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pwd.h>
@@ -42,14 +41,8 @@ TestSuite(hostile, .init = setup, .fini = teardown, .timeout = 60);
  * case never meets the leftovers of another. */
 static void clear_hdir(void)
 {
-  DIR *d = opendir(hdir);
-  cr_assert_not_null(d);
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-      if (unlinkat(dirfd(d), e->d_name, 0) != 0)
-        unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
-  closedir(d);
+  th_remove_tree(hdir);
+  cr_assert_eq(mkdir(hdir, 0700), 0, "mkdir %s: %s", hdir, strerror(errno)); /* as mkdtemp made it */
 }
 
 /* ---- hostile region files ---------------------------------------------- */

@@ -4,7 +4,6 @@
  * orphan reaping, and failed creates that must leave nothing behind.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -54,16 +53,7 @@ static void teardown(void)
 {
   if (tdir[0] == '\0')
     return;
-  DIR *d = opendir(tdir);
-  if (d != NULL) {
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-      if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-        if (unlinkat(dirfd(d), e->d_name, 0) != 0)
-          unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
-    closedir(d);
-  }
-  rmdir(tdir);
+  th_remove_tree(tdir);
   tdir[0] = '\0';
   log_destroy(&tlog);
 }
