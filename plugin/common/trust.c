@@ -1,0 +1,184 @@
+/*
+ * trust.c - the ownership rule of trust.h, applied while walking a canonical
+ * path from "/" one component at a time, each opened relative to the one
+ * before it without following links.
+ */
+#include "trust.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+__attribute__((format(printf, 4, 5))) static int fail(char *why, size_t cap, int status,
+                                                      const char *fmt, ...)
+{
+  if (why != NULL && cap > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, cap, fmt, ap);
+    va_end(ap);
+  }
+  return status;
+}
+
+int trust_stat(const struct stat *st, const char *shown, char *why, size_t why_cap)
+{
+  uid_t me = geteuid();
+  if (st->st_uid != 0 && st->st_uid != me)
+    return fail(why, why_cap, TRUST_UNSAFE,
+                "%s is owned by uid %u, not by root or by this process's user (uid %u)", shown,
+                (unsigned)st->st_uid, (unsigned)me);
+  mode_t others_write = st->st_mode & (S_IWGRP | S_IWOTH);
+  if (others_write == 0)
+    return TRUST_OK;
+  if (S_ISDIR(st->st_mode) && (st->st_mode & S_ISVTX))
+    return TRUST_OK;
+  return fail(why, why_cap, TRUST_UNSAFE, "%s is writable by %s (mode %04o)%s", shown,
+              others_write == S_IWGRP ? "its group" : "others", (unsigned)(st->st_mode & 07777),
+              S_ISDIR(st->st_mode) ? " and is not a sticky directory" : "");
+}
+
+/* The canonical form of path, or a status with the reason. */
+static int canonical(const char *path, const char *what, char *canon, size_t cap, char *why,
+                     size_t why_cap)
+{
+  char *real = realpath(path, NULL);
+  if (real == NULL) {
+    int e = errno;
+    if (e == ENOENT || e == ENOTDIR)
+      return fail(why, why_cap, TRUST_MISSING, "%s %s not found", what, path);
+    return fail(why, why_cap, TRUST_ERROR, "%s %s: cannot resolve it: %s", what, path,
+                strerror(e));
+  }
+  size_t len = strlen(real);
+  if (len >= cap) {
+    free(real);
+    return fail(why, why_cap, TRUST_ERROR, "%s %s: its canonical path is longer than %zu bytes",
+                what, path, cap - 1);
+  }
+  memcpy(canon, real, len + 1);
+  free(real);
+  return TRUST_OK;
+}
+
+static int walk_error(int e, const char *what, const char *path, const char *shown, char *why,
+                      size_t why_cap)
+{
+  if (e == ENOENT)
+    return fail(why, why_cap, TRUST_MISSING, "%s %s: %s disappeared while it was checked",
+                what, path, shown);
+  if (e == ELOOP || e == ENOTDIR)
+    return fail(why, why_cap, TRUST_UNSAFE,
+                "%s %s: %s changed while it was checked (now a link or not a directory)", what,
+                path, shown);
+  return fail(why, why_cap, TRUST_ERROR, "%s %s: cannot open %s: %s", what, path, shown,
+              strerror(e));
+}
+
+/* One component against the rule; `shown` is the canonical prefix naming it. */
+static int check_component(const struct stat *st, int want_dir, const char *what,
+                           const char *path, const char *shown, char *why, size_t why_cap)
+{
+  if (want_dir && !S_ISDIR(st->st_mode))
+    return fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not a directory", what, path, shown);
+  if (!want_dir && !S_ISREG(st->st_mode))
+    return fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not a regular file", what, path,
+                shown);
+  char reason[512];
+  if (trust_stat(st, shown, reason, sizeof(reason)) != TRUST_OK)
+    return fail(why, why_cap, TRUST_UNSAFE, "%s %s refused: %s", what, path, reason);
+  return TRUST_OK;
+}
+
+/* Opens the last component from its checked parent and makes sure the
+ * descriptor is the inode that was checked. */
+static int open_last(int parent, const char *name, const struct stat *checked, int want_dir,
+                     const char *what, const char *path, const char *shown, int *fd_out,
+                     char *why, size_t why_cap)
+{
+  int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW;
+  int fd = openat(parent, name, flags | (want_dir ? O_DIRECTORY : 0));
+  if (fd < 0)
+    return walk_error(errno, what, path, shown, why, why_cap);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_dev != checked->st_dev || st.st_ino != checked->st_ino) {
+    close(fd);
+    return fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s changed while it was checked", what,
+                path, shown);
+  }
+  *fd_out = fd;
+  return TRUST_OK;
+}
+
+/* Walks canon from "/"; each directory is held open (O_PATH) while the next
+ * component is looked up in it. */
+static int walk(const char *canon, int want_dir, const char *what, const char *path,
+                int *fd_out, char *why, size_t why_cap)
+{
+  char shown[PATH_MAX];
+  struct stat st;
+  int dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0 || fstat(dir, &st) != 0) {
+    int rc = walk_error(errno, what, path, "/", why, why_cap);
+    if (dir >= 0)
+      close(dir);
+    return rc;
+  }
+  const char *p = canon + 1;
+  int rc = check_component(&st, 1, what, path, "/", why, why_cap);
+  if (rc == TRUST_OK && *p == '\0' && fd_out != NULL) /* the path is "/" itself */
+    rc = open_last(dir, ".", &st, 1, what, path, "/", fd_out, why, why_cap);
+  while (rc == TRUST_OK && *p != '\0') {
+    const char *slash = strchr(p, '/');
+    size_t len = slash != NULL ? (size_t)(slash - p) : strlen(p);
+    int last = slash == NULL;
+    snprintf(shown, sizeof(shown), "%.*s", (int)((p - canon) + len), canon);
+    char name[NAME_MAX + 1];
+    snprintf(name, sizeof(name), "%.*s", (int)len, p);
+    if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      rc = walk_error(errno, what, path, shown, why, why_cap);
+      break;
+    }
+    rc = check_component(&st, !last || want_dir, what, path, shown, why, why_cap);
+    if (rc != TRUST_OK)
+      break;
+    if (last) {
+      if (fd_out != NULL)
+        rc = open_last(dir, name, &st, want_dir, what, path, shown, fd_out, why, why_cap);
+      break;
+    }
+    int next = openat(dir, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat now;
+    if (next < 0 || fstat(next, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev) {
+      rc = next < 0 ? walk_error(errno, what, path, shown, why, why_cap)
+                    : fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s changed while it was checked",
+                           what, path, shown);
+      if (next >= 0)
+        close(next);
+      break;
+    }
+    close(dir);
+    dir = next;
+    p += len + 1;
+  }
+  close(dir);
+  return rc;
+}
+
+int trust_open(const char *path, enum trust_kind kind, const char *what, int *fd_out,
+               char *canon, size_t canon_cap, char *why, size_t why_cap)
+{
+  if (fd_out != NULL)
+    *fd_out = -1;
+  if (path == NULL || path[0] == '\0')
+    return fail(why, why_cap, TRUST_MISSING, "%s: empty path", what);
+  int rc = canonical(path, what, canon, canon_cap, why, why_cap);
+  if (rc == TRUST_OK)
+    rc = walk(canon, kind == TRUST_DIR, what, path, fd_out, why, why_cap);
+  return rc;
+}
