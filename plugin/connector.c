@@ -10,15 +10,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Every connector lock is taken through these, so that nothing is logged to
+ * the host while one is held (see log_hold). */
+static void lock(pthread_mutex_t *m)
+{
+  log_hold();
+  pthread_mutex_lock(m);
+}
+
+static void unlock(pthread_mutex_t *m)
+{
+  pthread_mutex_unlock(m);
+  log_release();
+}
+
 /* ---- transfers: pooled, with their descriptor and completion storage ---- */
 
 static struct transfer *transfer_get(struct conn *c)
 {
-  pthread_mutex_lock(&c->done_lock);
+  lock(&c->done_lock);
   struct transfer *t = c->free_list;
   if (t != NULL)
     c->free_list = t->next;
-  pthread_mutex_unlock(&c->done_lock);
+  unlock(&c->done_lock);
   if (t == NULL) {
     t = calloc(1, sizeof(*t));
     if (t == NULL)
@@ -45,9 +59,9 @@ static void transfer_put_locked(struct conn *c, struct transfer *t)
 
 static void transfer_put(struct conn *c, struct transfer *t)
 {
-  pthread_mutex_lock(&c->done_lock);
+  lock(&c->done_lock);
   transfer_put_locked(c, t);
-  pthread_mutex_unlock(&c->done_lock);
+  unlock(&c->done_lock);
 }
 
 static void transfer_free(struct transfer *t)
@@ -286,14 +300,14 @@ int conn_save(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
   if (rc != ECC_OK)
     return rc;
   if (!c->save_rank) {
-    pthread_mutex_lock(&c->done_lock);
+    lock(&c->done_lock);
     c->stats.saves_skipped += n;
-    pthread_mutex_unlock(&c->done_lock);
+    unlock(&c->done_lock);
     return ECC_OK;
   }
-  pthread_mutex_lock(&c->step_lock);
+  lock(&c->step_lock);
   rc = save_locked(c, e, n, descs, key_bytes);
-  pthread_mutex_unlock(&c->step_lock);
+  unlock(&c->step_lock);
   return rc;
 }
 
@@ -308,9 +322,9 @@ static int flush_locked(struct conn *c, void *stream)
   struct transfer *t = c->pending;
   if (t == NULL)
     return ECC_OK;
-  pthread_mutex_lock(&c->done_lock);
+  lock(&c->done_lock);
   int room = has_room(c, &c->saves);
-  pthread_mutex_unlock(&c->done_lock);
+  unlock(&c->done_lock);
   if (!room)
     return log_fail_at(&c->log, ECC_LOG_DEBUG, ECC_ERR_BUSY,
                     "flush: %u save transfers are in flight (connector.max_inflight); poll first",
@@ -326,17 +340,17 @@ static int flush_locked(struct conn *c, void *stream)
   }
   t->batch = ++c->save_batches;
   c->pending = NULL;
-  pthread_mutex_lock(&c->done_lock);
+  lock(&c->done_lock);
   fifo_push(&c->saves, t);
-  pthread_mutex_unlock(&c->done_lock);
+  unlock(&c->done_lock);
   return ECC_OK;
 }
 
 int conn_flush(struct conn *c, void *stream)
 {
-  pthread_mutex_lock(&c->step_lock);
+  lock(&c->step_lock);
   int rc = flush_locked(c, stream);
-  pthread_mutex_unlock(&c->step_lock);
+  unlock(&c->step_lock);
   return rc;
 }
 
@@ -469,9 +483,9 @@ static int start_load(struct conn *c, struct transfer *t, const ecc_load_entry_v
   int rc = plan_loads(c, t, e, n, &plan);
   if (rc != ECC_OK)
     return rc;
-  pthread_mutex_lock(&c->done_lock);
+  lock(&c->done_lock);
   int room = has_room(c, &c->loads);
-  pthread_mutex_unlock(&c->done_lock);
+  unlock(&c->done_lock);
   if (!room)
     return log_fail_at(&c->log, ECC_LOG_DEBUG, ECC_ERR_BUSY,
                     "load: %u load transfers are in flight (connector.max_inflight); poll first",
@@ -505,9 +519,9 @@ static int load_locked(struct conn *c, const ecc_load_entry_v1 *e, size_t n, voi
    * lost. */
   rc = c->engine.ops->order_after(&c->engine, t, stream);
   t->batch = ++c->load_batches;
-  pthread_mutex_lock(&c->done_lock);
+  lock(&c->done_lock);
   fifo_push(&c->loads, t);
-  pthread_mutex_unlock(&c->done_lock);
+  unlock(&c->done_lock);
   if (rc != ECC_OK)
     return log_fail(&c->log, rc, "load: could not order the compute stream after the copy; "
                     "poll for transfer completion before reading");
@@ -526,9 +540,9 @@ int conn_load(struct conn *c, const ecc_load_entry_v1 *e, size_t n, void *stream
     return log_fail(&c->log, ECC_ERR_ROLE, "load: this connector is a producer (connector.role)");
   if (n > UINT32_MAX)
     return log_fail(&c->log, ECC_ERR_INVALID, "load: %zu entries in one call; at most %u", n, UINT32_MAX);
-  pthread_mutex_lock(&c->step_lock);
+  lock(&c->step_lock);
   int rc = load_locked(c, e, n, stream);
-  pthread_mutex_unlock(&c->step_lock);
+  unlock(&c->step_lock);
   return rc;
 }
 
@@ -620,10 +634,10 @@ int conn_poll(struct conn *c, ecc_completion_v1 *out, size_t cap, size_t *n_out)
 {
   if (n_out == NULL || (out == NULL && cap > 0))
     return log_fail(&c->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
-  pthread_mutex_lock(&c->done_lock);
+  lock(&c->done_lock);
   size_t n = drain(c, &c->saves, out, cap);
   n += drain(c, &c->loads, out + n, cap - n);
-  pthread_mutex_unlock(&c->done_lock);
+  unlock(&c->done_lock);
   *n_out = n;
   return ECC_OK;
 }
@@ -712,9 +726,9 @@ int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1 *hos
 void conn_stats(struct conn *c, ecc_stats_v1 *out)
 {
   ecc_stats_v1 copy;
-  pthread_mutex_lock(&c->done_lock);
+  lock(&c->done_lock);
   copy = c->stats;
-  pthread_mutex_unlock(&c->done_lock);
+  unlock(&c->done_lock);
   /* The caller may have been built against a shorter struct. */
   size_t n = out->struct_size < sizeof(copy) ? out->struct_size : sizeof(copy);
   uint32_t size = out->struct_size;
@@ -756,7 +770,7 @@ static void drain_all(struct conn *c, struct fifo *f)
 
 void conn_destroy(struct conn *c)
 {
-  pthread_mutex_lock(&c->done_lock);
+  lock(&c->done_lock);
   drain_all(c, &c->saves);
   drain_all(c, &c->loads);
   while (c->free_list != NULL) {
@@ -764,7 +778,7 @@ void conn_destroy(struct conn *c)
     c->free_list = t->next;
     transfer_free(t);
   }
-  pthread_mutex_unlock(&c->done_lock);
+  unlock(&c->done_lock);
   if (c->pending != NULL)
     transfer_free(c->pending);
   c->engine.ops->destroy(&c->engine);

@@ -5,6 +5,16 @@
  * so a stale or forged handle is detected (ECC_ERR_CLOSED) instead of
  * touching freed memory, and a call racing with shutdown is counted in the
  * slot and waited for.
+ *
+ * A handle also belongs to the process that created it. In a child made by
+ * fork() the connector's threads do not exist and its region, locks and
+ * registrations are the parent's, so there every call on it answers
+ * ECC_ERR_CLOSED and shutdown touches nothing (the child's copy of the
+ * connector's memory is simply left alone).
+ *
+ * Handle values stay unique for the life of the process because the plugin
+ * is never unmapped (it is linked with -z nodelete): this table outlives
+ * every dlclose.
  */
 #ifndef ECC_HANDLES_H
 #define ECC_HANDLES_H
@@ -16,7 +26,8 @@ struct conn;
 /* Connectors one process may have open per plugin. */
 #define HANDLE_SLOTS 1024
 
-/* Register c; returns ECC_OK, or ECC_ERR_NOMEM when every slot is in use. */
+/* Register c; returns ECC_OK, ECC_ERR_NOMEM when every slot is in use, or
+ * ECC_ERR_SYSTEM when the fork handler cannot be registered. */
 int handles_add(struct conn *c, ecc_handle_t *out);
 
 /* Enter a call on h: returns its connector (and the slot to leave), or
@@ -25,7 +36,8 @@ struct conn *handles_enter(ecc_handle_t h, unsigned *slot);
 void handles_leave(unsigned slot);
 
 /* Take h out of service: wait for calls inside it to leave, then hand its
- * connector to the caller for destruction. ECC_ERR_CLOSED if h is not open. */
+ * connector to the caller for destruction. ECC_ERR_CLOSED if h is not open,
+ * or if it was created by another process (this one is a fork of it). */
 int handles_remove(ecc_handle_t h, struct conn **out);
 
 #endif /* ECC_HANDLES_H */

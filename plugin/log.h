@@ -4,6 +4,12 @@
  * Every error path in the plugin goes through log_fail(), so that the text
  * the host sees in its log, in last_error() and in create()'s err buffer is
  * one and the same.
+ *
+ * The host's callback is never called with a plugin lock held: the callback
+ * may call back into the plugin (stats from a log callback is ordinary), and
+ * under a lock that would deadlock. Code that takes a lock brackets it with
+ * log_hold() and log_release(); messages made in between wait in a small
+ * per-thread queue and are sent once the thread holds no lock.
  */
 #ifndef ECC_LOG_H
 #define ECC_LOG_H
@@ -36,6 +42,13 @@ int log_fail(struct ecc_log *log, int code, const char *fmt, ...)
  * (ECC_ERR_BUSY), which the host retries and should not see as errors. */
 int log_fail_at(struct ecc_log *log, int level, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Around every lock the plugin takes while it may log: messages of this
+ * thread are held from the first log_hold() until the matching last
+ * log_release(), which sends them in order (a burst beyond the queue is
+ * summarised in one line). Calls nest. */
+void log_hold(void);
+void log_release(void);
 
 /* Copy the last error text into buf (truncated, always NUL-terminated). */
 void log_last(struct ecc_log *log, char *buf, size_t cap);

@@ -51,7 +51,9 @@ static int shm_create(const ecc_create_args_v1 *args, ecc_handle_t *out)
   if (rc != ECC_OK) {
     conn_destroy(c);
     return err_text(args->err, args->err_cap, rc,
-                    "create: too many connectors open in this process");
+                    rc == ECC_ERR_NOMEM ? "create: too many connectors open in this process"
+                                        : "create: cannot register the handler that tells "
+                                          "forked children from their parent");
   }
   return ECC_OK;
 }
