@@ -1,7 +1,7 @@
 /*
- * connector.c - the public functions of ecc_host.h: ecc_open/ecc_check put
- * the INI reader and the loader together, check the keys against what the
- * plugin publishes and create the connector; the rest forward to the plugin.
+ * connector.c - ecc_open and ecc_check: they put the INI reader and the
+ * loader together, check the keys against what the plugin publishes and
+ * create the connector. calls.c forwards everything after that.
  */
 #include "ecc_host.h"
 
@@ -14,22 +14,11 @@
 
 #include "ini_config.h"
 #include "loader.h"
+#include "shim_connector.h"
 #include "shim_err.h"
 
-#define ECC_API __attribute__((visibility("default")))
 #define PLUGIN_ERR_MAX (PLUGIN_PATH_MAX + 1024)
 #define WHERE_MAX (PLUGIN_PATH_MAX + 32)
-
-/* ecc_close frees this, so a second ecc_close (or any call after it) uses
- * freed memory: ecc_close must be the last call, as ecc_host.h says. The
- * plugin's own state machine (ECC_ERR_CLOSED after shutdown) protects the
- * handle, not this struct. */
-struct ecc_connector {
-  loaded_plugin plugin;
-  ecc_handle_t handle;
-  /* Lent to the plugin by create: must outlive its shutdown. */
-  ecc_host_services services;
-};
 
 /* ---- logging ---- */
 
@@ -398,10 +387,11 @@ ECC_API int ecc_open(const char *ini_path, const ecc_open_options *opt, ecc_conn
     shim_errf(err, err_cap, "out of memory");
     return ECC_ERR_NOMEM;
   }
+  shim_connector_init(c);
   ini_config ini;
   rc = prepare(ini_path, &s, &ini, &c->plugin, err, err_cap);
   if (rc != ECC_OK) {
-    free(c);
+    shim_connector_free(c);
     return rc;
   }
   c->services = (ecc_host_services){.struct_size = sizeof(c->services),
@@ -412,7 +402,7 @@ ECC_API int ecc_open(const char *ini_path, const ecc_open_options *opt, ecc_conn
   ini_config_free(&ini);
   if (rc != ECC_OK) {
     plugin_unload(&c->plugin);
-    free(c);
+    shim_connector_free(c);
     return rc;
   }
   const plugin_ops *ops = &c->plugin.ops;
@@ -421,76 +411,6 @@ ECC_API int ecc_open(const char *ini_path, const ecc_open_options *opt, ecc_conn
            ops->negotiated_minor);
   *out = c;
   return ECC_OK;
-}
-
-/* ---- forwarding ---- */
-
-ECC_API int ecc_save(ecc_connector *c, const ecc_save_entry *entries, size_t n)
-{
-  if (c == NULL)
-    return ECC_ERR_INVALID;
-  return c->plugin.ops.save(c->handle, entries, n);
-}
-
-ECC_API int ecc_flush(ecc_connector *c, void *compute_stream)
-{
-  if (c == NULL)
-    return ECC_ERR_INVALID;
-  return c->plugin.ops.flush(c->handle, compute_stream);
-}
-
-ECC_API int ecc_load(ecc_connector *c, const ecc_load_entry *entries, size_t n,
-                     void *compute_stream)
-{
-  if (c == NULL)
-    return ECC_ERR_INVALID;
-  return c->plugin.ops.load(c->handle, entries, n, compute_stream);
-}
-
-ECC_API int ecc_poll(ecc_connector *c, ecc_completion *out, size_t cap, size_t *n_out)
-{
-  if (c == NULL)
-    return ECC_ERR_INVALID;
-  return c->plugin.ops.poll(c->handle, out, cap, n_out);
-}
-
-ECC_API int ecc_close(ecc_connector *c)
-{
-  if (c == NULL)
-    return ECC_OK;
-  /* The plugin's threads and mappings are gone once shutdown returns, so
-   * unloading its code afterwards is safe whatever shutdown returned. */
-  int rc = c->plugin.ops.shutdown(c->handle);
-  plugin_unload(&c->plugin);
-  free(c);
-  return rc;
-}
-
-ECC_API int ecc_get_stats(ecc_connector *c, ecc_stats *out)
-{
-  if (c == NULL)
-    return ECC_ERR_INVALID;
-  if (c->plugin.ops.stats == NULL)
-    return ECC_ERR_UNSUPPORTED;
-  return c->plugin.ops.stats(c->handle, out);
-}
-
-ECC_API int ecc_describe(ecc_connector *c, ecc_info *out)
-{
-  if (c == NULL)
-    return ECC_ERR_INVALID;
-  if (c->plugin.ops.describe == NULL)
-    return ECC_ERR_UNSUPPORTED;
-  return c->plugin.ops.describe(c->handle, out);
-}
-
-ECC_API int ecc_last_error(ecc_connector *c, char *buf, size_t cap)
-{
-  if (c == NULL)
-    return ECC_ERR_INVALID;
-  if (c->plugin.ops.last_error == NULL)
-    return ECC_ERR_UNSUPPORTED;
-  return c->plugin.ops.last_error(c->handle, buf, cap);
 }
 
 /* ---- metadata and checking ---- */
@@ -579,45 +499,4 @@ ECC_API int ecc_check(const char *ini_path, const ecc_open_options *opt, ecc_plu
   }
   free(plugin);
   return rc;
-}
-
-/* ---- status names ---- */
-
-ECC_API const char *ecc_strerror(int code)
-{
-  switch (code) {
-  case ECC_OK:
-    return "ECC_OK: success";
-  case ECC_ERR_INVALID:
-    return "ECC_ERR_INVALID: invalid argument";
-  case ECC_ERR_RANGE:
-    return "ECC_ERR_RANGE: block id or size out of range";
-  case ECC_ERR_ROLE:
-    return "ECC_ERR_ROLE: operation not allowed for this connector's role";
-  case ECC_ERR_BUSY:
-    return "ECC_ERR_BUSY: too many transfers in flight; poll, then retry";
-  case ECC_ERR_CONFIG:
-    return "ECC_ERR_CONFIG: unknown configuration key or bad value";
-  case ECC_ERR_INCOMPATIBLE:
-    return "ECC_ERR_INCOMPATIBLE: plugin ABI version not supported";
-  case ECC_ERR_REGION:
-    return "ECC_ERR_REGION: shared region is foreign, truncated, unsafe or of another layout";
-  case ECC_ERR_SYSTEM:
-    return "ECC_ERR_SYSTEM: an operating-system call failed";
-  case ECC_ERR_NOMEM:
-    return "ECC_ERR_NOMEM: out of host memory";
-  case ECC_ERR_DEVICE:
-    return "ECC_ERR_DEVICE: the GPU runtime failed";
-  case ECC_ERR_TRANSFER:
-    return "ECC_ERR_TRANSFER: a copy failed";
-  case ECC_ERR_CLOSED:
-    return "ECC_ERR_CLOSED: connector shut down or never existed";
-  case ECC_ERR_UNSUPPORTED:
-    return "ECC_ERR_UNSUPPORTED: not built in or not available here";
-  default: {
-    static _Thread_local char unknown[32];
-    snprintf(unknown, sizeof(unknown), "unknown status %d", code);
-    return unknown;
-  }
-  }
 }

@@ -22,8 +22,20 @@
  * digits, '-' and '_' only, so it cannot leave that directory.
  *
  * Return codes are the plugin ABI's (ECC_OK, ECC_ERR_*); ecc_strerror()
- * names them. Threading follows the plugin ABI (see ecc_plugin_v1.h);
- * ecc_close() must be the last call on a connector.
+ * names them. A plugin that answers with a code outside that set, or with
+ * completions that do not fit or cannot be read, gets ECC_ERR_INCOMPATIBLE
+ * from the call instead, and ecc_last_error() says what it did.
+ *
+ * Threading follows the plugin ABI (see ecc_plugin_v1.h). ecc_close() may
+ * race with calls on other threads: it waits for the calls already inside
+ * the plugin, and calls that arrive while it runs return ECC_ERR_CLOSED.
+ * A call made after ecc_close() has returned is the caller's error, as with
+ * fclose(): the connector's memory is gone.
+ *
+ * A connector belongs to the process that opened it. In a child made by
+ * fork() every call on an inherited connector returns ECC_ERR_CLOSED (and
+ * logs once why); ecc_close() there frees the child's copy of the connector
+ * and returns ECC_OK, touching nothing the parent still uses.
  */
 #ifndef ECC_HOST_H
 #define ECC_HOST_H
@@ -61,7 +73,9 @@ int ecc_save(ecc_connector *c, const ecc_save_entry *entries, size_t n);
 int ecc_flush(ecc_connector *c, void *compute_stream);
 int ecc_load(ecc_connector *c, const ecc_load_entry *entries, size_t n, void *compute_stream);
 int ecc_poll(ecc_connector *c, ecc_completion *out, size_t cap, size_t *n_out);
-/* Shut down, unload the plugin and free c. NULL is a no-op returning ECC_OK. */
+/* Wait for calls inside the plugin, shut down, release the plugin and free
+ * c. NULL is a no-op returning ECC_OK; a second ecc_close() running at the
+ * same time returns ECC_ERR_CLOSED. */
 int ecc_close(ecc_connector *c);
 
 /* Optional plugin functions; ECC_ERR_UNSUPPORTED when the plugin lacks one. */
@@ -90,7 +104,9 @@ int ecc_plugin_info(ecc_connector *c, ecc_plugin_meta *out);
 int ecc_check(const char *ini_path, const ecc_open_options *opt,
               ecc_plugin_meta *meta, char *err, size_t err_cap);
 
-/* Name of a status code, e.g. "ECC_ERR_RANGE: block id or size out of range". */
+/* Name of a status code, e.g. "ECC_ERR_RANGE: block id or size out of range".
+ * The text is constant and lives as long as the library, for unknown codes
+ * too (one text for all of them). */
 const char *ecc_strerror(int code);
 
 #ifdef __cplusplus

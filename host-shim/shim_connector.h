@@ -1,0 +1,40 @@
+/*
+ * shim_connector.h - the host library's connector object, shared by the file
+ * that opens it (connector.c) and the file that guards and forwards every
+ * call to its plugin (calls.c). Private to libecc-host.so.
+ */
+#ifndef ECC_SHIM_CONNECTOR_H
+#define ECC_SHIM_CONNECTOR_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "ecc_plugin.h"
+#include "loader.h"
+
+#define ECC_API __attribute__((visibility("default")))
+
+struct ecc_connector {
+  loaded_plugin plugin;
+  ecc_handle_t handle;
+  /* Lent to the plugin by create: must outlive its shutdown. */
+  ecc_host_services services;
+  atomic_int closing;         /* set once by ecc_close: later arrivals are turned away */
+  atomic_int inside;          /* calls currently inside the plugin */
+  unsigned fork_gen;          /* the process generation at open (see calls.c) */
+  pid_t owner;                /* the process that opened it */
+  atomic_int fork_logged;     /* the refusal in a forked child has been logged */
+  pthread_mutex_t err_lock;   /* guards the two fields below */
+  int shim_err_set;           /* the most recent error was found by the shim */
+  char shim_err[512];         /* its text, for ecc_last_error */
+};
+
+/* After calloc, before anything else: the guard, the owner, the error text. */
+void shim_connector_init(ecc_connector *c);
+
+/* Frees what shim_connector_init set up and c itself (the plugin must be
+ * unloaded or never loaded). */
+void shim_connector_free(ecc_connector *c);
+
+#endif /* ECC_SHIM_CONNECTOR_H */

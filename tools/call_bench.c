@@ -1,0 +1,149 @@
+/*
+ * call_bench.c - ecc-call-bench: the host time of one call through the
+ * shim, for the calls a serving loop makes most (an empty poll, a one-entry
+ * save, a stats read), on 1 and on several threads sharing one connector.
+ * Usage: ecc-call-bench [THREADS] [CALLS_PER_THREAD]   (defaults 4, 2000000)
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ecc_host.h"
+
+#define BS 256u
+#define NB 1024u
+
+enum call { CALL_POLL, CALL_STATS, CALL_SAVE, N_CALLS };
+static const char *const k_names[N_CALLS] = {"poll (nothing ready)", "get_stats",
+                                             "save (1 entry)"};
+
+struct worker {
+  ecc_connector *c;
+  enum call call;
+  uint64_t calls;
+  pthread_barrier_t *start;
+  int failed;
+};
+
+static uint64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void die(const char *what)
+{
+  fprintf(stderr, "ecc-call-bench: %s\n", what);
+  exit(1);
+}
+
+/* A save only queues descriptors: the same block is saved again and again,
+ * with a flush and a drain every 4096 saves so the queue stays small. */
+static int one_call(struct worker *w, uint64_t i, ecc_save_entry *e)
+{
+  ecc_completion done[16];
+  size_t n = 0;
+  ecc_stats st = {.struct_size = sizeof(st)};
+  switch (w->call) {
+  case CALL_POLL:
+    return ecc_poll(w->c, done, 16, &n);
+  case CALL_STATS:
+    return ecc_get_stats(w->c, &st);
+  default:
+    if (i % 4096 == 4095 && ecc_flush(w->c, NULL) != ECC_OK)
+      return -1;
+    if (i % 4096 == 4095)
+      while (ecc_poll(w->c, done, 16, &n) == ECC_OK && n > 0)
+        ;
+    return ecc_save(w->c, e, 1);
+  }
+}
+
+static void *work(void *arg)
+{
+  struct worker *w = arg;
+  static char src[BS];
+  uint32_t block = 0;
+  ecc_save_entry e = {"bench", (uint64_t)(uintptr_t)src, BS, &block, 1};
+  pthread_barrier_wait(w->start);
+  for (uint64_t i = 0; i < w->calls; i++) {
+    if (one_call(w, i, &e) != ECC_OK) {
+      w->failed = 1;
+      break;
+    }
+  }
+  return NULL;
+}
+
+/* Nanoseconds per call, per thread, over `threads` threads calling at once. */
+static double run(ecc_connector *c, enum call call, unsigned threads, uint64_t calls)
+{
+  pthread_barrier_t start;
+  pthread_barrier_init(&start, NULL, threads + 1);
+  struct worker *w = calloc(threads, sizeof(*w));
+  pthread_t *t = calloc(threads, sizeof(*t));
+  if (w == NULL || t == NULL)
+    die("out of memory");
+  for (unsigned i = 0; i < threads; i++) {
+    w[i] = (struct worker){.c = c, .call = call, .calls = calls, .start = &start};
+    if (pthread_create(&t[i], NULL, work, &w[i]) != 0)
+      die("pthread_create failed");
+  }
+  pthread_barrier_wait(&start);
+  uint64_t t0 = now_ns();
+  for (unsigned i = 0; i < threads; i++)
+    pthread_join(t[i], NULL);
+  uint64_t ns = now_ns() - t0;
+  for (unsigned i = 0; i < threads; i++)
+    if (w[i].failed)
+      die("a call failed");
+  free(w);
+  free(t);
+  pthread_barrier_destroy(&start);
+  return (double)ns / (double)calls;
+}
+
+static ecc_connector *open_connector(void)
+{
+  char ini[256], text[1024], err[512] = "";
+  snprintf(ini, sizeof(ini), "/tmp/ecc-call-bench-%ld.ini", (long)getpid());
+  snprintf(text, sizeof(text),
+           "[plugin]\nname = shm\n[region]\nname = callbench%ld\nblock_size = %u\nsize = %u\n"
+           "[engine]\ntype = host\n",
+           (long)getpid(), BS, BS * NB);
+  FILE *f = fopen(ini, "w");
+  if (f == NULL || fputs(text, f) < 0 || fclose(f) != 0)
+    die("cannot write the INI file");
+  ecc_connector *c = NULL;
+  int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
+  unlink(ini);
+  if (rc != ECC_OK) {
+    fprintf(stderr, "ecc-call-bench: %s\n", err);
+    exit(1);
+  }
+  return c;
+}
+
+int main(int argc, char **argv)
+{
+  unsigned threads = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 4;
+  uint64_t calls = argc > 2 ? strtoull(argv[2], NULL, 10) : 2000000;
+  if (threads == 0 || calls == 0)
+    die("usage: ecc-call-bench [THREADS] [CALLS_PER_THREAD]");
+  ecc_connector *c = open_connector();
+  printf("%-26s %12s %12s\n", "call", "1 thread", "threads");
+  for (int k = 0; k < N_CALLS; k++) {
+    run(c, (enum call)k, 1, calls / 10); /* warm-up */
+    double one = run(c, (enum call)k, 1, calls);
+    double many = run(c, (enum call)k, threads, calls);
+    printf("%-26s %9.1f ns %9.1f ns   (%u threads)\n", k_names[k], one, many, threads);
+  }
+  if (ecc_close(c) != ECC_OK)
+    die("ecc_close failed");
+  return 0;
+}
