@@ -54,6 +54,27 @@
  * ECC_ERR_CLOSED; shutdown itself waits for calls already inside the plugin.
  * Several handles may live in one process (one per device, for instance) and
  * never share state.
+ *
+ * Processes
+ * ---------
+ * A handle belongs to the process that created it. In a child made by
+ * fork() its threads do not exist and its region, locks and driver state are
+ * the parent's, so every call there returns ECC_ERR_CLOSED, shutdown
+ * included, and touches nothing the parent uses; the child creates its own
+ * handles. A plugin keeps handle values unique for the life of the process,
+ * also across dlclose and a new dlopen (the shm plugin is never unmapped:
+ * it is linked with -z nodelete).
+ *
+ * Streams
+ * -------
+ * `compute_stream` in flush and load is a cudaStream_t of the caller's
+ * device context. With a CUDA engine, NULL means CUDA's legacy default
+ * stream (handle 0, where PyTorch programs run unless they pick a stream),
+ * not "no stream": flush's copy waits for work queued there, and work queued
+ * there after load waits for the load. cudaStreamLegacy and
+ * cudaStreamPerThread may be passed as they are. With the host engine the
+ * stream must be NULL (it cannot order itself after GPU work); its data is
+ * ordered by poll alone.
  */
 #ifndef ECC_PLUGIN_V1_H
 #define ECC_PLUGIN_V1_H
@@ -103,8 +124,9 @@ extern "C" {
 #define ECC_CAP_STATS (1u << 4)       /* the stats function is implemented */
 
 /* Opaque connector handle. 0 is never valid. After shutdown a handle's value
- * stays invalid for the life of the process: calls with it return
- * ECC_ERR_CLOSED and never touch freed memory. */
+ * stays invalid for the life of the process, also after the plugin has been
+ * closed and opened again: calls with it return ECC_ERR_CLOSED and never
+ * touch freed memory. */
 typedef uint64_t ecc_handle_t;
 
 /* One configuration pair. Both strings are read during the call only. */
@@ -260,9 +282,9 @@ typedef struct ecc_plugin_v1 {
 
   /* flush: submit everything queued since the last flush as ONE batched
    * transfer, ordered after all work already queued on `compute_stream`
-   * (a cudaStream_t; NULL for none, and it must be NULL with the host
-   * engine). Nothing queued: no-op. On ECC_ERR_BUSY the queue is kept and a
-   * later flush submits it.
+   * (see Streams above: with a CUDA engine NULL is the legacy default
+   * stream; with the host engine it must be NULL). Nothing queued: no-op.
+   * On ECC_ERR_BUSY the queue is kept and a later flush submits it.
    * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_BUSY, ECC_ERR_DEVICE,
    * ECC_ERR_NOMEM, ECC_ERR_CLOSED. */
   int (*flush)(ecc_handle_t h, void *compute_stream);
@@ -271,9 +293,11 @@ typedef struct ecc_plugin_v1 {
    * so that neighbours in the region whose destinations are adjacent
    * coalesce (when the destinations ascend in the given order, that order
    * already brings every such pair together and is kept).
-   * With a stream, work queued on `compute_stream` after load returns sees the
-   * data; with the host engine (stream NULL) the data is there once poll has
-   * reported the transfer id. `dst` must not be read or reused before then.
+   * The copy runs after work already queued on `compute_stream`, and work
+   * queued there after load returns sees the data (see Streams above: NULL
+   * is the legacy default stream with a CUDA engine); with the host engine
+   * (stream NULL) the data is there once poll has reported the transfer id.
+   * `dst` must not be read or reused otherwise before then.
    * n == 0 is a no-op.
    * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_RANGE, ECC_ERR_ROLE,
    * ECC_ERR_BUSY, ECC_ERR_DEVICE, ECC_ERR_NOMEM, ECC_ERR_CLOSED. */

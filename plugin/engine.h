@@ -48,10 +48,11 @@ struct engine;
 
 struct engine_ops {
   const char *name; /* "host" or "cuda" */
-  /* Start copying t->desc asynchronously, ordered after work queued on
-   * `stream` (NULL: none). On error nothing was started. */
+  /* Start copying t->desc asynchronously, ordered after work queued on the
+   * host's `stream` (see flush in the ABI header for what NULL means to each
+   * engine). On error nothing was started. */
   int (*submit)(struct engine *e, struct transfer *t, void *stream);
-  /* After a load's submit: make `stream` wait for the copy (NULL: no-op). */
+  /* After a load's submit: make the host's `stream` wait for the copy. */
   int (*order_after)(struct engine *e, struct transfer *t, void *stream);
   /* Never blocks. Returns 0 while running; 1 when done, with *status
    * (ECC_OK or an error) and *elapsed_ns set. */

@@ -439,18 +439,25 @@ static void run_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct t
   }
 }
 
+/* The stream the host means. NULL is CUDA's legacy default stream, which is
+ * where most PyTorch programs work (their current stream's handle is 0); our
+ * copy streams are non-blocking, so without an explicit dependency they
+ * would not wait for it at all. cudaStreamLegacy and cudaStreamPerThread
+ * are passed through as they are. */
+static cudaStream_t host_stream_of(void *stream)
+{
+  return stream == NULL ? cudaStreamLegacy : (cudaStream_t)stream;
+}
+
 /* Make `stream` wait for the host's stream and for the transfer submitted
  * before in the same direction (so copies of one direction run one after
  * another: the kernel keeps its SM bound and FIFO order holds). */
 static cudaError_t order_before(struct cuda_engine *ce, struct cuda_slot *s, int dir,
                                 cudaStream_t host, cudaStream_t stream)
 {
-  cudaError_t rc = cudaSuccess;
-  if (host != NULL) {
-    rc = cudaEventRecord(s->gate, host);
-    if (rc == cudaSuccess)
-      rc = cudaStreamWaitEvent(stream, s->gate, 0);
-  }
+  cudaError_t rc = cudaEventRecord(s->gate, host);
+  if (rc == cudaSuccess)
+    rc = cudaStreamWaitEvent(stream, s->gate, 0);
   /* A slot used again since belongs to a later transfer, and the one we
    * knew has finished (its slot was released). On the same stream the
    * order holds already, and each call costs host time per step. */
@@ -477,7 +484,7 @@ static int cuda_submit(struct engine *e, struct transfer *t, void *host_stream)
   struct plan p;
   plan_copy(ce, s, t, dir, &p);
   cudaStream_t stream = p.method == METHOD_KERNEL ? ce->kernel_stream[dir] : ce->dma_stream[dir];
-  cudaError_t rc = order_before(ce, s, dir, (cudaStream_t)host_stream, stream);
+  cudaError_t rc = order_before(ce, s, dir, host_stream_of(host_stream), stream);
   if (rc == cudaSuccess)
     rc = cudaEventRecord(s->start, stream);
   if (rc != cudaSuccess) {
@@ -515,12 +522,12 @@ static int cuda_order_after(struct engine *e, struct transfer *t, void *stream)
 {
   struct cuda_engine *ce = e->impl;
   int dir = t->direction == ECC_DIR_SAVE ? ECC_DIR_SAVE : ECC_DIR_LOAD;
-  if (stream == NULL || ce->last[dir] == NULL)
+  if (ce->last[dir] == NULL)
     return ECC_OK;
   struct ctx_guard g;
   if (ctx_enter(ce, &g) != 0)
     return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot make device %d current", ce->device);
-  cudaError_t rc = cudaStreamWaitEvent((cudaStream_t)stream, ce->last[dir]->end, 0);
+  cudaError_t rc = cudaStreamWaitEvent(host_stream_of(stream), ce->last[dir]->end, 0);
   if (rc != cudaSuccess)
     (void)cudaGetLastError();
   ctx_leave(ce, &g);

@@ -355,34 +355,56 @@ Test(gpu, coalescing)
 
 /* ---- ordering against the compute stream ---- */
 
-/* The source is rewritten by the compute stream after a long spin; flush is
+/* Which stream the host's work runs on, and what it hands to flush/load:
+ * its own stream, the legacy default stream (PyTorch's default: handle 0,
+ * passed as NULL) or the per-thread default stream. */
+enum host_stream { SIDE_STREAM, LEGACY_STREAM, PER_THREAD_STREAM };
+
+static const char *const k_stream_names[] = {"side stream", "legacy default stream (NULL)",
+                                             "per-thread default stream"};
+
+static cudaStream_t work_stream(const struct rig *r, enum host_stream which)
+{
+  if (which == LEGACY_STREAM)
+    return cudaStreamLegacy;
+  return which == PER_THREAD_STREAM ? cudaStreamPerThread : r->stream;
+}
+
+static void *passed_stream(const struct rig *r, enum host_stream which)
+{
+  return which == LEGACY_STREAM ? NULL : (void *)work_stream(r, which);
+}
+
+/* The source is rewritten by the host's stream after a long spin; flush is
  * called before that has happened, so the copy must wait for it. */
-static void save_waits_for_stream(const char *method)
+static void save_waits_for_stream(const char *method, enum host_stream which)
 {
   const uint64_t bs = 65536, nb = 256, bytes = bs * nb;
   struct rig r;
   rig_open(&r, method, bs, nb, NULL);
+  cudaStream_t work = work_stream(&r, which);
   uint8_t *src_dev;
   ck(cudaMalloc((void **)&src_dev, bytes), "cudaMalloc");
-  ck(tk_fill(src_dev, bytes, 1, 0, r.stream), "fill old");
-  ck(cudaStreamSynchronize(r.stream), "sync");
+  ck(tk_fill(src_dev, bytes, 1, 0, work), "fill old");
+  ck(cudaStreamSynchronize(work), "sync");
 
-  ck(tk_spin(200u * 1000u * 1000u, r.stream), "spin");
-  ck(tk_fill(src_dev, bytes, 2, 0, r.stream), "fill new");
+  ck(tk_spin(200u * 1000u * 1000u, work), "spin");
+  ck(tk_fill(src_dev, bytes, 2, 0, work), "fill new");
   uint32_t *ids = malloc(nb * sizeof(*ids));
   for (uint32_t i = 0; i < nb; i++)
     ids[i] = (i * 37) % nb; /* scattered */
   ecc_save_entry e = {"late", (uint64_t)(uintptr_t)src_dev, bytes, ids, (uint32_t)nb};
   uint64_t t0 = now_ms();
   cr_assert_eq(ecc_save(r.c, &e, 1), ECC_OK);
-  cr_assert_eq(ecc_flush(r.c, r.stream), ECC_OK);
+  cr_assert_eq(ecc_flush(r.c, passed_stream(&r, which)), ECC_OK);
   expect_done(r.c, 1, ECC_DIR_SAVE, 20000);
-  cr_expect_geq(now_ms() - t0, 150, "the save finished before the compute stream's spin ended");
+  cr_expect_geq(now_ms() - t0, 150, "%s, %s: the save finished before the spin ended", method,
+                k_stream_names[which]);
 
   uint8_t *want = malloc(bs);
   for (uint32_t i = 0; i < nb; i++) {
     pattern(want, bs, 2, (uint64_t)i * bs);
-    expect_same(r.blocks + (uint64_t)ids[i] * bs, want, bs, "saved block");
+    expect_same(r.blocks + (uint64_t)ids[i] * bs, want, bs, k_stream_names[which]);
   }
   free(want);
   free(ids);
@@ -393,40 +415,65 @@ static void save_waits_for_stream(const char *method)
 Test(gpu, save_waits_for_compute_stream, .timeout = 120)
 {
   need_gpus(1, gpu_count());
-  save_waits_for_stream("dma");
-  save_waits_for_stream("kernel");
+  save_waits_for_stream("dma", SIDE_STREAM);
+  save_waits_for_stream("kernel", SIDE_STREAM);
 }
 
-/* A kernel queued on the compute stream right after load reads the data. */
-static void load_then_kernel(const char *method)
+Test(gpu, save_waits_for_legacy_and_per_thread_default_streams, .timeout = 120)
+{
+  need_gpus(1, gpu_count());
+  save_waits_for_stream("dma", LEGACY_STREAM);
+  save_waits_for_stream("kernel", LEGACY_STREAM);
+  save_waits_for_stream("auto", PER_THREAD_STREAM);
+}
+
+/* The load waits for a spin already queued on the host's stream (the
+ * destination is still being read there), and a kernel queued on that stream
+ * right after load reads the data. */
+static void load_then_kernel(const char *method, enum host_stream which)
 {
   const uint64_t bs = 65536, nb = 256, bytes = bs * nb;
   struct rig r;
   rig_open(&r, method, bs, nb, NULL);
+  cudaStream_t work = work_stream(&r, which);
   uint32_t *ids = malloc(nb * sizeof(*ids));
   for (uint32_t i = 0; i < nb; i++) {
     ids[i] = (i * 37 + 5) % nb;
     pattern(r.blocks + (uint64_t)ids[i] * bs, bs, 3, (uint64_t)i * bs);
   }
   uint8_t *dst_dev;
-  unsigned long long *bad;
+  unsigned long long *bad, *bad_before;
   ck(cudaMalloc((void **)&dst_dev, bytes), "cudaMalloc");
   ck(cudaMalloc((void **)&bad, sizeof(*bad)), "cudaMalloc");
+  ck(cudaMalloc((void **)&bad_before, sizeof(*bad_before)), "cudaMalloc");
   memset_now(dst_dev, POISON, bytes, "poison");
   memset_now(bad, 0, sizeof(*bad), "zero");
+  memset_now(bad_before, 0, sizeof(*bad_before), "zero");
 
-  ck(tk_spin(100u * 1000u * 1000u, r.stream), "spin");
+  /* Still-running work that reads the old destination: after the spin it
+   * counts bytes that already look loaded, which must be none. */
+  ck(tk_spin(100u * 1000u * 1000u, work), "spin");
+  ck(tk_count_mismatch(dst_dev, bytes, 3, 0, bad_before, work), "check before");
   ecc_load_entry l = {9, ids, (uint32_t)nb, (uint64_t)(uintptr_t)dst_dev, bytes};
-  cr_assert_eq(ecc_load(r.c, &l, 1, r.stream), ECC_OK);
-  ck(tk_count_mismatch(dst_dev, bytes, 3, 0, bad, r.stream), "check");
-  unsigned long long n_bad = 1;
-  ck(cudaMemcpyAsync(&n_bad, bad, sizeof(n_bad), cudaMemcpyDeviceToHost, r.stream), "copy");
-  ck(cudaStreamSynchronize(r.stream), "sync");
-  cr_expect_eq(n_bad, 0, "%s: the kernel after load saw %llu stale bytes", method, n_bad);
+  cr_assert_eq(ecc_load(r.c, &l, 1, passed_stream(&r, which)), ECC_OK);
+  ck(tk_count_mismatch(dst_dev, bytes, 3, 0, bad, work), "check");
+  unsigned long long n_bad = 1, n_before = 0;
+  ck(cudaMemcpyAsync(&n_bad, bad, sizeof(n_bad), cudaMemcpyDeviceToHost, work), "copy");
+  ck(cudaMemcpyAsync(&n_before, bad_before, sizeof(n_before), cudaMemcpyDeviceToHost, work),
+     "copy");
+  ck(cudaStreamSynchronize(work), "sync");
+  cr_expect_eq(n_bad, 0, "%s, %s: the kernel after load saw %llu stale bytes", method,
+               k_stream_names[which], n_bad);
+  unsigned long long poison_differs = 0; /* what the check counts on an untouched destination */
+  for (uint64_t i = 0; i < bytes; i++)
+    poison_differs += tk_byte(3, i) != POISON;
+  cr_expect_eq(n_before, poison_differs, "%s, %s: the load overwrote the destination before the "
+               "work queued ahead of it had read it", method, k_stream_names[which]);
   expect_done(r.c, 1, ECC_DIR_LOAD, 20000);
 
   free(ids);
   cudaFree(bad);
+  cudaFree(bad_before);
   cudaFree(dst_dev);
   rig_close(&r);
 }
@@ -434,8 +481,16 @@ static void load_then_kernel(const char *method)
 Test(gpu, kernel_after_load_sees_data, .timeout = 120)
 {
   need_gpus(1, gpu_count());
-  load_then_kernel("dma");
-  load_then_kernel("kernel");
+  load_then_kernel("dma", SIDE_STREAM);
+  load_then_kernel("kernel", SIDE_STREAM);
+}
+
+Test(gpu, legacy_and_per_thread_default_streams_are_ordered_around_load, .timeout = 120)
+{
+  need_gpus(1, gpu_count());
+  load_then_kernel("dma", LEGACY_STREAM);
+  load_then_kernel("kernel", LEGACY_STREAM);
+  load_then_kernel("auto", PER_THREAD_STREAM);
 }
 
 /* Once its completion is polled, a save's source may be overwritten at once:
