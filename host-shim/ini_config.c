@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "key_index.h"
 #include "shim_err.h"
 
 /* inih keeps the current section in a 50-byte buffer and silently cuts a
@@ -29,6 +30,7 @@ static const char *const k_level_names[] = {"error", "warn", "info", "debug"};
 typedef struct parse_state {
   FILE *f;
   ini_config *cfg;
+  key_index *keys;  /* every pair's key, to find duplicates */
   char *buf;
   size_t buf_cap;
   int line;         /* the line inih is working on */
@@ -212,17 +214,16 @@ static int on_plugin_key(parse_state *st, const char *name, const char *value)
   return 1;
 }
 
-static ini_pair *find_pair(const ini_config *cfg, const char *key)
+/* The pair of key, or NULL. */
+static ini_pair *find_pair(const ini_config *cfg, key_index *keys, const char *key)
 {
-  for (size_t i = 0; i < cfg->n_pairs; i++) {
-    if (strcmp(cfg->pairs[i].key, key) == 0)
-      return &cfg->pairs[i];
-  }
-  return NULL;
+  size_t pos;
+  return key_index_find(keys, key, &pos) ? &cfg->pairs[pos] : NULL;
 }
 
-/* Takes ownership of key and value (frees them on failure). */
-static int append_pair(ini_config *cfg, char *key, char *value, int line)
+/* Appends a pair whose key is not in keys yet and indexes it. Takes
+ * ownership of key and value (frees them on failure). */
+static int append_pair(ini_config *cfg, key_index *keys, char *key, char *value, int line)
 {
   if (key == NULL || value == NULL)
     goto nomem;
@@ -234,6 +235,10 @@ static int append_pair(ini_config *cfg, char *key, char *value, int line)
     cfg->pairs = grown;
     cfg->cap_pairs = cap;
   }
+  /* Indexed first: a failure then leaves neither the pair nor its entry.
+   * The index points at the pair's own key string, freed with cfg. */
+  if (!key_index_add(keys, key, cfg->n_pairs))
+    goto nomem;
   cfg->pairs[cfg->n_pairs++] = (ini_pair){.key = key, .value = value, .line = line};
   return ECC_OK;
 nomem:
@@ -268,13 +273,13 @@ static int on_pair(void *user, const char *section, const char *name, const char
   char *key = join_key(section, name);
   if (key == NULL)
     return parse_nomem(st);
-  const ini_pair *old = find_pair(st->cfg, key);
+  const ini_pair *old = find_pair(st->cfg, st->keys, key);
   if (old != NULL) {
     parse_fail(st, "duplicate key '%s' (first set on line %d)", key, old->line);
     free(key);
     return 0;
   }
-  if (append_pair(st->cfg, key, strdup(value), st->line) != ECC_OK)
+  if (append_pair(st->cfg, st->keys, key, strdup(value), st->line) != ECC_OK)
     return parse_nomem(st);
   return 1;
 }
@@ -353,8 +358,8 @@ static int set_plugin_override(ini_config *cfg, const char *name, const char *va
   return ECC_OK;
 }
 
-static int apply_override(ini_config *cfg, const ecc_kv *kv, size_t index, char *err,
-                          size_t err_cap)
+static int apply_override(ini_config *cfg, key_index *keys, const ecc_kv *kv, size_t index,
+                          char *err, size_t err_cap)
 {
   if (kv->key == NULL || kv->key[0] == '\0' || kv->value == NULL) {
     shim_errf(err, err_cap, "override %zu has no key or no value", index);
@@ -367,7 +372,7 @@ static int apply_override(ini_config *cfg, const ecc_kv *kv, size_t index, char 
   }
   if (strncmp(kv->key, "plugin.", 7) == 0)
     return set_plugin_override(cfg, kv->key + 7, kv->value, err, err_cap);
-  ini_pair *old = find_pair(cfg, kv->key);
+  ini_pair *old = find_pair(cfg, keys, kv->key);
   char *value = strdup(kv->value);
   if (value == NULL)
     return ECC_ERR_NOMEM;
@@ -377,7 +382,7 @@ static int apply_override(ini_config *cfg, const ecc_kv *kv, size_t index, char 
     old->line = 0;
     return ECC_OK;
   }
-  return append_pair(cfg, strdup(kv->key), value, 0);
+  return append_pair(cfg, keys, strdup(kv->key), value, 0);
 }
 
 /* ---- the [plugin] section as a whole ---- */
@@ -418,10 +423,15 @@ int ini_config_load(const char *file, const ecc_kv *overrides, size_t n_override
     shim_errf(err, err_cap, "out of memory");
     return ECC_ERR_NOMEM;
   }
-  parse_state st = {.cfg = out};
+  uint64_t k0, k1;
+  key_index_random_key(&k0, &k1);
+  key_index keys;
+  key_index_init(&keys, k0, k1);
+  parse_state st = {.cfg = out, .keys = &keys};
   int rc = parse_file(out, &st, err, err_cap);
   for (size_t i = 0; rc == ECC_OK && i < n_overrides; i++)
-    rc = apply_override(out, &overrides[i], i, err, err_cap);
+    rc = apply_override(out, &keys, &overrides[i], i, err, err_cap);
+  key_index_free(&keys);
   if (rc == ECC_ERR_NOMEM)
     shim_errf(err, err_cap, "out of memory");
   if (rc == ECC_OK)
