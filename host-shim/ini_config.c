@@ -2,20 +2,29 @@
  * ini_config.c - turns the INI file given to ecc_open/ecc_check into an
  * ini_config: the [plugin] settings the shim uses itself, and every other key
  * as a "section.key" pair for the plugin, each with the line it came from.
+ * The file is opened by the ownership rule and read whole into memory of
+ * bounded size, then handed to inih one line at a time.
  */
 #include "ini_config.h"
 
 #include <errno.h>
 #include <ini.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "key_index.h"
 #include "shim_err.h"
+#include "trust.h"
+
+/* A line number never passes the number of bytes plus one. */
+_Static_assert(INI_CONFIG_MAX_BYTES < INT_MAX - 1, "INI line numbers are ints");
 
 /* inih keeps the current section in a 50-byte buffer and silently cuts a
  * longer name, which would turn the keys under it into other keys. */
@@ -28,13 +37,12 @@ static const char *const k_level_names[] = {"error", "warn", "info", "debug"};
 /* Everything the reader and the handler share while inih runs. Only the
  * first error (by line) is kept: later ones are often caused by it. */
 typedef struct parse_state {
-  FILE *f;
+  const char *text; /* the whole file */
+  size_t len;
+  size_t next;      /* where the next line starts */
   ini_config *cfg;
   key_index *keys;  /* every pair's key, to find duplicates */
-  char *buf;
-  size_t buf_cap;
   int line;         /* the line inih is working on */
-  int read_errno;   /* set when the file could not be read to its end */
   int err_line;     /* line of the first error found here, 0 if none */
   int err_code;
   char err[PARSE_ERR_MAX];
@@ -125,6 +133,39 @@ static void inspect_other(parse_state *st, const char *text)
   }
 }
 
+/* Checks the line in str (NUL-terminated, without its line ending) and ends
+ * it with the newline inih expects, or blanks it after an error. */
+static char *hand_over(parse_state *st, char *str)
+{
+  if (str[0] == '[') {
+    if (!inspect_section(st, str))
+      return blank_line(str);
+  } else {
+    inspect_other(st, str);
+  }
+  size_t keep = strlen(str);
+  str[keep] = '\n';
+  str[keep + 1] = '\0';
+  return str;
+}
+
+/* The next line of the file without its line ending; false at the end. */
+static bool next_line(parse_state *st, const char **text, size_t *len)
+{
+  if (st->next >= st->len)
+    return false;
+  const char *start = st->text + st->next;
+  size_t rest = st->len - st->next;
+  const char *nl = memchr(start, '\n', rest);
+  size_t n = nl != NULL ? (size_t)(nl - start) : rest;
+  st->next += n + (nl != NULL);
+  while (n > 0 && start[n - 1] == '\r')
+    n--;
+  *text = start;
+  *len = n;
+  return true;
+}
+
 /* fgets-like reader for ini_parse_stream. inih numbers lines by counting
  * calls, so each call hands over exactly one whole line of the file (or a
  * blank line in place of one already reported as bad). Leading blanks are
@@ -133,44 +174,35 @@ static void inspect_other(parse_state *st, const char *text)
 static char *read_line(char *str, int num, void *stream)
 {
   parse_state *st = stream;
-  errno = 0;
-  ssize_t n = getline(&st->buf, &st->buf_cap, st->f);
-  if (n < 0) {
-    if (ferror(st->f))
-      st->read_errno = errno != 0 ? errno : EIO;
+  const char *text;
+  size_t len;
+  if (!next_line(st, &text, &len))
+    return NULL;
+  st->line++;
+  if (num < 3) { /* no room for even an empty line; not so in any inih */
+    parse_fail(st, "inih's line buffer holds only %d bytes", num);
     return NULL;
   }
-  st->line++;
-  if (num < 3)
-    return NULL; /* no room for even an empty line; cannot happen with inih */
-  size_t len = (size_t)n;
-  char *text = st->buf;
   if (memchr(text, '\0', len) != NULL) {
     parse_fail(st, "NUL byte in line");
     return blank_line(str);
   }
-  while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
-    text[--len] = '\0';
   /* inih needs room for the line, a newline and the terminating NUL. */
-  size_t limit = (size_t)num - 2;
+  size_t limit = (size_t)num - 2 < INI_CONFIG_MAX_LINE ? (size_t)num - 2 : INI_CONFIG_MAX_LINE;
   if (len > limit) {
     parse_fail(st, "line longer than %zu characters", limit);
     return blank_line(str);
   }
-  if (st->line == 1 && strncmp(text, "\xEF\xBB\xBF", 3) == 0)
+  if (st->line == 1 && len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) {
     text += 3;
-  text += strspn(text, " \t");
-  if (text[0] == '[') {
-    if (!inspect_section(st, text))
-      return blank_line(str);
-  } else {
-    inspect_other(st, text);
+    len -= 3;
   }
-  size_t keep = strlen(text);
-  memcpy(str, text, keep);
-  str[keep] = '\n';
-  str[keep + 1] = '\0';
-  return str;
+  size_t blanks = 0;
+  while (blanks < len && (text[blanks] == ' ' || text[blanks] == '\t'))
+    blanks++;
+  memcpy(str, text + blanks, len - blanks);
+  str[len - blanks] = '\0';
+  return hand_over(st, str);
 }
 
 /* ---- the handler: [plugin] settings and plugin pairs ---- */
@@ -303,25 +335,127 @@ static int report_parse(const parse_state *st, int rc, char *err, size_t err_cap
     shim_errf(err, err_cap, "%s:%d: %s", file, st->err_line, st->err);
     return st->err_code;
   }
-  if (st->read_errno != 0) {
-    shim_errf(err, err_cap, "cannot read %s: %s", file, strerror(st->read_errno));
+  return ECC_OK;
+}
+
+/* The file as a descriptor, if it passes the ownership rule; a FIFO or a
+ * device is refused before it is opened, so it can never block. */
+static int open_ini(const char *file, int *fd, char *err, size_t err_cap)
+{
+  char canon[PATH_MAX], why[PATH_MAX + 512];
+  switch (trust_open(file, TRUST_FILE, "INI file", fd, canon, sizeof(canon), why,
+                     sizeof(why))) {
+  case TRUST_OK:
+    return ECC_OK;
+  case TRUST_MISSING:
+    shim_errf(err, err_cap, "cannot open INI file %s: not found", file);
+    return ECC_ERR_CONFIG;
+  case TRUST_UNSAFE:
+    shim_errf(err, err_cap, "%s", why);
+    return ECC_ERR_CONFIG;
+  default:
+    shim_errf(err, err_cap, "%s", why);
     return ECC_ERR_SYSTEM;
   }
+}
+
+/* A file past the limit is refused at the line holding its first byte too
+ * many, so that the message points somewhere. */
+static int refuse_long_file(const char *file, const char *text, char *err, size_t err_cap)
+{
+  int line = 1;
+  for (const char *p = text; (p = memchr(p, '\n', (size_t)(text + INI_CONFIG_MAX_BYTES - p)));
+       p++)
+    line++;
+  shim_errf(err, err_cap, "%s:%d: the file is longer than %zu bytes (%zu MiB), the most an INI "
+            "file may hold", file, line, INI_CONFIG_MAX_BYTES, INI_CONFIG_MAX_BYTES >> 20);
+  return ECC_ERR_CONFIG;
+}
+
+/* The first size bytes of the buffer, or 4 KiB for files that say 0 (those
+ * in /proc), plus one: a full buffer then means there is more to read. */
+static size_t first_capacity(const struct stat *st)
+{
+  if (st->st_size <= 0)
+    return 4096 + 1;
+  if ((uintmax_t)st->st_size >= INI_CONFIG_MAX_BYTES)
+    return INI_CONFIG_MAX_BYTES + 1;
+  return (size_t)st->st_size + 1;
+}
+
+/* Grows *buf to hold more bytes, never past the limit plus one. */
+static int grow_buffer(char **buf, size_t *cap, const char *file, char *err, size_t err_cap)
+{
+  size_t bigger = *cap * 2 < INI_CONFIG_MAX_BYTES + 1 ? *cap * 2 : INI_CONFIG_MAX_BYTES + 1;
+  char *grown = realloc(*buf, bigger);
+  if (grown == NULL) {
+    shim_errf(err, err_cap, "%s: out of memory reading %zu bytes", file, bigger);
+    return ECC_ERR_NOMEM;
+  }
+  *buf = grown;
+  *cap = bigger;
+  return ECC_OK;
+}
+
+/* Reads the whole file into *out (*len bytes). Every failure is an error:
+ * none is taken for the end of the file. */
+static int read_whole(int fd, const char *file, char **out, size_t *len, char *err,
+                      size_t err_cap)
+{
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    shim_errf(err, err_cap, "cannot read INI file %s: fstat: %s", file, strerror(errno));
+    return ECC_ERR_SYSTEM;
+  }
+  size_t cap = first_capacity(&st), used = 0;
+  char *buf = malloc(cap);
+  if (buf == NULL) {
+    shim_errf(err, err_cap, "%s: out of memory reading %zu bytes", file, cap);
+    return ECC_ERR_NOMEM;
+  }
+  int rc = ECC_OK;
+  while (rc == ECC_OK && used <= INI_CONFIG_MAX_BYTES) {
+    if (used == cap && (rc = grow_buffer(&buf, &cap, file, err, err_cap)) != ECC_OK)
+      break;
+    ssize_t n = read(fd, buf + used, cap - used);
+    if (n == 0)
+      break;
+    if (n > 0)
+      used += (size_t)n;
+    else if (errno != EINTR) {
+      shim_errf(err, err_cap, "cannot read INI file %s: %s", file, strerror(errno));
+      rc = ECC_ERR_SYSTEM;
+    }
+  }
+  if (rc == ECC_OK && used > INI_CONFIG_MAX_BYTES)
+    rc = refuse_long_file(file, buf, err, err_cap);
+  if (rc != ECC_OK) {
+    free(buf);
+    return rc;
+  }
+  *out = buf;
+  *len = used;
   return ECC_OK;
 }
 
 static int parse_file(ini_config *cfg, parse_state *st, char *err, size_t err_cap)
 {
-  st->f = fopen(cfg->file, "r");
-  if (st->f == NULL) {
-    shim_errf(err, err_cap, "cannot open INI file %s: %s", cfg->file, strerror(errno));
-    return ECC_ERR_CONFIG;
-  }
-  int rc = ini_parse_stream(read_line, st, on_pair, st);
-  fclose(st->f);
-  free(st->buf);
-  st->buf = NULL;
-  return report_parse(st, rc, err, err_cap);
+  int fd = -1;
+  int rc = open_ini(cfg->file, &fd, err, err_cap);
+  if (rc != ECC_OK)
+    return rc;
+  char *text = NULL;
+  size_t len = 0;
+  rc = read_whole(fd, cfg->file, &text, &len, err, err_cap);
+  (void)close(fd); /* read-only: closing cannot lose anything */
+  if (rc != ECC_OK)
+    return rc;
+  st->text = text;
+  st->len = len;
+  rc = report_parse(st, ini_parse_stream(read_line, st, on_pair, st), err, err_cap);
+  st->text = NULL;
+  free(text);
+  return rc;
 }
 
 /* ---- overrides ---- */
@@ -429,11 +563,12 @@ int ini_config_load(const char *file, const ecc_kv *overrides, size_t n_override
   key_index_init(&keys, k0, k1);
   parse_state st = {.cfg = out, .keys = &keys};
   int rc = parse_file(out, &st, err, err_cap);
-  for (size_t i = 0; rc == ECC_OK && i < n_overrides; i++)
+  for (size_t i = 0; rc == ECC_OK && i < n_overrides; i++) {
     rc = apply_override(out, &keys, &overrides[i], i, err, err_cap);
+    if (rc == ECC_ERR_NOMEM) /* the file's own errors say where they ran out */
+      shim_errf(err, err_cap, "out of memory");
+  }
   key_index_free(&keys);
-  if (rc == ECC_ERR_NOMEM)
-    shim_errf(err, err_cap, "out of memory");
   if (rc == ECC_OK)
     rc = check_plugin_section(out, &st, err, err_cap);
   if (rc != ECC_OK) {
