@@ -7,6 +7,7 @@
  */
 #include "ini_config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <ini.h>
 #include <limits.h>
@@ -125,7 +126,7 @@ static bool inspect_section(parse_state *st, const char *text)
 /* Lines inih will reject; saying why beats a bare "syntax error". */
 static void inspect_other(parse_state *st, const char *text)
 {
-  if (text[0] == '\0' || text[0] == ';' || text[0] == '#')
+  if (text[0] == '\0') /* blank, or a comment cut away */
     return;
   if (strpbrk(text, "=:") == NULL && st->hint_line == 0) {
     st->hint_line = st->line;
@@ -149,6 +150,27 @@ static char *hand_over(parse_state *st, char *str)
   return str;
 }
 
+/* Whitespace as inih sees it (isspace), so that the two never disagree on
+ * where a comment starts or where a line's text begins. */
+static bool is_blank(char ch)
+{
+  return isspace((unsigned char)ch) != 0;
+}
+
+/* The comment rule: '#' or ';' starts a comment where it begins the text or
+ * follows whitespace, and runs to the end of the line; anywhere else it is
+ * part of the text ("a;b", "/x#y"). Returns the length of the text before
+ * the comment. inih itself cuts a value at a ';' after whitespace and keeps
+ * a '#' there, so once this cut is made it finds nothing left to cut. */
+static size_t before_comment(const char *text, size_t len)
+{
+  for (size_t i = 0; i < len; i++) {
+    if ((text[i] == '#' || text[i] == ';') && (i == 0 || is_blank(text[i - 1])))
+      return i;
+  }
+  return len;
+}
+
 /* The next line of the file without its line ending; false at the end. */
 static bool next_line(parse_state *st, const char **text, size_t *len)
 {
@@ -170,7 +192,7 @@ static bool next_line(parse_state *st, const char **text, size_t *len)
  * calls, so each call hands over exactly one whole line of the file (or a
  * blank line in place of one already reported as bad). Leading blanks are
  * dropped so that inih never takes an indented line for the continuation of
- * the previous value. */
+ * the previous value, and comments so that inih never sees one. */
 static char *read_line(char *str, int num, void *stream)
 {
   parse_state *st = stream;
@@ -197,11 +219,13 @@ static char *read_line(char *str, int num, void *stream)
     text += 3;
     len -= 3;
   }
-  size_t blanks = 0;
-  while (blanks < len && (text[blanks] == ' ' || text[blanks] == '\t'))
-    blanks++;
-  memcpy(str, text + blanks, len - blanks);
-  str[len - blanks] = '\0';
+  while (len > 0 && is_blank(text[0])) {
+    text++;
+    len--;
+  }
+  len = before_comment(text, len);
+  memcpy(str, text, len);
+  str[len] = '\0';
   return hand_over(st, str);
 }
 
