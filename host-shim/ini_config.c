@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,16 +389,16 @@ static int open_ini(const char *file, int *fd, char *err, size_t err_cap)
 static int refuse_long_file(const char *file, const char *text, char *err, size_t err_cap)
 {
   int line = 1;
-  for (const char *p = text; (p = memchr(p, '\n', (size_t)(text + INI_CONFIG_MAX_BYTES - p)));
-       p++)
-    line++;
+  for (size_t i = 0; i < INI_CONFIG_MAX_BYTES; i++)
+    line += text[i] == '\n';
   shim_errf(err, err_cap, "%s:%d: the file is longer than %zu bytes (%zu MiB), the most an INI "
             "file may hold", file, line, INI_CONFIG_MAX_BYTES, INI_CONFIG_MAX_BYTES >> 20);
   return ECC_ERR_CONFIG;
 }
 
-/* The first size bytes of the buffer, or 4 KiB for files that say 0 (those
- * in /proc), plus one: a full buffer then means there is more to read. */
+/* What to allocate first: the size fstat gives (4 KiB for files in /proc,
+ * which say 0), at most the limit, plus one byte so that a full buffer means
+ * there is more to read. */
 static size_t first_capacity(const struct stat *st)
 {
   if (st->st_size <= 0)
@@ -413,7 +414,8 @@ static int grow_buffer(char **buf, size_t *cap, const char *file, char *err, siz
   size_t bigger = *cap * 2 < INI_CONFIG_MAX_BYTES + 1 ? *cap * 2 : INI_CONFIG_MAX_BYTES + 1;
   char *grown = realloc(*buf, bigger);
   if (grown == NULL) {
-    shim_errf(err, err_cap, "%s: out of memory reading %zu bytes", file, bigger);
+    shim_errf(err, err_cap, "cannot read INI file %s: out of memory for %zu bytes", file,
+              bigger);
     return ECC_ERR_NOMEM;
   }
   *buf = grown;
@@ -434,7 +436,7 @@ static int read_whole(int fd, const char *file, char **out, size_t *len, char *e
   size_t cap = first_capacity(&st), used = 0;
   char *buf = malloc(cap);
   if (buf == NULL) {
-    shim_errf(err, err_cap, "%s: out of memory reading %zu bytes", file, cap);
+    shim_errf(err, err_cap, "cannot read INI file %s: out of memory for %zu bytes", file, cap);
     return ECC_ERR_NOMEM;
   }
   int rc = ECC_OK;
