@@ -41,8 +41,12 @@ static void key_name(char *buf, size_t i)
 /* N keys under [bench], and with `dup` the first key again at the end. */
 static int write_ini(size_t n, int dup)
 {
-  FILE *f = fopen(ini_path, "w");
+  /* Writable by its owner alone whatever the umask, or the shim refuses it. */
+  int fd = open(ini_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (f == NULL) {
+    if (fd >= 0)
+      close(fd);
     fprintf(stderr, "ecc-ini-bench: %s: %s\n", ini_path, strerror(errno));
     return -1;
   }
