@@ -7,11 +7,11 @@
  * second check of the same bytes says exactly the same thing.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "ecc_host.h"
@@ -19,7 +19,8 @@
 #define ERR_CAP 2048
 
 static int ini_fd = -1;
-static char ini_path[64];
+static char ini_dir[64];
+static char ini_path[96];
 
 static void quiet(void *user, int level, const char *msg)
 {
@@ -29,17 +30,31 @@ static void quiet(void *user, int level, const char *msg)
     abort(); /* a log line must be a C string */
 }
 
+static void remove_ini(void)
+{
+  unlink(ini_path);
+  rmdir(ini_dir);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
   (void)argc;
   (void)argv;
-  /* The INI lives in memory; the shim opens it by name like any file. */
-  ini_fd = memfd_create("fuzz.ini", 0);
-  if (ini_fd < 0) {
-    perror("memfd_create");
+  /* The INI is a regular file in a private directory on tmpfs: the shim
+   * reads only regular files that pass its ownership rule. scripts/fuzz.sh
+   * removes the directory if a crash leaves it behind. */
+  snprintf(ini_dir, sizeof(ini_dir), "/dev/shm/eccfuzz-ini-XXXXXX");
+  if (mkdtemp(ini_dir) == NULL) {
+    perror("mkdtemp");
     exit(1);
   }
-  snprintf(ini_path, sizeof(ini_path), "/proc/self/fd/%d", ini_fd);
+  snprintf(ini_path, sizeof(ini_path), "%s/fuzz.ini", ini_dir);
+  ini_fd = open(ini_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (ini_fd < 0) {
+    perror(ini_path);
+    exit(1);
+  }
+  atexit(remove_ini);
   /* Held open for the whole run, so that each ecc_check's own dlopen and
    * dlclose only count references instead of mapping the file again. */
   if (dlopen(FUZZ_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL) == NULL) {

@@ -15,6 +15,11 @@
  *     log_level = info      error | warn | info | debug (default warn)
  * Every other "[section] key = value" is passed to the plugin as the pair
  * "section.key" = "value"; the plugin publishes which keys it accepts.
+ * A '#' or ';' that starts a line or follows whitespace (a space, a tab)
+ * starts a comment; anywhere else it is part of the value ("a;b", "/x#y").
+ * The file must be a regular file of at most 4 MiB, with lines of at most
+ * 198 characters; it and every directory above it must be owned by root or
+ * the caller and writable by nobody else (sticky directories excepted).
  *
  * The plugin directory for short names is, first to last: [plugin] dir, the
  * environment variable ECC_PLUGIN_DIR (ignored in setuid/setgid processes),

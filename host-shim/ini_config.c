@@ -2,19 +2,31 @@
  * ini_config.c - turns the INI file given to ecc_open/ecc_check into an
  * ini_config: the [plugin] settings the shim uses itself, and every other key
  * as a "section.key" pair for the plugin, each with the line it came from.
+ * The file is opened by the ownership rule and read whole into memory of
+ * bounded size, then handed to inih one line at a time.
  */
 #include "ini_config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <ini.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
+#include "key_index.h"
 #include "shim_err.h"
+#include "trust.h"
+
+/* A line number never passes the number of bytes plus one. */
+_Static_assert(INI_CONFIG_MAX_BYTES < INT_MAX - 1, "INI line numbers are ints");
 
 /* inih keeps the current section in a 50-byte buffer and silently cuts a
  * longer name, which would turn the keys under it into other keys. */
@@ -27,12 +39,12 @@ static const char *const k_level_names[] = {"error", "warn", "info", "debug"};
 /* Everything the reader and the handler share while inih runs. Only the
  * first error (by line) is kept: later ones are often caused by it. */
 typedef struct parse_state {
-  FILE *f;
+  const char *text; /* the whole file */
+  size_t len;
+  size_t next;      /* where the next line starts */
   ini_config *cfg;
-  char *buf;
-  size_t buf_cap;
+  key_index *keys;  /* every pair's key, to find duplicates */
   int line;         /* the line inih is working on */
-  int read_errno;   /* set when the file could not be read to its end */
   int err_line;     /* line of the first error found here, 0 if none */
   int err_code;
   char err[PARSE_ERR_MAX];
@@ -115,7 +127,7 @@ static bool inspect_section(parse_state *st, const char *text)
 /* Lines inih will reject; saying why beats a bare "syntax error". */
 static void inspect_other(parse_state *st, const char *text)
 {
-  if (text[0] == '\0' || text[0] == ';' || text[0] == '#')
+  if (text[0] == '\0') /* blank, or a comment cut away */
     return;
   if (strpbrk(text, "=:") == NULL && st->hint_line == 0) {
     st->hint_line = st->line;
@@ -123,52 +135,99 @@ static void inspect_other(parse_state *st, const char *text)
   }
 }
 
+/* Checks the line in str (NUL-terminated, without its line ending) and ends
+ * it with the newline inih expects, or blanks it after an error. */
+static char *hand_over(parse_state *st, char *str)
+{
+  if (str[0] == '[') {
+    if (!inspect_section(st, str))
+      return blank_line(str);
+  } else {
+    inspect_other(st, str);
+  }
+  size_t keep = strlen(str);
+  str[keep] = '\n';
+  str[keep + 1] = '\0';
+  return str;
+}
+
+/* Whitespace as inih sees it (isspace), so that the two never disagree on
+ * where a comment starts or where a line's text begins. */
+static bool is_blank(char ch)
+{
+  return isspace((unsigned char)ch) != 0;
+}
+
+/* The comment rule: '#' or ';' starts a comment where it begins the text or
+ * follows whitespace, and runs to the end of the line; anywhere else it is
+ * part of the text ("a;b", "/x#y"). Returns the length of the text before
+ * the comment. inih itself cuts a value at a ';' after whitespace and keeps
+ * a '#' there, so once this cut is made it finds nothing left to cut. */
+static size_t before_comment(const char *text, size_t len)
+{
+  for (size_t i = 0; i < len; i++) {
+    if ((text[i] == '#' || text[i] == ';') && (i == 0 || is_blank(text[i - 1])))
+      return i;
+  }
+  return len;
+}
+
+/* The next line of the file without its line ending; false at the end. */
+static bool next_line(parse_state *st, const char **text, size_t *len)
+{
+  if (st->next >= st->len)
+    return false;
+  const char *start = st->text + st->next;
+  size_t rest = st->len - st->next;
+  const char *nl = memchr(start, '\n', rest);
+  size_t n = nl != NULL ? (size_t)(nl - start) : rest;
+  st->next += n + (nl != NULL);
+  while (n > 0 && start[n - 1] == '\r')
+    n--;
+  *text = start;
+  *len = n;
+  return true;
+}
+
 /* fgets-like reader for ini_parse_stream. inih numbers lines by counting
  * calls, so each call hands over exactly one whole line of the file (or a
  * blank line in place of one already reported as bad). Leading blanks are
  * dropped so that inih never takes an indented line for the continuation of
- * the previous value. */
+ * the previous value, and comments so that inih never sees one. */
 static char *read_line(char *str, int num, void *stream)
 {
   parse_state *st = stream;
-  errno = 0;
-  ssize_t n = getline(&st->buf, &st->buf_cap, st->f);
-  if (n < 0) {
-    if (ferror(st->f))
-      st->read_errno = errno != 0 ? errno : EIO;
+  const char *text;
+  size_t len;
+  if (!next_line(st, &text, &len))
+    return NULL;
+  st->line++;
+  if (num < 3) { /* no room for even an empty line; not so in any inih */
+    parse_fail(st, "inih's line buffer holds only %d bytes", num);
     return NULL;
   }
-  st->line++;
-  if (num < 3)
-    return NULL; /* no room for even an empty line; cannot happen with inih */
-  size_t len = (size_t)n;
-  char *text = st->buf;
   if (memchr(text, '\0', len) != NULL) {
     parse_fail(st, "NUL byte in line");
     return blank_line(str);
   }
-  while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
-    text[--len] = '\0';
   /* inih needs room for the line, a newline and the terminating NUL. */
-  size_t limit = (size_t)num - 2;
+  size_t limit = (size_t)num - 2 < INI_CONFIG_MAX_LINE ? (size_t)num - 2 : INI_CONFIG_MAX_LINE;
   if (len > limit) {
     parse_fail(st, "line longer than %zu characters", limit);
     return blank_line(str);
   }
-  if (st->line == 1 && strncmp(text, "\xEF\xBB\xBF", 3) == 0)
+  if (st->line == 1 && len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) {
     text += 3;
-  text += strspn(text, " \t");
-  if (text[0] == '[') {
-    if (!inspect_section(st, text))
-      return blank_line(str);
-  } else {
-    inspect_other(st, text);
+    len -= 3;
   }
-  size_t keep = strlen(text);
-  memcpy(str, text, keep);
-  str[keep] = '\n';
-  str[keep + 1] = '\0';
-  return str;
+  while (len > 0 && is_blank(text[0])) {
+    text++;
+    len--;
+  }
+  len = before_comment(text, len);
+  memcpy(str, text, len);
+  str[len] = '\0';
+  return hand_over(st, str);
 }
 
 /* ---- the handler: [plugin] settings and plugin pairs ---- */
@@ -212,17 +271,16 @@ static int on_plugin_key(parse_state *st, const char *name, const char *value)
   return 1;
 }
 
-static ini_pair *find_pair(const ini_config *cfg, const char *key)
+/* The pair of key, or NULL. */
+static ini_pair *find_pair(const ini_config *cfg, key_index *keys, const char *key)
 {
-  for (size_t i = 0; i < cfg->n_pairs; i++) {
-    if (strcmp(cfg->pairs[i].key, key) == 0)
-      return &cfg->pairs[i];
-  }
-  return NULL;
+  size_t pos;
+  return key_index_find(keys, key, &pos) ? &cfg->pairs[pos] : NULL;
 }
 
-/* Takes ownership of key and value (frees them on failure). */
-static int append_pair(ini_config *cfg, char *key, char *value, int line)
+/* Appends a pair whose key is not in keys yet and indexes it. Takes
+ * ownership of key and value (frees them on failure). */
+static int append_pair(ini_config *cfg, key_index *keys, char *key, char *value, int line)
 {
   if (key == NULL || value == NULL)
     goto nomem;
@@ -234,6 +292,10 @@ static int append_pair(ini_config *cfg, char *key, char *value, int line)
     cfg->pairs = grown;
     cfg->cap_pairs = cap;
   }
+  /* Indexed first: a failure then leaves neither the pair nor its entry.
+   * The index points at the pair's own key string, freed with cfg. */
+  if (!key_index_add(keys, key, cfg->n_pairs))
+    goto nomem;
   cfg->pairs[cfg->n_pairs++] = (ini_pair){.key = key, .value = value, .line = line};
   return ECC_OK;
 nomem:
@@ -268,13 +330,13 @@ static int on_pair(void *user, const char *section, const char *name, const char
   char *key = join_key(section, name);
   if (key == NULL)
     return parse_nomem(st);
-  const ini_pair *old = find_pair(st->cfg, key);
+  const ini_pair *old = find_pair(st->cfg, st->keys, key);
   if (old != NULL) {
     parse_fail(st, "duplicate key '%s' (first set on line %d)", key, old->line);
     free(key);
     return 0;
   }
-  if (append_pair(st->cfg, key, strdup(value), st->line) != ECC_OK)
+  if (append_pair(st->cfg, st->keys, key, strdup(value), st->line) != ECC_OK)
     return parse_nomem(st);
   return 1;
 }
@@ -298,25 +360,128 @@ static int report_parse(const parse_state *st, int rc, char *err, size_t err_cap
     shim_errf(err, err_cap, "%s:%d: %s", file, st->err_line, st->err);
     return st->err_code;
   }
-  if (st->read_errno != 0) {
-    shim_errf(err, err_cap, "cannot read %s: %s", file, strerror(st->read_errno));
+  return ECC_OK;
+}
+
+/* The file as a descriptor, if it passes the ownership rule; a FIFO or a
+ * device is refused before it is opened, so it can never block. */
+static int open_ini(const char *file, int *fd, char *err, size_t err_cap)
+{
+  char canon[PATH_MAX], why[PATH_MAX + 512];
+  switch (trust_open(file, TRUST_FILE, "INI file", fd, canon, sizeof(canon), why,
+                     sizeof(why))) {
+  case TRUST_OK:
+    return ECC_OK;
+  case TRUST_MISSING:
+    shim_errf(err, err_cap, "cannot open INI file %s: not found", file);
+    return ECC_ERR_CONFIG;
+  case TRUST_UNSAFE:
+    shim_errf(err, err_cap, "%s", why);
+    return ECC_ERR_CONFIG;
+  default:
+    shim_errf(err, err_cap, "%s", why);
     return ECC_ERR_SYSTEM;
   }
+}
+
+/* A file past the limit is refused at the line holding its first byte too
+ * many, so that the message points somewhere. */
+static int refuse_long_file(const char *file, const char *text, char *err, size_t err_cap)
+{
+  int line = 1;
+  for (size_t i = 0; i < INI_CONFIG_MAX_BYTES; i++)
+    line += text[i] == '\n';
+  shim_errf(err, err_cap, "%s:%d: the file is longer than %zu bytes (%zu MiB), the most an INI "
+            "file may hold", file, line, INI_CONFIG_MAX_BYTES, INI_CONFIG_MAX_BYTES >> 20);
+  return ECC_ERR_CONFIG;
+}
+
+/* What to allocate first: the size fstat gives (4 KiB for files in /proc,
+ * which say 0), at most the limit, plus one byte so that a full buffer means
+ * there is more to read. */
+static size_t first_capacity(const struct stat *st)
+{
+  if (st->st_size <= 0)
+    return 4096 + 1;
+  if ((uintmax_t)st->st_size >= INI_CONFIG_MAX_BYTES)
+    return INI_CONFIG_MAX_BYTES + 1;
+  return (size_t)st->st_size + 1;
+}
+
+/* Grows *buf to hold more bytes, never past the limit plus one. */
+static int grow_buffer(char **buf, size_t *cap, const char *file, char *err, size_t err_cap)
+{
+  size_t bigger = *cap * 2 < INI_CONFIG_MAX_BYTES + 1 ? *cap * 2 : INI_CONFIG_MAX_BYTES + 1;
+  char *grown = realloc(*buf, bigger);
+  if (grown == NULL) {
+    shim_errf(err, err_cap, "cannot read INI file %s: out of memory for %zu bytes", file,
+              bigger);
+    return ECC_ERR_NOMEM;
+  }
+  *buf = grown;
+  *cap = bigger;
+  return ECC_OK;
+}
+
+/* Reads the whole file into *out (*len bytes). Every failure is an error:
+ * none is taken for the end of the file. */
+static int read_whole(int fd, const char *file, char **out, size_t *len, char *err,
+                      size_t err_cap)
+{
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    shim_errf(err, err_cap, "cannot read INI file %s: fstat: %s", file, strerror(errno));
+    return ECC_ERR_SYSTEM;
+  }
+  size_t cap = first_capacity(&st), used = 0;
+  char *buf = malloc(cap);
+  if (buf == NULL) {
+    shim_errf(err, err_cap, "cannot read INI file %s: out of memory for %zu bytes", file, cap);
+    return ECC_ERR_NOMEM;
+  }
+  int rc = ECC_OK;
+  while (rc == ECC_OK && used <= INI_CONFIG_MAX_BYTES) {
+    if (used == cap && (rc = grow_buffer(&buf, &cap, file, err, err_cap)) != ECC_OK)
+      break;
+    ssize_t n = read(fd, buf + used, cap - used);
+    if (n == 0)
+      break;
+    if (n > 0)
+      used += (size_t)n;
+    else if (errno != EINTR) {
+      shim_errf(err, err_cap, "cannot read INI file %s: %s", file, strerror(errno));
+      rc = ECC_ERR_SYSTEM;
+    }
+  }
+  if (rc == ECC_OK && used > INI_CONFIG_MAX_BYTES)
+    rc = refuse_long_file(file, buf, err, err_cap);
+  if (rc != ECC_OK) {
+    free(buf);
+    return rc;
+  }
+  *out = buf;
+  *len = used;
   return ECC_OK;
 }
 
 static int parse_file(ini_config *cfg, parse_state *st, char *err, size_t err_cap)
 {
-  st->f = fopen(cfg->file, "r");
-  if (st->f == NULL) {
-    shim_errf(err, err_cap, "cannot open INI file %s: %s", cfg->file, strerror(errno));
-    return ECC_ERR_CONFIG;
-  }
-  int rc = ini_parse_stream(read_line, st, on_pair, st);
-  fclose(st->f);
-  free(st->buf);
-  st->buf = NULL;
-  return report_parse(st, rc, err, err_cap);
+  int fd = -1;
+  int rc = open_ini(cfg->file, &fd, err, err_cap);
+  if (rc != ECC_OK)
+    return rc;
+  char *text = NULL;
+  size_t len = 0;
+  rc = read_whole(fd, cfg->file, &text, &len, err, err_cap);
+  (void)close(fd); /* read-only: closing cannot lose anything */
+  if (rc != ECC_OK)
+    return rc;
+  st->text = text;
+  st->len = len;
+  rc = report_parse(st, ini_parse_stream(read_line, st, on_pair, st), err, err_cap);
+  st->text = NULL;
+  free(text);
+  return rc;
 }
 
 /* ---- overrides ---- */
@@ -353,8 +518,8 @@ static int set_plugin_override(ini_config *cfg, const char *name, const char *va
   return ECC_OK;
 }
 
-static int apply_override(ini_config *cfg, const ecc_kv *kv, size_t index, char *err,
-                          size_t err_cap)
+static int apply_override(ini_config *cfg, key_index *keys, const ecc_kv *kv, size_t index,
+                          char *err, size_t err_cap)
 {
   if (kv->key == NULL || kv->key[0] == '\0' || kv->value == NULL) {
     shim_errf(err, err_cap, "override %zu has no key or no value", index);
@@ -367,7 +532,7 @@ static int apply_override(ini_config *cfg, const ecc_kv *kv, size_t index, char 
   }
   if (strncmp(kv->key, "plugin.", 7) == 0)
     return set_plugin_override(cfg, kv->key + 7, kv->value, err, err_cap);
-  ini_pair *old = find_pair(cfg, kv->key);
+  ini_pair *old = find_pair(cfg, keys, kv->key);
   char *value = strdup(kv->value);
   if (value == NULL)
     return ECC_ERR_NOMEM;
@@ -377,7 +542,7 @@ static int apply_override(ini_config *cfg, const ecc_kv *kv, size_t index, char 
     old->line = 0;
     return ECC_OK;
   }
-  return append_pair(cfg, strdup(kv->key), value, 0);
+  return append_pair(cfg, keys, strdup(kv->key), value, 0);
 }
 
 /* ---- the [plugin] section as a whole ---- */
@@ -418,12 +583,18 @@ int ini_config_load(const char *file, const ecc_kv *overrides, size_t n_override
     shim_errf(err, err_cap, "out of memory");
     return ECC_ERR_NOMEM;
   }
-  parse_state st = {.cfg = out};
+  uint64_t k0, k1;
+  key_index_random_key(&k0, &k1);
+  key_index keys;
+  key_index_init(&keys, k0, k1);
+  parse_state st = {.cfg = out, .keys = &keys};
   int rc = parse_file(out, &st, err, err_cap);
-  for (size_t i = 0; rc == ECC_OK && i < n_overrides; i++)
-    rc = apply_override(out, &overrides[i], i, err, err_cap);
-  if (rc == ECC_ERR_NOMEM)
-    shim_errf(err, err_cap, "out of memory");
+  for (size_t i = 0; rc == ECC_OK && i < n_overrides; i++) {
+    rc = apply_override(out, &keys, &overrides[i], i, err, err_cap);
+    if (rc == ECC_ERR_NOMEM) /* the file's own errors say where they ran out */
+      shim_errf(err, err_cap, "out of memory");
+  }
+  key_index_free(&keys);
   if (rc == ECC_OK)
     rc = check_plugin_section(out, &st, err, err_cap);
   if (rc != ECC_OK) {

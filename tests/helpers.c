@@ -26,6 +26,13 @@ const char *th_region_name(void)
 
 extern char **environ;
 
+/* The shim refuses INI and plugin files that their group or others may
+ * write, so the files tests make must not depend on the caller's umask. */
+__attribute__((constructor)) static void usual_umask(void)
+{
+  umask(022);
+}
+
 static char temp_paths[64][128];
 
 /* Temporary files go when the test process exits. */
