@@ -1,7 +1,7 @@
 /*
- * loader.c - finds a plugin file from a path or a short name, refuses unsafe
- * files, dlopens it, finds and checks its ABI table before running any of
- * its code, adapts the table to the shim's internal shape, and unloads it.
+ * loader.c - finds a plugin file from a path or a short name, refuses files
+ * another user could control, dlopens it, finds and checks its ABI table,
+ * adapts the table to the shim's internal shape, and unloads it.
  */
 #include "loader.h"
 
@@ -13,9 +13,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "shim_err.h"
+#include "trust.h"
 
 /* ---- resolving a name or path to a file ---- */
 
@@ -142,68 +142,27 @@ int plugin_resolve(const char *name, const char *path, const char *dir, char *fi
 
 /* ---- checking the file before dlopen ---- */
 
-/* A directory others can write to lets them swap the file for their own. */
-static int check_dir_of(const char *file, const char *shown, char *err, size_t err_cap)
+/* The file and every directory on its canonical path must pass the
+ * ownership rule of trust.h (root or this user owns each, nobody else may
+ * write to it, a sticky directory aside): otherwise another user could put
+ * his code where this process, often root, would run it. That covers a
+ * path, [plugin] dir, ECC_PLUGIN_DIR and the default directory alike.
+ * canon (PLUGIN_PATH_MAX bytes) receives the path that was checked: nobody
+ * else can change what it names, so it is the one to dlopen. */
+static int check_file(const char *file, char *canon, char *err, size_t err_cap)
 {
-  char *copy = strdup(file);
-  if (copy == NULL) {
-    shim_errf(err, err_cap, "out of memory");
-    return ECC_ERR_NOMEM;
-  }
-  const char *dir = dirname(copy);
-  struct stat st;
-  int rc = ECC_OK;
-  if (stat(dir, &st) != 0) {
-    shim_errf(err, err_cap, "cannot stat directory %s of plugin %s: %s", dir, shown,
-              strerror(errno));
-    rc = ECC_ERR_SYSTEM;
-  } else if (st.st_mode & S_IWOTH) {
-    shim_errf(err, err_cap, "refusing world-writable plugin directory %s (of plugin %s)",
-              dir, shown);
-    rc = ECC_ERR_CONFIG;
-  }
-  free(copy);
-  return rc;
-}
-
-/* Stats `file` and writes its canonical path to real (PLUGIN_PATH_MAX). */
-static int check_file(const char *file, char *real, char *err, size_t err_cap)
-{
-  struct stat st;
-  if (stat(file, &st) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) {
-      shim_errf(err, err_cap, "plugin file not found: %s", file);
-      return ECC_ERR_CONFIG;
-    }
-    shim_errf(err, err_cap, "cannot stat plugin %s: %s", file, strerror(errno));
+  int rc = trust_open(file, TRUST_FILE, "plugin", NULL, canon, PLUGIN_PATH_MAX, err, err_cap);
+  switch (rc) {
+  case TRUST_OK:
+    return ECC_OK;
+  case TRUST_MISSING:
+    shim_errf(err, err_cap, "plugin file not found: %s", file);
+    return ECC_ERR_CONFIG;
+  case TRUST_UNSAFE:
+    return ECC_ERR_CONFIG; /* trust_open named the component and the reason */
+  default:
     return ECC_ERR_SYSTEM;
   }
-  if (!S_ISREG(st.st_mode)) {
-    shim_errf(err, err_cap, "plugin %s is not a regular file", file);
-    return ECC_ERR_CONFIG;
-  }
-  if (st.st_mode & S_IWOTH) {
-    shim_errf(err, err_cap, "refusing world-writable plugin %s", file);
-    return ECC_ERR_CONFIG;
-  }
-  char *canon = realpath(file, NULL);
-  if (canon == NULL) {
-    shim_errf(err, err_cap, "cannot resolve plugin path %s: %s", file, strerror(errno));
-    return ECC_ERR_SYSTEM;
-  }
-  size_t len = strlen(canon);
-  if (len >= PLUGIN_PATH_MAX) {
-    free(canon);
-    shim_errf(err, err_cap, "plugin path %s resolves to a path that is too long", file);
-    return ECC_ERR_CONFIG;
-  }
-  memcpy(real, canon, len + 1);
-  free(canon);
-  /* Both the folder named and the one the file really sits in. */
-  int rc = check_dir_of(file, file, err, err_cap);
-  if (rc == ECC_OK && strcmp(file, real) != 0)
-    rc = check_dir_of(real, file, err, err_cap);
-  return rc;
 }
 
 /* ---- checking the table ---- */

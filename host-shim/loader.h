@@ -63,12 +63,14 @@ enum plugin_input {
 int plugin_resolve(const char *name, const char *path, const char *dir, char *file,
                    size_t file_cap, enum plugin_input *culprit, char *err, size_t err_cap);
 
-/* Check the file (exists, regular, not writable by everyone, nor its
- * directory), dlopen it and check its table before calling any of it.
+/* Check the file (a regular file that it, and every directory on its
+ * canonical path, is owned by root or this user and writable by nobody
+ * else, as plugin/common/trust.h says), dlopen its canonical path (which
+ * runs the plugin's constructors) and check its table.
  * Returns ECC_OK; ECC_ERR_CONFIG (file not found, unsafe, not a file);
- * ECC_ERR_SYSTEM (stat or dlopen failed); ECC_ERR_INCOMPATIBLE (no table
- * this host knows, wrong major, table too small, a required field NULL).
- * On error nothing stays loaded. */
+ * ECC_ERR_SYSTEM (a system call or dlopen failed); ECC_ERR_INCOMPATIBLE (no
+ * table this host knows, wrong major, table too small, a required field
+ * NULL). On error nothing stays loaded. */
 int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap);
 
 /* dlclose; the plugin's connectors must all be shut down already. */

@@ -553,7 +553,7 @@ Test(loader, not_a_regular_file_is_refused)
 {
   const char *dir = private_dir();
   char want[PATH_MAX];
-  snprintf(want, sizeof(want), "plugin %s is not a regular file", dir);
+  snprintf(want, sizeof(want), "plugin %s: %s is not a regular file", dir, dir);
   expect_open_fails(ini_text("[plugin]\npath = %s\n", dir), ECC_ERR_CONFIG, want);
   rmdir(dir);
 }
@@ -562,16 +562,19 @@ Test(loader, world_writable_plugin_or_dir_is_refused)
 {
   const char *dir = private_dir();
   cr_assert_eq(chmod(dir, 0755), 0);
-  char copy[PATH_MAX], want[PATH_MAX + 64];
+  char copy[PATH_MAX], want[3 * PATH_MAX];
   snprintf(copy, sizeof(copy), "%s/libecc-copy.so", dir);
   copy_file(fixture("good"), copy, 0666);
   const char *ini = ini_text("[plugin]\npath = %s\n", copy);
-  snprintf(want, sizeof(want), "refusing world-writable plugin %s", copy);
+  snprintf(want, sizeof(want), "plugin %s refused: %s is writable by others (mode 0666)", copy,
+           copy);
   expect_open_fails(ini, ECC_ERR_CONFIG, want);
 
   cr_assert_eq(chmod(copy, 0644), 0);
   cr_assert_eq(chmod(dir, 0777), 0);
-  snprintf(want, sizeof(want), "refusing world-writable plugin directory %s", dir);
+  snprintf(want, sizeof(want),
+           "plugin %s refused: %s is writable by others (mode 0777) and is not a sticky directory",
+           copy, dir);
   expect_open_fails(ini, ECC_ERR_CONFIG, want);
   /* the same name through the directory: refused as well */
   expect_open_fails(ini_text("[plugin]\nname = copy\ndir = %s\n", dir), ECC_ERR_CONFIG, want);
