@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <link.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,6 +166,81 @@ static int check_file(const char *file, char *canon, char *err, size_t err_cap)
   }
 }
 
+/* ---- where the loaded object lies ---- */
+
+/* The program headers of the object dlopen loaded, so that what its table
+ * points at can be checked against the plugin's own segments: dlsym may
+ * return an absolute address, or a symbol of another object. */
+typedef struct object_map {
+  uintptr_t base;         /* load bias: a segment starts at base + p_vaddr */
+  const ElfW(Phdr) *phdr; /* in the loaded image; valid while it is loaded */
+  size_t phnum;
+} object_map;
+
+struct object_search {
+  const struct link_map *lm;
+  object_map *out;
+  bool found;
+};
+
+static int match_object(struct dl_phdr_info *info, size_t size, void *data)
+{
+  struct object_search *s = data;
+  (void)size;
+  if (info->dlpi_addr != s->lm->l_addr || info->dlpi_name == NULL ||
+      strcmp(info->dlpi_name, s->lm->l_name) != 0)
+    return 0;
+  *s->out = (object_map){.base = info->dlpi_addr, .phdr = info->dlpi_phdr,
+                         .phnum = info->dlpi_phnum};
+  s->found = true;
+  return 1;
+}
+
+static int find_object(void *dl, const char *path, object_map *out, char *err, size_t err_cap)
+{
+  struct link_map *lm = NULL;
+  if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL) {
+    const char *why = dlerror();
+    shim_errf(err, err_cap, "plugin %s: cannot find its link map: %s", path,
+              why != NULL ? why : "unknown error");
+    return ECC_ERR_SYSTEM;
+  }
+  struct object_search s = {.lm = lm, .out = out, .found = false};
+  dl_iterate_phdr(match_object, &s);
+  if (!s.found) {
+    shim_errf(err, err_cap, "plugin %s: its segments are not among the loaded objects", path);
+    return ECC_ERR_SYSTEM;
+  }
+  return ECC_OK;
+}
+
+/* The end of the loadable segment with all of `flags` that holds the len
+ * (>= 1) bytes at addr, or 0 when no segment holds all of them. */
+static uintptr_t segment_end(const object_map *m, uintptr_t addr, size_t len, ElfW(Word) flags)
+{
+  for (size_t i = 0; i < m->phnum; i++) {
+    const ElfW(Phdr) *ph = &m->phdr[i];
+    if (ph->p_type != PT_LOAD || (ph->p_flags & flags) != flags)
+      continue;
+    uintptr_t start = m->base + ph->p_vaddr, end = start + ph->p_memsz;
+    if (addr >= start && addr < end && len <= end - addr)
+      return end;
+  }
+  return 0;
+}
+
+static bool in_object(const object_map *m, const void *p, size_t len, ElfW(Word) flags)
+{
+  return len != 0 && segment_end(m, (uintptr_t)p, len, flags) != 0;
+}
+
+/* A string that ends before the readable segment it starts in does. */
+static bool string_in_object(const object_map *m, const char *s)
+{
+  uintptr_t end = segment_end(m, (uintptr_t)s, 1, PF_R);
+  return end != 0 && memchr(s, '\0', end - (uintptr_t)s) != NULL;
+}
+
 /* ---- checking the table ---- */
 
 /* Size of the ELF symbol at addr, 0 if unknown. Lets the shim refuse a table
@@ -256,12 +332,6 @@ static int v1_check_fields(const ecc_plugin_v1_t *t, const char *path, char *err
               t->n_params);
     return ECC_ERR_INCOMPATIBLE;
   }
-  for (size_t i = 0; i < t->n_params; i++) {
-    if (t->params[i].key == NULL) {
-      shim_errf(err, err_cap, "plugin %s: params[%zu] has no key", path, i);
-      return ECC_ERR_INCOMPATIBLE;
-    }
-  }
   return ECC_OK;
 }
 
@@ -299,11 +369,36 @@ static void v1_fill_ops(const ecc_plugin_v1_t *t, plugin_ops *ops)
     ops->describe = t->describe;
 }
 
-static int adapt_v1(const void *table, const char *path, plugin_ops *ops, char *err,
-                    size_t err_cap)
+/* Every table version starts with abi_major, abi_minor and struct_size. */
+#define TABLE_HEADER_BYTES (3 * sizeof(uint32_t))
+
+/* The `len` bytes of the table from its start must lie in one readable
+ * segment of the plugin before any of them is read. */
+static int table_in_object(const void *table, size_t len, const object_map *m, const char *path,
+                           char *err, size_t err_cap)
+{
+  if (in_object(m, table, len, PF_R))
+    return ECC_OK;
+  if (len == TABLE_HEADER_BYTES)
+    shim_errf(err, err_cap,
+              "plugin %s: its table symbol is at %p, which is not inside the plugin's "
+              "readable segments",
+              path, table);
+  else
+    shim_errf(err, err_cap,
+              "plugin %s: its table at %p runs past the end of the plugin's readable segment "
+              "(struct_size %zu)",
+              path, table, len);
+  return ECC_ERR_INCOMPATIBLE;
+}
+
+static int adapt_v1(const void *table, const object_map *m, const char *path, plugin_ops *ops,
+                    char *err, size_t err_cap)
 {
   const ecc_plugin_v1_t *t = table;
   int rc = v1_check(t, symbol_size(table), path, err, err_cap);
+  if (rc == ECC_OK)
+    rc = table_in_object(table, t->struct_size, m, path, err, err_cap);
   if (rc == ECC_OK)
     rc = v1_check_fields(t, path, err, err_cap);
   if (rc == ECC_OK)
@@ -311,25 +406,129 @@ static int adapt_v1(const void *table, const char *path, plugin_ops *ops, char *
   return rc;
 }
 
+/* ---- what the adapted table points at ---- */
+
+static int strings_in_object(const plugin_ops *ops, const object_map *m, const char *path,
+                             char *err, size_t err_cap)
+{
+  const char *bad = !string_in_object(m, ops->name)      ? "name"
+                    : !string_in_object(m, ops->version) ? "version"
+                                                         : NULL;
+  if (bad == NULL)
+    return ECC_OK;
+  shim_errf(err, err_cap, "plugin %s: table field '%s' does not point to a string inside the plugin",
+            path, bad);
+  return ECC_ERR_INCOMPATIBLE;
+}
+
+/* Which string of one param is missing or outside the plugin, or NULL. */
+static const char *param_fault(const ecc_param *p, const object_map *m)
+{
+  if (p->key == NULL || !string_in_object(m, p->key))
+    return "key";
+  if (p->default_value != NULL && !string_in_object(m, p->default_value))
+    return "default_value";
+  if (p->help != NULL && !string_in_object(m, p->help))
+    return "help";
+  return NULL;
+}
+
+static int params_in_object(const plugin_ops *ops, const object_map *m, const char *path,
+                            char *err, size_t err_cap)
+{
+  size_t n = ops->n_params;
+  if (n == 0)
+    return ECC_OK;
+  if (n > SIZE_MAX / sizeof(ecc_param) || !in_object(m, ops->params, n * sizeof(ecc_param), PF_R)) {
+    shim_errf(err, err_cap, "plugin %s: its %zu params do not lie inside the plugin's readable "
+              "segments", path, n);
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const char *fault = param_fault(&ops->params[i], m);
+    if (fault == NULL)
+      continue;
+    if (ops->params[i].key == NULL)
+      shim_errf(err, err_cap, "plugin %s: params[%zu] has no key", path, i);
+    else
+      shim_errf(err, err_cap, "plugin %s: params[%zu].%s does not point to a string inside "
+                "the plugin", path, i, fault);
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  return ECC_OK;
+}
+
+/* Every function the shim may call must be code of the plugin itself. */
+static int functions_in_object(const plugin_ops *ops, const object_map *m, const char *path,
+                               char *err, size_t err_cap)
+{
+  const struct {
+    const char *name;
+    uintptr_t addr;
+  } fns[] = {
+      {"create", (uintptr_t)ops->create},         {"save", (uintptr_t)ops->save},
+      {"flush", (uintptr_t)ops->flush},           {"load", (uintptr_t)ops->load},
+      {"poll", (uintptr_t)ops->poll},             {"shutdown", (uintptr_t)ops->shutdown},
+      {"validate", (uintptr_t)ops->validate},     {"stats", (uintptr_t)ops->stats},
+      {"last_error", (uintptr_t)ops->last_error}, {"describe", (uintptr_t)ops->describe},
+  };
+  for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
+    if (fns[i].addr == 0 || in_object(m, (const void *)fns[i].addr, 1, PF_X))
+      continue;
+    shim_errf(err, err_cap,
+              "plugin %s: table function '%s' is at %p, which is not inside the plugin's "
+              "executable segments",
+              path, fns[i].name, (const void *)fns[i].addr);
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  return ECC_OK;
+}
+
+static int ops_in_object(const plugin_ops *ops, const object_map *m, const char *path,
+                         char *err, size_t err_cap)
+{
+  int rc = strings_in_object(ops, m, path, err, err_cap);
+  if (rc == ECC_OK)
+    rc = params_in_object(ops, m, path, err, err_cap);
+  if (rc == ECC_OK)
+    rc = functions_in_object(ops, m, path, err, err_cap);
+  return rc;
+}
+
+/* ---- finding the table ---- */
+
 /* Table versions this shim knows, newest first: a plugin exporting several
  * is used through the newest one. A v2 entry would go above v1, and
  * plugin_ops would take v2's shape with adapt_v1 filling the gaps. */
 static const struct table_version {
   const char *symbol;
-  int (*adapt)(const void *table, const char *path, plugin_ops *ops, char *err,
-               size_t err_cap);
+  int (*adapt)(const void *table, const object_map *m, const char *path, plugin_ops *ops,
+               char *err, size_t err_cap);
 } k_versions[] = {
     {ECC_PLUGIN_V1_SYMBOL, adapt_v1},
 };
 static const size_t k_n_versions = sizeof(k_versions) / sizeof(k_versions[0]);
 
-static int find_table(void *dl, const char *path, plugin_ops *ops, char *err, size_t err_cap)
+/* The table is read only after its bytes are known to be the plugin's. */
+static int use_table(const struct table_version *v, const void *table, const object_map *m,
+                     const char *path, plugin_ops *ops, char *err, size_t err_cap)
+{
+  int rc = table_in_object(table, TABLE_HEADER_BYTES, m, path, err, err_cap);
+  if (rc == ECC_OK)
+    rc = v->adapt(table, m, path, ops, err, err_cap);
+  if (rc == ECC_OK)
+    rc = ops_in_object(ops, m, path, err, err_cap);
+  return rc;
+}
+
+static int find_table(void *dl, const object_map *m, const char *path, plugin_ops *ops,
+                      char *err, size_t err_cap)
 {
   for (size_t i = 0; i < k_n_versions; i++) {
     dlerror();
     const void *table = dlsym(dl, k_versions[i].symbol);
     if (table != NULL)
-      return k_versions[i].adapt(table, path, ops, err, err_cap);
+      return use_table(&k_versions[i], table, m, path, ops, err, err_cap);
   }
   char names[256] = "";
   size_t used = 0;
@@ -356,7 +555,10 @@ int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
     shim_errf(err, err_cap, "cannot load plugin %s: %s", file, why != NULL ? why : "unknown error");
     return ECC_ERR_SYSTEM;
   }
-  rc = find_table(dl, file, &out->ops, err, err_cap);
+  object_map map;
+  rc = find_object(dl, file, &map, err, err_cap);
+  if (rc == ECC_OK)
+    rc = find_table(dl, &map, file, &out->ops, err, err_cap);
   if (rc != ECC_OK) {
     dlclose(dl);
     memset(out, 0, sizeof(*out));

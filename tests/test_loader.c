@@ -251,7 +251,7 @@ Test(loader, open_checks_its_arguments)
   cr_assert_null(c);
 }
 
-/* ---- broken tables: each refused before any plugin code runs ---- */
+/* ---- broken tables: each refused before any of its functions is called ---- */
 
 Test(loader, wrong_major_is_refused)
 {
@@ -298,6 +298,61 @@ Test(loader, table_without_name_is_refused)
 {
   expect_open_fails(fixture_ini("no_name", NULL), ECC_ERR_INCOMPATIBLE,
                     "table field 'name' is NULL");
+}
+
+/* ---- tables that point outside the plugin ---- */
+
+/* ecc_open and ecc_check both refuse fixture `name` with ECC_ERR_INCOMPATIBLE,
+ * saying `want` and `also` (may be NULL), and nothing stays loaded. */
+static void expect_refused_both(const char *name, const char *want, const char *also)
+{
+  const char *ini = fixture_ini(name, NULL);
+  expect_open_fails(ini, ECC_ERR_INCOMPATIBLE, want);
+  if (also != NULL)
+    expect_open_fails(ini, ECC_ERR_INCOMPATIBLE, also);
+  char err[1024] = "";
+  int rc = ecc_check(ini, NULL, NULL, err, sizeof(err));
+  cr_assert_eq(rc, ECC_ERR_INCOMPATIBLE, "ecc_check: rc %d: %s", rc, err);
+  cr_assert_not_null(strstr(err, want), "ecc_check said '%s', not '%s'", err, want);
+  cr_assert(also == NULL || strstr(err, also) != NULL, "ecc_check said '%s'", err);
+  cr_assert_not(still_loaded(fixture(name)), "a refused plugin stayed loaded");
+}
+
+Test(loader, table_at_an_absolute_address_is_refused)
+{
+  char want[PATH_MAX + 128];
+  snprintf(want, sizeof(want),
+           "plugin %s: its table symbol is at 0x10, which is not inside the plugin's "
+           "readable segments",
+           fixture("abs_table"));
+  expect_refused_both("abs_table", want, NULL);
+}
+
+Test(loader, function_outside_the_plugin_is_refused)
+{
+  char want[PATH_MAX + 128];
+  snprintf(want, sizeof(want), "plugin %s: table function 'describe' is at 0x",
+           fixture("foreign_function"));
+  expect_refused_both("foreign_function", want,
+                      "which is not inside the plugin's executable segments");
+}
+
+Test(loader, name_outside_the_plugin_is_refused)
+{
+  char want[PATH_MAX + 128];
+  snprintf(want, sizeof(want),
+           "plugin %s: table field 'name' does not point to a string inside the plugin",
+           fixture("stray_name"));
+  expect_refused_both("stray_name", want, NULL);
+}
+
+Test(loader, params_outside_the_plugin_are_refused)
+{
+  char want[PATH_MAX + 128];
+  snprintf(want, sizeof(want),
+           "plugin %s: its 3 params do not lie inside the plugin's readable segments",
+           fixture("stray_params"));
+  expect_refused_both("stray_params", want, NULL);
 }
 
 Test(loader, failing_create_reports_the_plugin_text_and_line)
