@@ -7,12 +7,14 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ecc_host.h"
@@ -486,6 +488,178 @@ Test(loader, plugin_without_params_leaves_keys_to_create)
   expect_open_fails(ini, ECC_ERR_CONFIG, "could not create a connector: unknown key 'region.nmae'");
   char err[512];
   cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_OK, "err: %s", err);
+}
+
+/* ---- check loads the plugin in a child process ---- */
+
+/* Whether any mapping of this process comes from `path`'s file. */
+static int mapped_here(const char *path)
+{
+  char *real = realpath(path, NULL);
+  cr_assert_not_null(real, "%s: %s", path, strerror(errno));
+  FILE *f = fopen("/proc/self/maps", "r");
+  cr_assert_not_null(f);
+  char line[PATH_MAX + 256];
+  int found = 0;
+  while (fgets(line, sizeof(line), f) != NULL) {
+    line[strcspn(line, "\n")] = '\0';
+    const char *name = strchr(line, '/');
+    if (name != NULL && strcmp(name, real) == 0)
+      found = 1;
+  }
+  fclose(f);
+  free(real);
+  return found;
+}
+
+static ecc_open_options check_timeout(uint64_t ms)
+{
+  ecc_open_options o;
+  memset(&o, 0, sizeof(o));
+  o.struct_size = sizeof(o);
+  o.log_level = -1;
+  o.check_timeout_ms = ms;
+  return o;
+}
+
+/* ecc_check and ecc_check_params on fixture `name` both fail with
+ * ECC_ERR_INCOMPATIBLE, saying at the INI's path line how the check
+ * process ended; this process goes on and never maps the plugin. */
+static void expect_check_reports(const char *name, uint64_t timeout_ms, const char *how)
+{
+  const char *ini = fixture_ini(name, NULL);
+  ecc_open_options o = check_timeout(timeout_ms);
+  char want[2 * PATH_MAX], err[2048] = "";
+  snprintf(want, sizeof(want), "%s:2: plugin %s: the check process %s", ini, fixture(name), how);
+  int rc = ecc_check(ini, &o, NULL, err, sizeof(err));
+  cr_assert_eq(rc, ECC_ERR_INCOMPATIBLE, "rc %d: %s", rc, err);
+  cr_assert_str_eq(err, want);
+  ecc_plugin_meta *meta = (ecc_plugin_meta *)err; /* must be overwritten with NULL */
+  rc = ecc_check_params(ini, &o, &meta, err, sizeof(err));
+  cr_assert_eq(rc, ECC_ERR_INCOMPATIBLE, "rc %d: %s", rc, err);
+  cr_assert_null(meta);
+  cr_assert_str_eq(err, want);
+  cr_assert_not(mapped_here(fixture(name)), "the plugin was mapped into the caller");
+}
+
+/* Ends with exit status 7 on purpose: where the plugin is loaded into the
+ * test's own process, its _exit(0) ends the test early with status 0,
+ * which the test runner would take for a pass. */
+Test(loader, check_reports_a_constructor_that_calls__exit_0, .exit_code = 7)
+{
+  expect_check_reports("ctor_exit0", 0,
+                       "exited with status 0 while loading or validating the plugin, "
+                       "before it reported");
+  exit(7);
+}
+
+Test(loader, check_reports_a_constructor_that_calls_exit_42)
+{
+  expect_check_reports("ctor_exit42", 0,
+                       "exited with status 42 while loading or validating the plugin, "
+                       "before it reported");
+}
+
+Test(loader, check_reports_a_constructor_that_crashes)
+{
+  expect_check_reports("ctor_segv", 0,
+                       "was killed by signal 11 (SIGSEGV: Segmentation fault) while loading "
+                       "or validating the plugin, before it reported");
+}
+
+Test(loader, check_stops_a_constructor_that_never_returns)
+{
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  expect_check_reports("ctor_hang", 300,
+                       "did not finish loading and validating the plugin within 300 ms; it "
+                       "was killed");
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  cr_assert_lt(s, 5.0, "two checks of 300 ms took %.1f s", s);
+}
+
+/* The check process is a copy of the caller: an exit() in the plugin's
+ * constructor must not run the caller's exit handlers there. */
+static pid_t handler_owner;
+static char handler_marker[128];
+
+static void mark_if_run_elsewhere(void)
+{
+  if (getpid() == handler_owner)
+    return;
+  int fd = open(handler_marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0)
+    close(fd);
+}
+
+Test(loader, exit_in_a_plugin_runs_none_of_the_callers_exit_handlers)
+{
+  handler_owner = getpid();
+  snprintf(handler_marker, sizeof(handler_marker), "/tmp/ecc-exit-marker-%ld", (long)getpid());
+  unlink(handler_marker);
+  cr_assert_eq(atexit(mark_if_run_elsewhere), 0);
+  const char *ini = fixture_ini("ctor_exit42", NULL);
+  char err[1024];
+  cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_ERR_INCOMPATIBLE, "%s", err);
+  cr_assert_not(th_exists(handler_marker), "the caller's exit handler ran in the check process");
+  cr_assert(th_exists(ini), "the test's own exit handler removed its files");
+}
+
+Test(loader, check_params_returns_every_key_in_one_block)
+{
+  const char *ini = fixture_ini("full", "[region]\nsize = 4096\n");
+  ecc_plugin_meta *m = NULL;
+  char err[512] = "";
+  cr_assert_eq(ecc_check_params(ini, NULL, &m, err, sizeof(err)), ECC_OK, "%s", err);
+  cr_assert_str_eq(err, "fixture would create a connector from 1 keys");
+  cr_assert_not_null(m);
+  char *real = realpath(fixture("full"), NULL);
+  cr_assert_str_eq(m->path, real);
+  free(real);
+  cr_assert_str_eq(m->name, "full");
+  cr_assert_str_eq(m->version, "0.2.0");
+  cr_assert_eq(m->caps, ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS);
+  static const char *const keys[] = {"connector.role", "region.name", "region.size",
+                                     "good.trace", "good.tag"};
+  static const char *const defaults[] = {"both", "default", "1MiB", "", ""};
+  cr_assert_eq(m->n_params, 5);
+  for (size_t i = 0; i < 5; i++) {
+    cr_assert_str_eq(m->params[i].key, keys[i]);
+    cr_assert_str_eq(m->params[i].default_value, defaults[i]);
+    cr_assert_not_null(m->params[i].help);
+    cr_assert_gt(strlen(m->params[i].help), 5);
+  }
+  cr_assert_not(mapped_here(fixture("full")));
+  free(m);
+
+  char *before = (char *)err;
+  ecc_plugin_meta *none = (ecc_plugin_meta *)before;
+  cr_assert_eq(ecc_check_params(fixture_ini("full", "[region]\nsize = 0\n"), NULL, &none, err,
+                                sizeof(err)),
+               ECC_ERR_CONFIG);
+  cr_assert_null(none);
+  cr_assert_not_null(strstr(err, "region.size: must be more than 0"), "%s", err);
+  cr_assert_eq(ecc_check_params(ini, NULL, NULL, err, sizeof(err)), ECC_ERR_INVALID);
+  cr_assert_not_null(strstr(err, "out is NULL"), "%s", err);
+}
+
+Test(loader, check_timeout_option_is_bounded)
+{
+  const char *ini = fixture_ini("full", NULL);
+  ecc_open_options o = check_timeout(3600001);
+  char err[256] = "";
+  cr_assert_eq(ecc_check(ini, &o, NULL, err, sizeof(err)), ECC_ERR_INVALID);
+  cr_assert_not_null(strstr(err, "check_timeout_ms 3600001 is more than 3600000"), "%s", err);
+  o = check_timeout(3600000);
+  cr_assert_eq(ecc_check(ini, &o, NULL, err, sizeof(err)), ECC_OK, "%s", err);
+  /* A caller built before the field existed: its struct_size ends before
+   * it, so the value there is not read and the default (10 s) applies. */
+  o = check_timeout(5);
+  o.struct_size = offsetof(ecc_open_options, check_timeout_ms);
+  cr_assert_eq(ecc_check(fixture_ini("ctor_hang", NULL), &o, NULL, err, sizeof(err)),
+               ECC_ERR_INCOMPATIBLE);
+  cr_assert_not_null(strstr(err, "within 10000 ms; it was killed"), "%s", err);
 }
 
 /* ---- finding the file ---- */
