@@ -6,10 +6,15 @@
  * runs the plugin's constructors in the calling process), checks its ABI
  * table before calling any of its functions, and creates a connector. The
  * six operations then forward to the plugin; ecc_close() shuts the
- * connector down and unloads the plugin. Swapping connectors means editing
- * the INI file only. ecc_check() loads the plugin in a child process
- * instead, so a plugin that exits, crashes or hangs while loading is
- * reported and the caller is unaffected.
+ * connector down. A plugin whose table was accepted stays loaded for the
+ * life of the process (RTLD_NODELETE), so that its code and its handle
+ * table outlive every ecc_close: a handle shut down stays invalid even
+ * after the plugin is opened again, and a later ecc_open of the same file
+ * uses the code already loaded (replacing the file takes effect in a new
+ * process). A plugin that is refused is unloaded entirely. Swapping
+ * connectors means editing the INI file only. ecc_check() loads the plugin
+ * in a child process instead, so a plugin that exits, crashes or hangs
+ * while loading is reported and the caller is unaffected.
  *
  * INI layout: section [plugin] belongs to this library:
  *     name = shm            short name: <plugin dir>/libecc-<name>.so
@@ -67,7 +72,9 @@ typedef struct ecc_open_options {
 
 /* Open a connector from an INI file. On failure returns an ECC_ERR_* code,
  * writes the reason (naming the file, line or key at fault) to err, sets
- * *out to NULL and leaves nothing loaded or created. */
+ * *out to NULL and leaves nothing created; a refused plugin is unloaded,
+ * but one whose table was accepted stays loaded (see above), also when the
+ * INI's keys or create then fail. */
 int ecc_open(const char *ini_path, const ecc_open_options *opt,
              ecc_connector **out, char *err, size_t err_cap);
 
@@ -76,7 +83,8 @@ int ecc_save(ecc_connector *c, const ecc_save_entry *entries, size_t n);
 int ecc_flush(ecc_connector *c, void *compute_stream);
 int ecc_load(ecc_connector *c, const ecc_load_entry *entries, size_t n, void *compute_stream);
 int ecc_poll(ecc_connector *c, ecc_completion *out, size_t cap, size_t *n_out);
-/* Shut down, unload the plugin and free c. NULL is a no-op returning ECC_OK. */
+/* Shut down and free c; the plugin stays loaded (see above). NULL is a
+ * no-op returning ECC_OK. */
 int ecc_close(ecc_connector *c);
 
 /* Optional plugin functions; ECC_ERR_UNSUPPORTED when the plugin lacks one. */

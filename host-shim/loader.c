@@ -543,6 +543,27 @@ static int find_table(void *dl, const object_map *m, const char *path, plugin_op
   return ECC_ERR_INCOMPATIBLE;
 }
 
+/* ---- loading ---- */
+
+/* Once its table is accepted a plugin stays mapped for the life of the
+ * process: its code and static state, the handle table above all, must
+ * outlive every ecc_close, or loading it again would start its handle
+ * numbers afresh and revive handles shut down long ago. A second reference
+ * with RTLD_NODELETE marks the object; dropping that reference leaves the
+ * count as it was, and dlclose then never unmaps it. */
+static int keep_resident(const char *canon, const char *shown, char *err, size_t err_cap)
+{
+  void *again = dlopen(canon, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  if (again == NULL) {
+    const char *why = dlerror();
+    shim_errf(err, err_cap, "cannot keep plugin %s loaded: %s", shown,
+              why != NULL ? why : "unknown error");
+    return ECC_ERR_SYSTEM;
+  }
+  dlclose(again);
+  return ECC_OK;
+}
+
 int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
 {
   memset(out, 0, sizeof(*out));
@@ -559,8 +580,10 @@ int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
   rc = find_object(dl, file, &map, err, err_cap);
   if (rc == ECC_OK)
     rc = find_table(dl, &map, file, &out->ops, err, err_cap);
+  if (rc == ECC_OK)
+    rc = keep_resident(out->path, file, err, err_cap);
   if (rc != ECC_OK) {
-    dlclose(dl);
+    dlclose(dl); /* a refused plugin is unmapped entirely */
     memset(out, 0, sizeof(*out));
     return rc;
   }
@@ -570,7 +593,8 @@ int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
 
 void plugin_unload(loaded_plugin *p)
 {
-  /* dlclose fails only for a handle dlopen never gave; nothing to undo. */
+  /* dlclose fails only for a handle dlopen never gave; nothing to undo.
+   * The object itself stays mapped (keep_resident). */
   if (p->dl != NULL)
     dlclose(p->dl);
   memset(p, 0, sizeof(*p));

@@ -70,10 +70,14 @@ int plugin_resolve(const char *name, const char *path, const char *dir, char *fi
  * Returns ECC_OK; ECC_ERR_CONFIG (file not found, unsafe, not a file);
  * ECC_ERR_SYSTEM (a system call or dlopen failed); ECC_ERR_INCOMPATIBLE (no
  * table this host knows, wrong major, table too small, a required field
- * NULL). On error nothing stays loaded. */
+ * NULL, the table or what it points at outside the plugin's own segments).
+ * On error nothing stays loaded. On success the object is made resident
+ * (RTLD_NODELETE): it stays mapped for the life of the process, so its
+ * static state, such as the handles it gave, survives plugin_unload. */
 int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap);
 
-/* dlclose; the plugin's connectors must all be shut down already. */
+/* dlclose of this reference; the object stays mapped (see plugin_load).
+ * The plugin's connectors must all be shut down already. */
 void plugin_unload(loaded_plugin *p);
 
 #endif /* ECC_LOADER_H */
