@@ -4,7 +4,9 @@
  *
  * ecc_open() reads the INI file, loads the plugin it names (dlopen, which
  * runs the plugin's constructors in the calling process), checks its ABI
- * table before calling any of its functions, and creates a connector. The
+ * table before calling any of its functions (the table, its strings and
+ * its functions must all lie inside the plugin's own loaded object), and
+ * creates a connector. The
  * six operations then forward to the plugin; ecc_close() shuts the
  * connector down. A plugin whose table was accepted stays loaded for the
  * life of the process (RTLD_NODELETE), so that its code and its handle
@@ -120,7 +122,10 @@ int ecc_plugin_info(ecc_connector *c, ecc_plugin_meta *out);
  * check_timeout_ms (then the child is killed) gives ECC_ERR_INCOMPATIBLE
  * with how it ended, e.g. "... the check process exited with status 42
  * while loading or validating the plugin, before it reported" or "... was
- * killed by signal 11 (SIGSEGV: Segmentation fault) ...". */
+ * killed by signal 11 (SIGSEGV: Segmentation fault) ...". In a process
+ * that ignores SIGCHLD (or reaps children it did not start) the child's
+ * status is lost: its report still counts, and a child that sent none gives
+ * ECC_ERR_SYSTEM ("cannot learn how the check process ended"). */
 int ecc_check(const char *ini_path, const ecc_open_options *opt,
               ecc_plugin_meta *meta, char *err, size_t err_cap);
 

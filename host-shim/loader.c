@@ -416,8 +416,9 @@ static int strings_in_object(const plugin_ops *ops, const object_map *m, const c
                                                          : NULL;
   if (bad == NULL)
     return ECC_OK;
-  shim_errf(err, err_cap, "plugin %s: table field '%s' does not point to a string inside the plugin",
-            path, bad);
+  shim_errf(err, err_cap,
+            "plugin %s: table field '%s' does not point to a string inside the plugin", path,
+            bad);
   return ECC_ERR_INCOMPATIBLE;
 }
 

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -605,6 +606,23 @@ Test(loader, exit_in_a_plugin_runs_none_of_the_callers_exit_handlers)
   cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_ERR_INCOMPATIBLE, "%s", err);
   cr_assert_not(th_exists(handler_marker), "the caller's exit handler ran in the check process");
   cr_assert(th_exists(ini), "the test's own exit handler removed its files");
+}
+
+/* A host that ignores SIGCHLD has its children reaped by the kernel, so
+ * the check process's status cannot be read: its report still counts, and
+ * a child that sent none is an error rather than a success. */
+Test(loader, check_works_when_the_caller_ignores_sigchld)
+{
+  cr_assert_neq(signal(SIGCHLD, SIG_IGN), SIG_ERR);
+  char err[1024] = "";
+  ecc_plugin_meta m;
+  cr_assert_eq(ecc_check(fixture_ini("full", NULL), NULL, &m, err, sizeof(err)), ECC_OK, "%s",
+               err);
+  cr_assert_str_eq(m.name, "full");
+  int rc = ecc_check(fixture_ini("ctor_exit42", NULL), NULL, NULL, err, sizeof(err));
+  cr_assert_eq(rc, ECC_ERR_SYSTEM, "rc %d: %s", rc, err);
+  cr_assert_not_null(strstr(err, "cannot learn how the check process ended"), "%s", err);
+  cr_assert_neq(signal(SIGCHLD, SIG_DFL), SIG_ERR);
 }
 
 Test(loader, check_params_returns_every_key_in_one_block)
