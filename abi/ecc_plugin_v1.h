@@ -25,8 +25,11 @@
  * ---------
  * A plugin exports one const data symbol per major version it implements,
  * named ECC_PLUGIN_V1_SYMBOL for this one. The host finds it with dlsym (newest
- * major first) before calling any plugin code, then checks abi_major,
- * abi_minor, struct_size and every required function pointer.
+ * major first) before calling any of the plugin's functions (loading it has
+ * already run its constructors), then checks abi_major, abi_minor,
+ * struct_size and every required function pointer. The table, its name,
+ * version and params (with their strings) must lie in the plugin's own
+ * loaded object, and every function pointer must be the plugin's own code.
  *
  * Compatibility
  * -------------
@@ -62,8 +65,8 @@
  * the parent's, so every call there returns ECC_ERR_CLOSED, shutdown
  * included, and touches nothing the parent uses; the child creates its own
  * handles. A plugin keeps handle values unique for the life of the process,
- * also across dlclose and a new dlopen (the shm plugin is never unmapped:
- * it is linked with -z nodelete).
+ * also across dlclose and a new dlopen (the shm plugin puts the time a
+ * handle was given into its value).
  *
  * Streams
  * -------

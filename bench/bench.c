@@ -255,7 +255,7 @@ static ecc_connector *open_connector(struct bench *b, int m, const char *region)
   if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
     die("cannot write a temporary INI file: %s", strerror(errno));
   close(fd);
-  ecc_open_options opt = {sizeof(opt), NULL, 0, on_log, NULL, -1};
+  ecc_open_options opt = {.struct_size = sizeof(opt), .log = on_log, .log_level = -1};
   ecc_connector *c = NULL;
   char err[512] = "";
   int rc = ecc_open(path, &opt, &c, err, sizeof(err));

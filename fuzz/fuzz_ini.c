@@ -4,7 +4,10 @@
  * shim's reader, its [plugin] and key checks, and the plugin's validation.
  * Invariants besides "no crash": the status is one of the ABI's, the error
  * text is non-empty and NUL-terminated, names where it comes from, and a
- * second check of the same bytes says exactly the same thing.
+ * second check of the same bytes says exactly the same thing. ecc_check
+ * runs the key checks and the plugin's validation in a child process, so a
+ * crash or hang there comes back as an error saying how the check process
+ * ended; that counts as a crash here.
  */
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -17,6 +20,9 @@
 #include "ecc_host.h"
 
 #define ERR_CAP 2048
+/* How ecc_check's reports about the check process itself begin: the path
+ * comes from the override, which the INI's own text cannot produce. */
+#define CHILD_ENDED "override: plugin " FUZZ_PLUGIN_PATH ": the check process "
 
 static int ini_fd = -1;
 static char ini_dir[64];
@@ -97,6 +103,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     abort();
   if (err[0] == '\0')
     abort(); /* errors carry text; success carries the plugin's summary */
+  if (strncmp(err, CHILD_ENDED, strlen(CHILD_ENDED)) == 0)
+    abort(); /* the shim or the plugin crashed, exited or hung in the child */
   if (rc != ECC_OK && !names_its_source(err))
     abort();
   if (rc == ECC_OK && strcmp(meta.name, "shm") != 0)

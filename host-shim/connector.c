@@ -14,11 +14,15 @@
 
 #include "ini_config.h"
 #include "loader.h"
+#include "probe.h"
 #include "shim_connector.h"
 #include "shim_err.h"
 
 #define PLUGIN_ERR_MAX (PLUGIN_PATH_MAX + 1024)
 #define WHERE_MAX (PLUGIN_PATH_MAX + 32)
+/* How long the check process may take when the options do not say. */
+#define CHECK_TIMEOUT_DEFAULT_MS 10000
+#define CHECK_TIMEOUT_MAX_MS 3600000
 
 /* ---- logging ---- */
 
@@ -65,6 +69,7 @@ typedef struct open_settings {
   void (*log)(void *user, int level, const char *msg);
   void *log_user;
   int log_level;
+  uint64_t check_timeout_ms;
 } open_settings;
 
 static bool opt_covers(const ecc_open_options *opt, size_t end)
@@ -72,11 +77,27 @@ static bool opt_covers(const ecc_open_options *opt, size_t end)
   return opt->struct_size >= end;
 }
 
+/* The check timeout: 0, or a field the caller's struct_size does not
+ * reach, leaves the default. */
+static int read_timeout(const ecc_open_options *opt, open_settings *s, char *err, size_t err_cap)
+{
+  if (opt_covers(opt, offsetof(ecc_open_options, check_timeout_ms) + sizeof(uint64_t)) &&
+      opt->check_timeout_ms != 0)
+    s->check_timeout_ms = opt->check_timeout_ms;
+  if (s->check_timeout_ms > CHECK_TIMEOUT_MAX_MS) {
+    shim_errf(err, err_cap, "ecc_open_options.check_timeout_ms %llu is more than %d (an hour)",
+              (unsigned long long)s->check_timeout_ms, CHECK_TIMEOUT_MAX_MS);
+    return ECC_ERR_INVALID;
+  }
+  return ECC_OK;
+}
+
 /* Reads only the fields the caller's struct_size covers, so a caller built
  * against an older ecc_host.h keeps working when fields are appended. */
 static int read_options(const ecc_open_options *opt, open_settings *s, char *err, size_t err_cap)
 {
-  *s = (open_settings){.log = stderr_log, .log_level = -1};
+  *s = (open_settings){.log = stderr_log, .log_level = -1,
+                       .check_timeout_ms = CHECK_TIMEOUT_DEFAULT_MS};
   if (opt == NULL)
     return ECC_OK;
   if (opt->struct_size < sizeof(uint32_t)) {
@@ -99,7 +120,7 @@ static int read_options(const ecc_open_options *opt, open_settings *s, char *err
               s->log_level);
     return ECC_ERR_INVALID;
   }
-  return ECC_OK;
+  return read_timeout(opt, s, err, err_cap);
 }
 
 /* ---- keys against the plugin's published params ---- */
@@ -215,22 +236,54 @@ static const ini_setting *culprit_setting(const ini_config *ini, enum plugin_inp
   }
 }
 
-/* Resolve and load the plugin the INI names; errors point at the line. */
-static int load_named_plugin(const ini_config *ini, loaded_plugin *plugin, char *err,
-                             size_t err_cap)
+/* The plugin file the INI names (text only); errors point at the line. */
+static int resolve_named_plugin(const ini_config *ini, char *file, size_t file_cap, char *err,
+                                size_t err_cap)
 {
-  char file[PLUGIN_PATH_MAX], why[PLUGIN_ERR_MAX], where[WHERE_MAX];
+  char why[PLUGIN_ERR_MAX], where[WHERE_MAX];
   enum plugin_input culprit = PLUGIN_INPUT_NONE;
-  int rc = plugin_resolve(ini->name.value, ini->path.value, ini->dir.value, file, sizeof(file),
+  int rc = plugin_resolve(ini->name.value, ini->path.value, ini->dir.value, file, file_cap,
                           &culprit, why, sizeof(why));
-  if (rc == ECC_OK) {
-    rc = plugin_load(file, plugin, why, sizeof(why));
-    culprit = ini->path.value != NULL ? PLUGIN_INPUT_PATH : PLUGIN_INPUT_NAME;
-  }
   if (rc != ECC_OK) {
     setting_where(ini, culprit_setting(ini, culprit), where, sizeof(where));
     shim_errf(err, err_cap, "%s%s", where, why);
   }
+  return rc;
+}
+
+/* "<file>:<line>: " of the [plugin] name or path line, for errors about
+ * the plugin file itself. */
+static void plugin_line(const ini_config *ini, char *where, size_t cap)
+{
+  setting_where(ini, ini->path.value != NULL ? &ini->path : &ini->name, where, cap);
+}
+
+/* Load the resolved file and check the INI's keys against its table. On
+ * success the caller owns plugin; on error nothing stays loaded. */
+static int load_and_check_keys(const ini_config *ini, const char *file, loaded_plugin *plugin,
+                               char *err, size_t err_cap)
+{
+  char why[PLUGIN_ERR_MAX], where[WHERE_MAX];
+  int rc = plugin_load(file, plugin, why, sizeof(why));
+  if (rc != ECC_OK) {
+    plugin_line(ini, where, sizeof(where));
+    shim_errf(err, err_cap, "%s%s", where, why);
+    return rc;
+  }
+  rc = check_keys(ini, &plugin->ops, err, err_cap);
+  if (rc != ECC_OK)
+    plugin_unload(plugin);
+  return rc;
+}
+
+/* Resolve and load the plugin the INI names and check the keys. */
+static int load_named_plugin(const ini_config *ini, loaded_plugin *plugin, char *err,
+                             size_t err_cap)
+{
+  char file[PLUGIN_PATH_MAX];
+  int rc = resolve_named_plugin(ini, file, sizeof(file), err, err_cap);
+  if (rc == ECC_OK)
+    rc = load_and_check_keys(ini, file, plugin, err, err_cap);
   return rc;
 }
 
@@ -242,11 +295,6 @@ static int prepare(const char *ini_path, const open_settings *s, ini_config *ini
   if (rc != ECC_OK)
     return rc;
   rc = load_named_plugin(ini, plugin, err, err_cap);
-  if (rc == ECC_OK) {
-    rc = check_keys(ini, &plugin->ops, err, err_cap);
-    if (rc != ECC_OK)
-      plugin_unload(plugin);
-  }
   if (rc != ECC_OK)
     ini_config_free(ini);
   return rc;
@@ -357,7 +405,11 @@ static int create_connector(ecc_connector *c, const ini_config *ini, char *err, 
     return ECC_ERR_INCOMPATIBLE;
   }
   c->handle = h;
-  return ECC_OK;
+  /* From here the plugin's code and static state must outlive c. */
+  rc = plugin_keep_resident(&c->plugin, err, err_cap);
+  if (rc != ECC_OK)
+    (void)ops->shutdown(h); /* the error above is the one to report */
+  return rc;
 }
 
 static int effective_level(const open_settings *s, const ini_config *ini)
@@ -420,7 +472,7 @@ static void copy_text(char *dst, size_t cap, const char *src)
   snprintf(dst, cap, "%s", src != NULL ? src : "");
 }
 
-static void fill_meta(const loaded_plugin *p, bool with_params, ecc_plugin_meta *m)
+static void fill_meta(const loaded_plugin *p, ecc_plugin_meta *m)
 {
   memset(m, 0, sizeof(*m));
   copy_text(m->path, sizeof(m->path), p->path);
@@ -430,15 +482,15 @@ static void fill_meta(const loaded_plugin *p, bool with_params, ecc_plugin_meta 
   m->abi_minor = p->ops.abi_minor;
   m->negotiated_minor = p->ops.negotiated_minor;
   m->caps = p->ops.caps;
-  m->params = with_params ? p->ops.params : NULL;
-  m->n_params = with_params ? p->ops.n_params : 0;
+  m->params = p->ops.params;
+  m->n_params = p->ops.n_params;
 }
 
 ECC_API int ecc_plugin_info(ecc_connector *c, ecc_plugin_meta *out)
 {
   if (c == NULL || out == NULL)
     return ECC_ERR_INVALID;
-  fill_meta(&c->plugin, true, out);
+  fill_meta(&c->plugin, out);
   return ECC_OK;
 }
 
@@ -475,8 +527,65 @@ static int validate_config(const loaded_plugin *p, const ini_config *ini, char *
   return rc;
 }
 
-ECC_API int ecc_check(const char *ini_path, const ecc_open_options *opt, ecc_plugin_meta *meta,
-                      char *err, size_t err_cap)
+/* What the check process works from: its copies of the caller's memory. */
+struct check_job {
+  const ini_config *ini;
+  const char *file;
+};
+
+/* Runs in the check process: load, check keys, validate, describe. The
+ * process ends afterwards, so nothing is unloaded or freed here. */
+static void run_check_job(void *arg, probe_report *out)
+{
+  const struct check_job *job = arg;
+  char *msg = out->message;
+  size_t cap = sizeof(out->message);
+  loaded_plugin *plugin = calloc(1, sizeof(*plugin));
+  int rc = ECC_ERR_NOMEM;
+  if (plugin == NULL)
+    shim_errf(msg, cap, "out of memory");
+  else
+    rc = load_and_check_keys(job->ini, job->file, plugin, msg, cap);
+  if (rc == ECC_OK && plugin->ops.n_params > PROBE_PARAMS_MAX) {
+    shim_errf(msg, cap, "plugin '%s' (%s) publishes %zu keys; a check reports at most %d",
+              plugin->ops.name, plugin->path, plugin->ops.n_params, PROBE_PARAMS_MAX);
+    rc = ECC_ERR_INCOMPATIBLE;
+  }
+  if (rc == ECC_OK)
+    rc = validate_config(plugin, job->ini, msg, cap);
+  if (rc == ECC_OK) {
+    fill_meta(plugin, &out->meta);
+    out->has_meta = 1;
+  }
+  out->status = rc;
+}
+
+/* The plugin's code runs only in a child process: whatever it does there
+ * (exit, crash, hang) is reported, and nothing of it is ever mapped here. */
+static int check_in_child(const ini_config *ini, const char *file, uint64_t timeout_ms,
+                            ecc_plugin_meta **meta, char *err, size_t err_cap)
+{
+  char where[WHERE_MAX], subject[WHERE_MAX + PLUGIN_PATH_MAX + 16];
+  plugin_line(ini, where, sizeof(where));
+  snprintf(subject, sizeof(subject), "%splugin %s", where, file);
+  struct check_job job = {.ini = ini, .file = file};
+  int status = ECC_OK;
+  int rc = probe_run(run_check_job, &job, timeout_ms, subject, &status, meta, err, err_cap);
+  if (rc == ECC_OK)
+    rc = status;
+  if (rc == ECC_OK && meta != NULL && *meta == NULL) {
+    shim_errf(err, err_cap, "%s: the check process reported success without the plugin's table",
+              subject);
+    rc = ECC_ERR_INCOMPATIBLE;
+  }
+  return rc;
+}
+
+/* ecc_check and ecc_check_params: the INI is read here, the plugin is
+ * loaded and judged in a child. On success *meta (if meta is not NULL) is
+ * the probe's block, which the caller frees. */
+static int check_config(const char *ini_path, const ecc_open_options *opt,
+                        ecc_plugin_meta **meta, char *err, size_t err_cap)
 {
   shim_errf(err, err_cap, "%s", "");
   open_settings s;
@@ -484,19 +593,43 @@ ECC_API int ecc_check(const char *ini_path, const ecc_open_options *opt, ecc_plu
   if (rc != ECC_OK)
     return rc;
   ini_config ini;
-  loaded_plugin *plugin = calloc(1, sizeof(*plugin));
-  if (plugin == NULL) {
-    shim_errf(err, err_cap, "out of memory");
-    return ECC_ERR_NOMEM;
+  rc = ini_config_load(ini_path, s.overrides, s.n_overrides, &ini, err, err_cap);
+  if (rc != ECC_OK)
+    return rc;
+  char file[PLUGIN_PATH_MAX];
+  rc = resolve_named_plugin(&ini, file, sizeof(file), err, err_cap);
+  if (rc == ECC_OK)
+    rc = check_in_child(&ini, file, s.check_timeout_ms, meta, err, err_cap);
+  ini_config_free(&ini);
+  if (rc != ECC_OK && meta != NULL) {
+    free(*meta);
+    *meta = NULL;
   }
-  rc = prepare(ini_path, &s, &ini, plugin, err, err_cap);
-  if (rc == ECC_OK) {
-    rc = validate_config(plugin, &ini, err, err_cap);
-    if (rc == ECC_OK && meta != NULL)
-      fill_meta(plugin, false, meta);
-    plugin_unload(plugin);
-    ini_config_free(&ini);
-  }
-  free(plugin);
   return rc;
 }
+
+ECC_API int ecc_check(const char *ini_path, const ecc_open_options *opt, ecc_plugin_meta *meta,
+                      char *err, size_t err_cap)
+{
+  ecc_plugin_meta *found = NULL;
+  int rc = check_config(ini_path, opt, meta != NULL ? &found : NULL, err, err_cap);
+  if (rc == ECC_OK && meta != NULL) {
+    *meta = *found;
+    meta->params = NULL; /* they live in found, freed below */
+    meta->n_params = 0;
+  }
+  free(found);
+  return rc;
+}
+
+ECC_API int ecc_check_params(const char *ini_path, const ecc_open_options *opt,
+                             ecc_plugin_meta **out, char *err, size_t err_cap)
+{
+  if (out == NULL) {
+    shim_errf(err, err_cap, "ecc_check_params: out is NULL");
+    return ECC_ERR_INVALID;
+  }
+  *out = NULL;
+  return check_config(ini_path, opt, out, err, err_cap);
+}
+

@@ -2,11 +2,21 @@
  * ecc_host.h - the library a host application links to use an encoder-cache
  * connector plugin chosen by an INI file.
  *
- * ecc_open() reads the INI file, loads the plugin it names (dlopen), checks
- * its ABI table before running any of its code, and creates a connector.
- * The six operations then forward to the plugin; ecc_close() shuts the
- * connector down and unloads the plugin. Swapping connectors means editing
- * the INI file only.
+ * ecc_open() reads the INI file, loads the plugin it names (dlopen, which
+ * runs the plugin's constructors in the calling process), checks its ABI
+ * table before calling any of its functions (the table, its strings and
+ * its functions must all lie inside the plugin's own loaded object), and
+ * creates a connector. The
+ * six operations then forward to the plugin; ecc_close() shuts the
+ * connector down. A plugin that has created a connector stays loaded for
+ * the life of the process (RTLD_NODELETE), so that its code and its handle
+ * table outlive every ecc_close: a handle shut down stays invalid even
+ * after the plugin is opened again, and a later ecc_open of the same file
+ * uses the code already loaded (replacing the file takes effect in a new
+ * process). A plugin that is refused, or whose create fails, is unloaded. Swapping
+ * connectors means editing the INI file only. ecc_check() loads the plugin
+ * in a child process instead, so a plugin that exits, crashes or hangs
+ * while loading is reported and the caller is unaffected.
  *
  * INI layout: section [plugin] belongs to this library:
  *     name = shm            short name: <plugin dir>/libecc-<name>.so
@@ -25,6 +35,14 @@
  * environment variable ECC_PLUGIN_DIR (ignored in setuid/setgid processes),
  * then the folder "ecc" beside this library. A short name is letters,
  * digits, '-' and '_' only, so it cannot leave that directory.
+ *
+ * Only a plugin file that another user cannot control is loaded: the file
+ * and every directory on its canonical path (symbolic links resolved, so a
+ * link is judged by where it leads) must be owned by root or by the
+ * process's effective user and writable by nobody else; a directory that
+ * others may write is accepted only with the sticky bit (as /tmp), where
+ * the next component must pass the rule itself. The error names the
+ * component and the reason. The canonical path is the one loaded.
  *
  * Return codes are the plugin ABI's (ECC_OK, ECC_ERR_*); ecc_strerror()
  * names them. A plugin that answers with a code outside that set, or with
@@ -65,6 +83,10 @@ typedef struct ecc_open_options {
   void (*log)(void *user, int level, const char *msg);
   void *log_user;
   int log_level;              /* -1: take [plugin] log_level from the INI */
+  /* ecc_check and ecc_check_params only: how long the check process may
+   * take to load and validate the plugin before it is killed, at most
+   * 3600000 (an hour); 0 means 10000. */
+  uint64_t check_timeout_ms;
 } ecc_open_options;
 
 /* Open a connector from an INI file. On failure returns an ECC_ERR_* code,
@@ -78,9 +100,9 @@ int ecc_save(ecc_connector *c, const ecc_save_entry *entries, size_t n);
 int ecc_flush(ecc_connector *c, void *compute_stream);
 int ecc_load(ecc_connector *c, const ecc_load_entry *entries, size_t n, void *compute_stream);
 int ecc_poll(ecc_connector *c, ecc_completion *out, size_t cap, size_t *n_out);
-/* Wait for calls inside the plugin, shut down, release the plugin and free
- * c. NULL is a no-op returning ECC_OK; a second ecc_close() running at the
- * same time returns ECC_ERR_CLOSED. */
+/* Wait for calls inside the plugin, shut down and free c; the plugin stays
+ * loaded (see above). NULL is a no-op returning ECC_OK; a second ecc_close()
+ * running at the same time returns ECC_ERR_CLOSED. */
 int ecc_close(ecc_connector *c);
 
 /* Optional plugin functions; ECC_ERR_UNSUPPORTED when the plugin lacks one. */
@@ -97,17 +119,38 @@ typedef struct ecc_plugin_meta {
   uint32_t abi_minor;    /* the plugin's ABI minor */
   uint32_t negotiated_minor; /* min(host's, plugin's) */
   uint32_t caps;         /* ECC_CAP_* */
-  const ecc_param *params; /* the keys the plugin accepts (valid while loaded; NULL after ecc_check) */
+  const ecc_param *params; /* the keys the plugin accepts: from ecc_plugin_info valid while
+                              the connector is open, from ecc_check_params inside its block,
+                              NULL from ecc_check */
   size_t n_params;
 } ecc_plugin_meta;
 int ecc_plugin_info(ecc_connector *c, ecc_plugin_meta *out);
 
-/* Validate an INI file without creating anything: parse it, load the plugin,
- * check its table and let it validate the configuration; then unload.
- * `meta` (may be NULL) receives the plugin's header on success. On success
- * err receives the plugin's one-line summary of the configuration. */
+/* Validate an INI file without creating anything: parse it, then in a
+ * child process (fork, no exec) load the plugin, check its table and its
+ * keys and let it validate the configuration. The plugin's code runs only
+ * in the child; nothing is loaded or created in the caller's process, and
+ * the child is reaped before this returns. The caller's buffered stdio
+ * output is flushed before the fork. `meta` (may be NULL) receives the
+ * plugin's header on success. On success err receives the plugin's
+ * one-line summary of the configuration; on failure the reason. A plugin
+ * that ends the child (exit, _exit, a signal) or does not finish within
+ * check_timeout_ms (then the child is killed) gives ECC_ERR_INCOMPATIBLE
+ * with how it ended, e.g. "... the check process exited with status 42
+ * while loading or validating the plugin, before it reported" or "... was
+ * killed by signal 11 (SIGSEGV: Segmentation fault) ...". In a process
+ * that ignores SIGCHLD (or reaps children it did not start) the child's
+ * status is lost: its report still counts, and a child that sent none gives
+ * ECC_ERR_SYSTEM ("cannot learn how the check process ended"). */
 int ecc_check(const char *ini_path, const ecc_open_options *opt,
               ecc_plugin_meta *meta, char *err, size_t err_cap);
+
+/* ecc_check, and on success *out receives the plugin's header together
+ * with the keys it accepts (params, their defaults and help texts) in one
+ * block from malloc, which the caller releases with free(). On failure
+ * *out is NULL. out must not be NULL (ECC_ERR_INVALID). */
+int ecc_check_params(const char *ini_path, const ecc_open_options *opt,
+                     ecc_plugin_meta **out, char *err, size_t err_cap);
 
 /* Name of a status code, e.g. "ECC_ERR_RANGE: block id or size out of range".
  * The text is constant and lives as long as the library, for unknown codes

@@ -1,7 +1,7 @@
 /*
- * loader.c - finds a plugin file from a path or a short name, refuses unsafe
- * files, dlopens it, finds and checks its ABI table before running any of
- * its code, adapts the table to the shim's internal shape, and unloads it.
+ * loader.c - finds a plugin file from a path or a short name, refuses files
+ * another user could control, dlopens it, finds and checks its ABI table,
+ * adapts the table to the shim's internal shape, and unloads it.
  */
 #include "loader.h"
 
@@ -11,11 +11,12 @@
 #include <limits.h>
 #include <link.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "shim_err.h"
+#include "trust.h"
 
 /* ---- resolving a name or path to a file ---- */
 
@@ -142,68 +143,102 @@ int plugin_resolve(const char *name, const char *path, const char *dir, char *fi
 
 /* ---- checking the file before dlopen ---- */
 
-/* A directory others can write to lets them swap the file for their own. */
-static int check_dir_of(const char *file, const char *shown, char *err, size_t err_cap)
+/* The file and every directory on its canonical path must pass the
+ * ownership rule of trust.h (root or this user owns each, nobody else may
+ * write to it, a sticky directory aside): otherwise another user could put
+ * his code where this process, often root, would run it. That covers a
+ * path, [plugin] dir, ECC_PLUGIN_DIR and the default directory alike.
+ * canon (PLUGIN_PATH_MAX bytes) receives the path that was checked: nobody
+ * else can change what it names, so it is the one to dlopen. */
+static int check_file(const char *file, char *canon, char *err, size_t err_cap)
 {
-  char *copy = strdup(file);
-  if (copy == NULL) {
-    shim_errf(err, err_cap, "out of memory");
-    return ECC_ERR_NOMEM;
+  int rc = trust_open(file, TRUST_FILE, "plugin", NULL, canon, PLUGIN_PATH_MAX, err, err_cap);
+  switch (rc) {
+  case TRUST_OK:
+    return ECC_OK;
+  case TRUST_MISSING:
+    shim_errf(err, err_cap, "plugin file not found: %s", file);
+    return ECC_ERR_CONFIG;
+  case TRUST_UNSAFE:
+    return ECC_ERR_CONFIG; /* trust_open named the component and the reason */
+  default:
+    return ECC_ERR_SYSTEM;
   }
-  const char *dir = dirname(copy);
-  struct stat st;
-  int rc = ECC_OK;
-  if (stat(dir, &st) != 0) {
-    shim_errf(err, err_cap, "cannot stat directory %s of plugin %s: %s", dir, shown,
-              strerror(errno));
-    rc = ECC_ERR_SYSTEM;
-  } else if (st.st_mode & S_IWOTH) {
-    shim_errf(err, err_cap, "refusing world-writable plugin directory %s (of plugin %s)",
-              dir, shown);
-    rc = ECC_ERR_CONFIG;
-  }
-  free(copy);
-  return rc;
 }
 
-/* Stats `file` and writes its canonical path to real (PLUGIN_PATH_MAX). */
-static int check_file(const char *file, char *real, char *err, size_t err_cap)
+/* ---- where the loaded object lies ---- */
+
+/* The program headers of the object dlopen loaded, so that what its table
+ * points at can be checked against the plugin's own segments: dlsym may
+ * return an absolute address, or a symbol of another object. */
+typedef struct object_map {
+  uintptr_t base;         /* load bias: a segment starts at base + p_vaddr */
+  const ElfW(Phdr) *phdr; /* in the loaded image; valid while it is loaded */
+  size_t phnum;
+} object_map;
+
+struct object_search {
+  const struct link_map *lm;
+  object_map *out;
+  bool found;
+};
+
+static int match_object(struct dl_phdr_info *info, size_t size, void *data)
 {
-  struct stat st;
-  if (stat(file, &st) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) {
-      shim_errf(err, err_cap, "plugin file not found: %s", file);
-      return ECC_ERR_CONFIG;
-    }
-    shim_errf(err, err_cap, "cannot stat plugin %s: %s", file, strerror(errno));
+  struct object_search *s = data;
+  (void)size;
+  if (info->dlpi_addr != s->lm->l_addr || info->dlpi_name == NULL ||
+      strcmp(info->dlpi_name, s->lm->l_name) != 0)
+    return 0;
+  *s->out = (object_map){.base = info->dlpi_addr, .phdr = info->dlpi_phdr,
+                         .phnum = info->dlpi_phnum};
+  s->found = true;
+  return 1;
+}
+
+static int find_object(void *dl, const char *path, object_map *out, char *err, size_t err_cap)
+{
+  struct link_map *lm = NULL;
+  if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL) {
+    const char *why = dlerror();
+    shim_errf(err, err_cap, "plugin %s: cannot find its link map: %s", path,
+              why != NULL ? why : "unknown error");
     return ECC_ERR_SYSTEM;
   }
-  if (!S_ISREG(st.st_mode)) {
-    shim_errf(err, err_cap, "plugin %s is not a regular file", file);
-    return ECC_ERR_CONFIG;
-  }
-  if (st.st_mode & S_IWOTH) {
-    shim_errf(err, err_cap, "refusing world-writable plugin %s", file);
-    return ECC_ERR_CONFIG;
-  }
-  char *canon = realpath(file, NULL);
-  if (canon == NULL) {
-    shim_errf(err, err_cap, "cannot resolve plugin path %s: %s", file, strerror(errno));
+  struct object_search s = {.lm = lm, .out = out, .found = false};
+  dl_iterate_phdr(match_object, &s);
+  if (!s.found) {
+    shim_errf(err, err_cap, "plugin %s: its segments are not among the loaded objects", path);
     return ECC_ERR_SYSTEM;
   }
-  size_t len = strlen(canon);
-  if (len >= PLUGIN_PATH_MAX) {
-    free(canon);
-    shim_errf(err, err_cap, "plugin path %s resolves to a path that is too long", file);
-    return ECC_ERR_CONFIG;
+  return ECC_OK;
+}
+
+/* The end of the loadable segment with all of `flags` that holds the len
+ * (>= 1) bytes at addr, or 0 when no segment holds all of them. */
+static uintptr_t segment_end(const object_map *m, uintptr_t addr, size_t len, ElfW(Word) flags)
+{
+  for (size_t i = 0; i < m->phnum; i++) {
+    const ElfW(Phdr) *ph = &m->phdr[i];
+    if (ph->p_type != PT_LOAD || (ph->p_flags & flags) != flags)
+      continue;
+    uintptr_t start = m->base + ph->p_vaddr, end = start + ph->p_memsz;
+    if (addr >= start && addr < end && len <= end - addr)
+      return end;
   }
-  memcpy(real, canon, len + 1);
-  free(canon);
-  /* Both the folder named and the one the file really sits in. */
-  int rc = check_dir_of(file, file, err, err_cap);
-  if (rc == ECC_OK && strcmp(file, real) != 0)
-    rc = check_dir_of(real, file, err, err_cap);
-  return rc;
+  return 0;
+}
+
+static bool in_object(const object_map *m, const void *p, size_t len, ElfW(Word) flags)
+{
+  return len != 0 && segment_end(m, (uintptr_t)p, len, flags) != 0;
+}
+
+/* A string that ends before the readable segment it starts in does. */
+static bool string_in_object(const object_map *m, const char *s)
+{
+  uintptr_t end = segment_end(m, (uintptr_t)s, 1, PF_R);
+  return end != 0 && memchr(s, '\0', end - (uintptr_t)s) != NULL;
 }
 
 /* ---- checking the table ---- */
@@ -297,12 +332,6 @@ static int v1_check_fields(const ecc_plugin_v1_t *t, const char *path, char *err
               t->n_params);
     return ECC_ERR_INCOMPATIBLE;
   }
-  for (size_t i = 0; i < t->n_params; i++) {
-    if (t->params[i].key == NULL) {
-      shim_errf(err, err_cap, "plugin %s: params[%zu] has no key", path, i);
-      return ECC_ERR_INCOMPATIBLE;
-    }
-  }
   return ECC_OK;
 }
 
@@ -340,11 +369,36 @@ static void v1_fill_ops(const ecc_plugin_v1_t *t, plugin_ops *ops)
     ops->describe = t->describe;
 }
 
-static int adapt_v1(const void *table, const char *path, plugin_ops *ops, char *err,
-                    size_t err_cap)
+/* Every table version starts with abi_major, abi_minor and struct_size. */
+#define TABLE_HEADER_BYTES (3 * sizeof(uint32_t))
+
+/* The `len` bytes of the table from its start must lie in one readable
+ * segment of the plugin before any of them is read. */
+static int table_in_object(const void *table, size_t len, const object_map *m, const char *path,
+                           char *err, size_t err_cap)
+{
+  if (in_object(m, table, len, PF_R))
+    return ECC_OK;
+  if (len == TABLE_HEADER_BYTES)
+    shim_errf(err, err_cap,
+              "plugin %s: its table symbol is at %p, which is not inside the plugin's "
+              "readable segments",
+              path, table);
+  else
+    shim_errf(err, err_cap,
+              "plugin %s: its table at %p runs past the end of the plugin's readable segment "
+              "(struct_size %zu)",
+              path, table, len);
+  return ECC_ERR_INCOMPATIBLE;
+}
+
+static int adapt_v1(const void *table, const object_map *m, const char *path, plugin_ops *ops,
+                    char *err, size_t err_cap)
 {
   const ecc_plugin_v1_t *t = table;
   int rc = v1_check(t, symbol_size(table), path, err, err_cap);
+  if (rc == ECC_OK)
+    rc = table_in_object(table, t->struct_size, m, path, err, err_cap);
   if (rc == ECC_OK)
     rc = v1_check_fields(t, path, err, err_cap);
   if (rc == ECC_OK)
@@ -352,25 +406,130 @@ static int adapt_v1(const void *table, const char *path, plugin_ops *ops, char *
   return rc;
 }
 
+/* ---- what the adapted table points at ---- */
+
+static int strings_in_object(const plugin_ops *ops, const object_map *m, const char *path,
+                             char *err, size_t err_cap)
+{
+  const char *bad = !string_in_object(m, ops->name)      ? "name"
+                    : !string_in_object(m, ops->version) ? "version"
+                                                         : NULL;
+  if (bad == NULL)
+    return ECC_OK;
+  shim_errf(err, err_cap,
+            "plugin %s: table field '%s' does not point to a string inside the plugin", path,
+            bad);
+  return ECC_ERR_INCOMPATIBLE;
+}
+
+/* Which string of one param is missing or outside the plugin, or NULL. */
+static const char *param_fault(const ecc_param *p, const object_map *m)
+{
+  if (p->key == NULL || !string_in_object(m, p->key))
+    return "key";
+  if (p->default_value != NULL && !string_in_object(m, p->default_value))
+    return "default_value";
+  if (p->help != NULL && !string_in_object(m, p->help))
+    return "help";
+  return NULL;
+}
+
+static int params_in_object(const plugin_ops *ops, const object_map *m, const char *path,
+                            char *err, size_t err_cap)
+{
+  size_t n = ops->n_params;
+  if (n == 0)
+    return ECC_OK;
+  if (n > SIZE_MAX / sizeof(ecc_param) || !in_object(m, ops->params, n * sizeof(ecc_param), PF_R)) {
+    shim_errf(err, err_cap, "plugin %s: its %zu params do not lie inside the plugin's readable "
+              "segments", path, n);
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const char *fault = param_fault(&ops->params[i], m);
+    if (fault == NULL)
+      continue;
+    if (ops->params[i].key == NULL)
+      shim_errf(err, err_cap, "plugin %s: params[%zu] has no key", path, i);
+    else
+      shim_errf(err, err_cap, "plugin %s: params[%zu].%s does not point to a string inside "
+                "the plugin", path, i, fault);
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  return ECC_OK;
+}
+
+/* Every function the shim may call must be code of the plugin itself. */
+static int functions_in_object(const plugin_ops *ops, const object_map *m, const char *path,
+                               char *err, size_t err_cap)
+{
+  const struct {
+    const char *name;
+    uintptr_t addr;
+  } fns[] = {
+      {"create", (uintptr_t)ops->create},         {"save", (uintptr_t)ops->save},
+      {"flush", (uintptr_t)ops->flush},           {"load", (uintptr_t)ops->load},
+      {"poll", (uintptr_t)ops->poll},             {"shutdown", (uintptr_t)ops->shutdown},
+      {"validate", (uintptr_t)ops->validate},     {"stats", (uintptr_t)ops->stats},
+      {"last_error", (uintptr_t)ops->last_error}, {"describe", (uintptr_t)ops->describe},
+  };
+  for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
+    if (fns[i].addr == 0 || in_object(m, (const void *)fns[i].addr, 1, PF_X))
+      continue;
+    shim_errf(err, err_cap,
+              "plugin %s: table function '%s' is at %p, which is not inside the plugin's "
+              "executable segments",
+              path, fns[i].name, (const void *)fns[i].addr);
+    return ECC_ERR_INCOMPATIBLE;
+  }
+  return ECC_OK;
+}
+
+static int ops_in_object(const plugin_ops *ops, const object_map *m, const char *path,
+                         char *err, size_t err_cap)
+{
+  int rc = strings_in_object(ops, m, path, err, err_cap);
+  if (rc == ECC_OK)
+    rc = params_in_object(ops, m, path, err, err_cap);
+  if (rc == ECC_OK)
+    rc = functions_in_object(ops, m, path, err, err_cap);
+  return rc;
+}
+
+/* ---- finding the table ---- */
+
 /* Table versions this shim knows, newest first: a plugin exporting several
  * is used through the newest one. A v2 entry would go above v1, and
  * plugin_ops would take v2's shape with adapt_v1 filling the gaps. */
 static const struct table_version {
   const char *symbol;
-  int (*adapt)(const void *table, const char *path, plugin_ops *ops, char *err,
-               size_t err_cap);
+  int (*adapt)(const void *table, const object_map *m, const char *path, plugin_ops *ops,
+               char *err, size_t err_cap);
 } k_versions[] = {
     {ECC_PLUGIN_V1_SYMBOL, adapt_v1},
 };
 static const size_t k_n_versions = sizeof(k_versions) / sizeof(k_versions[0]);
 
-static int find_table(void *dl, const char *path, plugin_ops *ops, char *err, size_t err_cap)
+/* The table is read only after its bytes are known to be the plugin's. */
+static int use_table(const struct table_version *v, const void *table, const object_map *m,
+                     const char *path, plugin_ops *ops, char *err, size_t err_cap)
+{
+  int rc = table_in_object(table, TABLE_HEADER_BYTES, m, path, err, err_cap);
+  if (rc == ECC_OK)
+    rc = v->adapt(table, m, path, ops, err, err_cap);
+  if (rc == ECC_OK)
+    rc = ops_in_object(ops, m, path, err, err_cap);
+  return rc;
+}
+
+static int find_table(void *dl, const object_map *m, const char *path, plugin_ops *ops,
+                      char *err, size_t err_cap)
 {
   for (size_t i = 0; i < k_n_versions; i++) {
     dlerror();
     const void *table = dlsym(dl, k_versions[i].symbol);
     if (table != NULL)
-      return k_versions[i].adapt(table, path, ops, err, err_cap);
+      return use_table(&k_versions[i], table, m, path, ops, err, err_cap);
   }
   char names[256] = "";
   size_t used = 0;
@@ -385,6 +544,24 @@ static int find_table(void *dl, const char *path, plugin_ops *ops, char *err, si
   return ECC_ERR_INCOMPATIBLE;
 }
 
+/* ---- loading ---- */
+
+/* A second reference with RTLD_NODELETE marks the object; dropping that
+ * reference leaves the count as it was, and dlclose then never unmaps it. */
+int plugin_keep_resident(const loaded_plugin *p, char *err, size_t err_cap)
+{
+  const char *canon = p->path, *shown = p->path;
+  void *again = dlopen(canon, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  if (again == NULL) {
+    const char *why = dlerror();
+    shim_errf(err, err_cap, "cannot keep plugin %s loaded: %s", shown,
+              why != NULL ? why : "unknown error");
+    return ECC_ERR_SYSTEM;
+  }
+  dlclose(again);
+  return ECC_OK;
+}
+
 int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
 {
   memset(out, 0, sizeof(*out));
@@ -397,9 +574,12 @@ int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
     shim_errf(err, err_cap, "cannot load plugin %s: %s", file, why != NULL ? why : "unknown error");
     return ECC_ERR_SYSTEM;
   }
-  rc = find_table(dl, file, &out->ops, err, err_cap);
+  object_map map;
+  rc = find_object(dl, file, &map, err, err_cap);
+  if (rc == ECC_OK)
+    rc = find_table(dl, &map, file, &out->ops, err, err_cap);
   if (rc != ECC_OK) {
-    dlclose(dl);
+    dlclose(dl); /* a refused plugin is unmapped entirely */
     memset(out, 0, sizeof(*out));
     return rc;
   }
@@ -409,7 +589,8 @@ int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
 
 void plugin_unload(loaded_plugin *p)
 {
-  /* dlclose fails only for a handle dlopen never gave; nothing to undo. */
+  /* dlclose fails only for a handle dlopen never gave; nothing to undo.
+   * A plugin that created a connector stays mapped (plugin_keep_resident). */
   if (p->dl != NULL)
     dlclose(p->dl);
   memset(p, 0, sizeof(*p));

@@ -63,15 +63,27 @@ enum plugin_input {
 int plugin_resolve(const char *name, const char *path, const char *dir, char *file,
                    size_t file_cap, enum plugin_input *culprit, char *err, size_t err_cap);
 
-/* Check the file (exists, regular, not writable by everyone, nor its
- * directory), dlopen it and check its table before calling any of it.
+/* Check the file (a regular file that it, and every directory on its
+ * canonical path, is owned by root or this user and writable by nobody
+ * else, as plugin/common/trust.h says), dlopen its canonical path (which
+ * runs the plugin's constructors) and check its table.
  * Returns ECC_OK; ECC_ERR_CONFIG (file not found, unsafe, not a file);
- * ECC_ERR_SYSTEM (stat or dlopen failed); ECC_ERR_INCOMPATIBLE (no table
- * this host knows, wrong major, table too small, a required field NULL).
+ * ECC_ERR_SYSTEM (a system call or dlopen failed); ECC_ERR_INCOMPATIBLE (no
+ * table this host knows, wrong major, table too small, a required field
+ * NULL, the table or what it points at outside the plugin's own segments).
  * On error nothing stays loaded. */
 int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap);
 
-/* dlclose; the plugin's connectors must all be shut down already. */
+/* Once a plugin has created a connector it stays mapped for the life of the
+ * process (RTLD_NODELETE): its code and static state, such as the handles it
+ * gave, must outlive every ecc_close, so that a late call never jumps into
+ * unmapped code and a plugin whose handle table restarts when it is loaded
+ * again cannot revive a handle shut down long ago. Returns ECC_OK or
+ * ECC_ERR_SYSTEM (dlopen refused). */
+int plugin_keep_resident(const loaded_plugin *p, char *err, size_t err_cap);
+
+/* dlclose of this reference; a resident object stays mapped.
+ * The plugin's connectors must all be shut down already. */
 void plugin_unload(loaded_plugin *p);
 
 #endif /* ECC_LOADER_H */

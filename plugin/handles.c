@@ -8,19 +8,25 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <time.h>
 
 enum { SLOT_FREE, SLOT_OPEN, SLOT_CLOSING };
 
+/* handle = sequence << SLOT_BITS | slot. */
+#define SLOT_BITS 10
+_Static_assert(HANDLE_SLOTS <= (1u << SLOT_BITS), "slot numbers must fit in SLOT_BITS");
+
 struct slot {
-  atomic_int state;      /* SLOT_* */
-  unsigned owner_gen;    /* process_gen of the process that created it */
-  atomic_uint gen;       /* bumped each time the slot is freed */
-  atomic_int users;      /* calls currently inside this slot's connector */
+  atomic_int state;         /* SLOT_* */
+  unsigned owner_gen;       /* process_gen of the process that created it */
+  _Atomic uint64_t seq;     /* sequence of the handle it holds now */
+  atomic_int users;         /* calls currently inside this slot's connector */
   struct conn *conn;
 };
 
 static struct slot slots[HANDLE_SLOTS];
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t last_seq; /* under table_lock */
 
 /* Bumped in every child fork() makes: a slot created under another value
  * belongs to an ancestor process. One load per call instead of getpid(). */
@@ -48,20 +54,33 @@ static int ours(const struct slot *s)
   return s->owner_gen == atomic_load_explicit(&process_gen, memory_order_relaxed);
 }
 
-/* handle = generation << 32 | (slot + 1): never 0. */
-static ecc_handle_t encode(unsigned idx, unsigned gen)
+/* A handle's sequence is the time, in microseconds of CLOCK_MONOTONIC, at
+ * which it was given (or one more than the last one, if that is later).
+ * This table starts afresh when the plugin is unloaded and loaded again,
+ * but the clock does not: since no create takes under a microsecond, every
+ * value given before is smaller than any given after, and a handle shut
+ * down long ago can never name a new connector. 54 bits of microseconds
+ * last 570 years of uptime. Called with table_lock held. */
+static uint64_t next_seq(void)
 {
-  return ((uint64_t)gen << 32) | (uint64_t)(idx + 1);
+  struct timespec ts;
+  uint64_t now = 0;
+  if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0)
+    now = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+  last_seq = now > last_seq ? now : last_seq + 1;
+  return last_seq;
 }
 
-static int decode(ecc_handle_t h, unsigned *idx, unsigned *gen)
+static ecc_handle_t encode(unsigned idx, uint64_t seq)
 {
-  uint64_t low = h & 0xffffffffu;
-  if (low == 0 || low > HANDLE_SLOTS)
-    return -1;
-  *idx = (unsigned)(low - 1);
-  *gen = (unsigned)(h >> 32);
-  return 0;
+  return (seq << SLOT_BITS) | idx;
+}
+
+static int decode(ecc_handle_t h, unsigned *idx, uint64_t *seq)
+{
+  *idx = (unsigned)(h & ((1u << SLOT_BITS) - 1));
+  *seq = h >> SLOT_BITS;
+  return *idx < HANDLE_SLOTS && *seq != 0 ? 0 : -1;
 }
 
 int handles_add(struct conn *c, ecc_handle_t *out)
@@ -74,10 +93,12 @@ int handles_add(struct conn *c, ecc_handle_t *out)
     struct slot *s = &slots[i];
     if (atomic_load(&s->state) != SLOT_FREE)
       continue;
+    uint64_t seq = next_seq();
     s->conn = c;
     s->owner_gen = atomic_load(&process_gen);
+    atomic_store(&s->seq, seq);
     atomic_store(&s->state, SLOT_OPEN);
-    *out = encode(i, atomic_load(&s->gen));
+    *out = encode(i, seq);
     pthread_mutex_unlock(&table_lock);
     return ECC_OK;
   }
@@ -87,8 +108,9 @@ int handles_add(struct conn *c, ecc_handle_t *out)
 
 struct conn *handles_enter(ecc_handle_t h, unsigned *slot)
 {
-  unsigned idx, gen;
-  if (decode(h, &idx, &gen) != 0)
+  unsigned idx;
+  uint64_t seq;
+  if (decode(h, &idx, &seq) != 0)
     return NULL;
   struct slot *s = &slots[idx];
   /* Calls on a closing slot turn away without touching the count, so that
@@ -98,7 +120,7 @@ struct conn *handles_enter(ecc_handle_t h, unsigned *slot)
   /* Count ourselves in before looking: shutdown marks the slot closing
    * before it waits for users to reach zero, so one of us sees the other. */
   atomic_fetch_add(&s->users, 1);
-  if (atomic_load(&s->state) == SLOT_OPEN && atomic_load(&s->gen) == gen) {
+  if (atomic_load(&s->state) == SLOT_OPEN && atomic_load(&s->seq) == seq) {
     *slot = idx;
     return s->conn;
   }
@@ -113,12 +135,13 @@ void handles_leave(unsigned slot)
 
 int handles_remove(ecc_handle_t h, struct conn **out)
 {
-  unsigned idx, gen;
-  if (decode(h, &idx, &gen) != 0)
+  unsigned idx;
+  uint64_t seq;
+  if (decode(h, &idx, &seq) != 0)
     return ECC_ERR_CLOSED;
   struct slot *s = &slots[idx];
   pthread_mutex_lock(&table_lock);
-  if (atomic_load(&s->state) != SLOT_OPEN || atomic_load(&s->gen) != gen || !ours(s)) {
+  if (atomic_load(&s->state) != SLOT_OPEN || atomic_load(&s->seq) != seq || !ours(s)) {
     pthread_mutex_unlock(&table_lock);
     return ECC_ERR_CLOSED;
   }
@@ -131,7 +154,7 @@ int handles_remove(ecc_handle_t h, struct conn **out)
   pthread_mutex_lock(&table_lock);
   *out = s->conn;
   s->conn = NULL;
-  atomic_fetch_add(&s->gen, 1);
+  atomic_store(&s->seq, 0);
   atomic_store(&s->state, SLOT_FREE);
   pthread_mutex_unlock(&table_lock);
   return ECC_OK;

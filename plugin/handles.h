@@ -12,9 +12,9 @@
  * ECC_ERR_CLOSED and shutdown touches nothing (the child's copy of the
  * connector's memory is simply left alone).
  *
- * Handle values stay unique for the life of the process because the plugin
- * is never unmapped (it is linked with -z nodelete): this table outlives
- * every dlclose.
+ * Handle values stay unique for the life of the process, also when the
+ * plugin is unloaded and loaded again and this table starts afresh: each
+ * carries the time it was given (see handles.c).
  */
 #ifndef ECC_HANDLES_H
 #define ECC_HANDLES_H
@@ -23,7 +23,7 @@
 
 struct conn;
 
-/* Connectors one process may have open per plugin. */
+/* Connectors one process may have open at once per plugin. */
 #define HANDLE_SLOTS 1024
 
 /* Register c; returns ECC_OK, ECC_ERR_NOMEM when every slot is in use, or

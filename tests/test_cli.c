@@ -138,6 +138,10 @@ Test(cli, bad_command_lines_exit_2_with_usage_on_stderr)
       "demo --per-step 65 " DEFAULT_INI,           /* above the bound */
       "demo --entries 4 --corrupt 4 " DEFAULT_INI, /* names no entry */
       "demo " DEFAULT_INI " --entries",            /* missing value */
+      "check --timeout-ms 0 " DEFAULT_INI,         /* out of range */
+      "check --timeout-ms soon " DEFAULT_INI,      /* not a number */
+      "info --timeout-ms 3600001 " DEFAULT_INI,    /* above the bound */
+      "check " DEFAULT_INI " --timeout-ms",        /* missing value */
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     struct run *r = cli("%s", bad[i]);
@@ -257,6 +261,59 @@ Test(cli, check_names_an_unknown_key_and_a_bad_value)
   r = cli("check /nonexistent/ecc.ini");
   cr_assert_eq(r->status, 1);
   cr_assert(strstr(r->err, "/nonexistent/ecc.ini"), "%s", r->err);
+}
+
+/* An INI selecting fixture plugin `name` by path. */
+static const char *fixture_ini(const char *name)
+{
+  char text[1024];
+  snprintf(text, sizeof(text), "[plugin]\npath = %s/libecc-%s.so\n", ECC_FIXTURE_DIR, name);
+  return th_write_temp(text, ".ini");
+}
+
+/* check and info exit 1 saying `how`, and print nothing to stdout. */
+static void expect_cli_fails(const char *name, const char *options, const char *how)
+{
+  const char *ini = fixture_ini(name);
+  const char *cmds[] = {"check", "info"};
+  for (int i = 0; i < 2; i++) {
+    struct run *r = cli("%s %s '%s'", cmds[i], options, ini);
+    cr_assert_eq(r->status, 1, "%s on %s exited %d\nstdout: %s\nstderr: %s", cmds[i], name,
+                 r->status, r->out, r->err);
+    cr_assert_str_empty(r->out, "%s on %s: %s", cmds[i], name, r->out);
+    cr_assert(strstr(r->err, how), "%s on %s said: %s", cmds[i], name, r->err);
+    cr_assert(strstr(r->err, ini), "%s on %s does not name the INI: %s", cmds[i], name, r->err);
+  }
+}
+
+Test(cli, check_and_info_say_how_a_misbehaving_plugin_ended)
+{
+  expect_cli_fails("ctor_exit0", "",
+                   "the check process exited with status 0 while loading or validating the "
+                   "plugin, before it reported");
+  expect_cli_fails("ctor_exit42", "", "the check process exited with status 42 while loading");
+  expect_cli_fails("ctor_segv", "", "the check process was killed by signal 11 (SIGSEGV");
+  expect_cli_fails("ctor_hang", "--timeout-ms 300",
+                   "the check process did not finish loading and validating the plugin within "
+                   "300 ms; it was killed");
+  expect_cli_fails("abs_table", "", "its table symbol is at 0x10, which is not inside");
+  expect_cli_fails("foreign_function", "", "table function 'describe' is at 0x");
+}
+
+Test(cli, info_lists_every_key_of_the_plugin_with_its_default)
+{
+  struct run *r = cli("info --timeout-ms 5000 '%s'", fixture_ini("full"));
+  cr_assert_eq(r->status, 0, "stderr: %s", r->err);
+  cr_assert(strstr(r->out, "keys:           5 accepted"), "%s", r->out);
+  static const char *const lines[] = {
+      "  connector.role           = both        producer, consumer or both\n",
+      "  region.name              = default     name of the region\n",
+      "  region.size              = 1MiB        bytes of block data\n",
+      "  good.trace               = (none)      file to which create and shutdown calls",
+      "  good.tag                 = (none)      any text, written to the trace on create\n",
+  };
+  for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++)
+    cr_assert(strstr(r->out, lines[i]), "'%s' missing from:\n%s", lines[i], r->out);
 }
 
 /* ---- demo ---------------------------------------------------------------- */

@@ -7,12 +7,15 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ecc_host.h"
@@ -181,7 +184,7 @@ Test(loader, good_plugin_forwards_every_call)
 
   cr_assert_eq(ecc_close(c), ECC_OK);
   cr_assert_eq(count_lines_with(trace, "shutdown 1"), 1, "trace: %s", read_all(trace));
-  cr_assert_not(still_loaded(fixture("good")), "ecc_close must unload the plugin");
+  cr_assert(still_loaded(fixture("good")), "an accepted plugin stays loaded after ecc_close");
 }
 
 Test(loader, plugin_info_reports_the_table)
@@ -251,7 +254,7 @@ Test(loader, open_checks_its_arguments)
   cr_assert_null(c);
 }
 
-/* ---- broken tables: each refused before any plugin code runs ---- */
+/* ---- broken tables: each refused before any of its functions is called ---- */
 
 Test(loader, wrong_major_is_refused)
 {
@@ -300,6 +303,61 @@ Test(loader, table_without_name_is_refused)
                     "table field 'name' is NULL");
 }
 
+/* ---- tables that point outside the plugin ---- */
+
+/* ecc_open and ecc_check both refuse fixture `name` with ECC_ERR_INCOMPATIBLE,
+ * saying `want` and `also` (may be NULL), and nothing stays loaded. */
+static void expect_refused_both(const char *name, const char *want, const char *also)
+{
+  const char *ini = fixture_ini(name, NULL);
+  expect_open_fails(ini, ECC_ERR_INCOMPATIBLE, want);
+  if (also != NULL)
+    expect_open_fails(ini, ECC_ERR_INCOMPATIBLE, also);
+  char err[1024] = "";
+  int rc = ecc_check(ini, NULL, NULL, err, sizeof(err));
+  cr_assert_eq(rc, ECC_ERR_INCOMPATIBLE, "ecc_check: rc %d: %s", rc, err);
+  cr_assert_not_null(strstr(err, want), "ecc_check said '%s', not '%s'", err, want);
+  cr_assert(also == NULL || strstr(err, also) != NULL, "ecc_check said '%s'", err);
+  cr_assert_not(still_loaded(fixture(name)), "a refused plugin stayed loaded");
+}
+
+Test(loader, table_at_an_absolute_address_is_refused)
+{
+  char want[PATH_MAX + 128];
+  snprintf(want, sizeof(want),
+           "plugin %s: its table symbol is at 0x10, which is not inside the plugin's "
+           "readable segments",
+           fixture("abs_table"));
+  expect_refused_both("abs_table", want, NULL);
+}
+
+Test(loader, function_outside_the_plugin_is_refused)
+{
+  char want[PATH_MAX + 128];
+  snprintf(want, sizeof(want), "plugin %s: table function 'describe' is at 0x",
+           fixture("foreign_function"));
+  expect_refused_both("foreign_function", want,
+                      "which is not inside the plugin's executable segments");
+}
+
+Test(loader, name_outside_the_plugin_is_refused)
+{
+  char want[PATH_MAX + 128];
+  snprintf(want, sizeof(want),
+           "plugin %s: table field 'name' does not point to a string inside the plugin",
+           fixture("stray_name"));
+  expect_refused_both("stray_name", want, NULL);
+}
+
+Test(loader, params_outside_the_plugin_are_refused)
+{
+  char want[PATH_MAX + 128];
+  snprintf(want, sizeof(want),
+           "plugin %s: its 3 params do not lie inside the plugin's readable segments",
+           fixture("stray_params"));
+  expect_refused_both("stray_params", want, NULL);
+}
+
 Test(loader, failing_create_reports_the_plugin_text_and_line)
 {
   const char *trace = trace_path();
@@ -313,7 +371,8 @@ Test(loader, failing_create_reports_the_plugin_text_and_line)
   expect_open_fails(ini, ECC_ERR_CONFIG, "region.size: '3' is not a power of two");
   cr_assert_eq(count_lines_with(trace, "create refused"), 2);
   cr_assert_eq(count_lines_with(trace, "shutdown"), 0);
-  cr_assert_not(still_loaded(fixture("failing_create")), "a failed open must unload");
+  /* No connector was made, so nothing of the plugin is left either. */
+  cr_assert_not(still_loaded(fixture("failing_create")));
 }
 
 Test(loader, zero_handle_from_create_is_refused)
@@ -431,6 +490,195 @@ Test(loader, plugin_without_params_leaves_keys_to_create)
   expect_open_fails(ini, ECC_ERR_CONFIG, "could not create a connector: unknown key 'region.nmae'");
   char err[512];
   cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_OK, "err: %s", err);
+}
+
+/* ---- check loads the plugin in a child process ---- */
+
+/* Whether any mapping of this process comes from `path`'s file. */
+static int mapped_here(const char *path)
+{
+  char *real = realpath(path, NULL);
+  cr_assert_not_null(real, "%s: %s", path, strerror(errno));
+  FILE *f = fopen("/proc/self/maps", "r");
+  cr_assert_not_null(f);
+  char line[PATH_MAX + 256];
+  int found = 0;
+  while (fgets(line, sizeof(line), f) != NULL) {
+    line[strcspn(line, "\n")] = '\0';
+    const char *name = strchr(line, '/');
+    if (name != NULL && strcmp(name, real) == 0)
+      found = 1;
+  }
+  fclose(f);
+  free(real);
+  return found;
+}
+
+static ecc_open_options check_timeout(uint64_t ms)
+{
+  ecc_open_options o;
+  memset(&o, 0, sizeof(o));
+  o.struct_size = sizeof(o);
+  o.log_level = -1;
+  o.check_timeout_ms = ms;
+  return o;
+}
+
+/* ecc_check and ecc_check_params on fixture `name` both fail with
+ * ECC_ERR_INCOMPATIBLE, saying at the INI's path line how the check
+ * process ended; this process goes on and never maps the plugin. */
+static void expect_check_reports(const char *name, uint64_t timeout_ms, const char *how)
+{
+  const char *ini = fixture_ini(name, NULL);
+  ecc_open_options o = check_timeout(timeout_ms);
+  char want[2 * PATH_MAX], err[2048] = "";
+  snprintf(want, sizeof(want), "%s:2: plugin %s: the check process %s", ini, fixture(name), how);
+  int rc = ecc_check(ini, &o, NULL, err, sizeof(err));
+  cr_assert_eq(rc, ECC_ERR_INCOMPATIBLE, "rc %d: %s", rc, err);
+  cr_assert_str_eq(err, want);
+  ecc_plugin_meta *meta = (ecc_plugin_meta *)err; /* must be overwritten with NULL */
+  rc = ecc_check_params(ini, &o, &meta, err, sizeof(err));
+  cr_assert_eq(rc, ECC_ERR_INCOMPATIBLE, "rc %d: %s", rc, err);
+  cr_assert_null(meta);
+  cr_assert_str_eq(err, want);
+  cr_assert_not(mapped_here(fixture(name)), "the plugin was mapped into the caller");
+}
+
+/* Ends with exit status 7 on purpose: where the plugin is loaded into the
+ * test's own process, its _exit(0) ends the test early with status 0,
+ * which the test runner would take for a pass. */
+Test(loader, check_reports_a_constructor_that_calls__exit_0, .exit_code = 7)
+{
+  expect_check_reports("ctor_exit0", 0,
+                       "exited with status 0 while loading or validating the plugin, "
+                       "before it reported");
+  exit(7);
+}
+
+Test(loader, check_reports_a_constructor_that_calls_exit_42)
+{
+  expect_check_reports("ctor_exit42", 0,
+                       "exited with status 42 while loading or validating the plugin, "
+                       "before it reported");
+}
+
+Test(loader, check_reports_a_constructor_that_crashes)
+{
+  expect_check_reports("ctor_segv", 0,
+                       "was killed by signal 11 (SIGSEGV: Segmentation fault) while loading "
+                       "or validating the plugin, before it reported");
+}
+
+Test(loader, check_stops_a_constructor_that_never_returns)
+{
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  expect_check_reports("ctor_hang", 300,
+                       "did not finish loading and validating the plugin within 300 ms; it "
+                       "was killed");
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  cr_assert_lt(s, 5.0, "two checks of 300 ms took %.1f s", s);
+}
+
+/* The check process is a copy of the caller: an exit() in the plugin's
+ * constructor must not run the caller's exit handlers there. */
+static pid_t handler_owner;
+static char handler_marker[128];
+
+static void mark_if_run_elsewhere(void)
+{
+  if (getpid() == handler_owner)
+    return;
+  int fd = open(handler_marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0)
+    close(fd);
+}
+
+Test(loader, exit_in_a_plugin_runs_none_of_the_callers_exit_handlers)
+{
+  handler_owner = getpid();
+  snprintf(handler_marker, sizeof(handler_marker), "/tmp/ecc-exit-marker-%ld", (long)getpid());
+  unlink(handler_marker);
+  cr_assert_eq(atexit(mark_if_run_elsewhere), 0);
+  const char *ini = fixture_ini("ctor_exit42", NULL);
+  char err[1024];
+  cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_ERR_INCOMPATIBLE, "%s", err);
+  cr_assert_not(th_exists(handler_marker), "the caller's exit handler ran in the check process");
+  cr_assert(th_exists(ini), "the test's own exit handler removed its files");
+}
+
+/* A host that ignores SIGCHLD has its children reaped by the kernel, so
+ * the check process's status cannot be read: its report still counts, and
+ * a child that sent none is an error rather than a success. */
+Test(loader, check_works_when_the_caller_ignores_sigchld)
+{
+  cr_assert_neq(signal(SIGCHLD, SIG_IGN), SIG_ERR);
+  char err[1024] = "";
+  ecc_plugin_meta m;
+  cr_assert_eq(ecc_check(fixture_ini("full", NULL), NULL, &m, err, sizeof(err)), ECC_OK, "%s",
+               err);
+  cr_assert_str_eq(m.name, "full");
+  int rc = ecc_check(fixture_ini("ctor_exit42", NULL), NULL, NULL, err, sizeof(err));
+  cr_assert_eq(rc, ECC_ERR_SYSTEM, "rc %d: %s", rc, err);
+  cr_assert_not_null(strstr(err, "cannot learn how the check process ended"), "%s", err);
+  cr_assert_neq(signal(SIGCHLD, SIG_DFL), SIG_ERR);
+}
+
+Test(loader, check_params_returns_every_key_in_one_block)
+{
+  const char *ini = fixture_ini("full", "[region]\nsize = 4096\n");
+  ecc_plugin_meta *m = NULL;
+  char err[512] = "";
+  cr_assert_eq(ecc_check_params(ini, NULL, &m, err, sizeof(err)), ECC_OK, "%s", err);
+  cr_assert_str_eq(err, "fixture would create a connector from 1 keys");
+  cr_assert_not_null(m);
+  char *real = realpath(fixture("full"), NULL);
+  cr_assert_str_eq(m->path, real);
+  free(real);
+  cr_assert_str_eq(m->name, "full");
+  cr_assert_str_eq(m->version, "0.2.0");
+  cr_assert_eq(m->caps, ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS);
+  static const char *const keys[] = {"connector.role", "region.name", "region.size",
+                                     "good.trace", "good.tag"};
+  static const char *const defaults[] = {"both", "default", "1MiB", "", ""};
+  cr_assert_eq(m->n_params, 5);
+  for (size_t i = 0; i < 5; i++) {
+    cr_assert_str_eq(m->params[i].key, keys[i]);
+    cr_assert_str_eq(m->params[i].default_value, defaults[i]);
+    cr_assert_not_null(m->params[i].help);
+    cr_assert_gt(strlen(m->params[i].help), 5);
+  }
+  cr_assert_not(mapped_here(fixture("full")));
+  free(m);
+
+  char *before = (char *)err;
+  ecc_plugin_meta *none = (ecc_plugin_meta *)before;
+  cr_assert_eq(ecc_check_params(fixture_ini("full", "[region]\nsize = 0\n"), NULL, &none, err,
+                                sizeof(err)),
+               ECC_ERR_CONFIG);
+  cr_assert_null(none);
+  cr_assert_not_null(strstr(err, "region.size: must be more than 0"), "%s", err);
+  cr_assert_eq(ecc_check_params(ini, NULL, NULL, err, sizeof(err)), ECC_ERR_INVALID);
+  cr_assert_not_null(strstr(err, "out is NULL"), "%s", err);
+}
+
+Test(loader, check_timeout_option_is_bounded)
+{
+  const char *ini = fixture_ini("full", NULL);
+  ecc_open_options o = check_timeout(3600001);
+  char err[256] = "";
+  cr_assert_eq(ecc_check(ini, &o, NULL, err, sizeof(err)), ECC_ERR_INVALID);
+  cr_assert_not_null(strstr(err, "check_timeout_ms 3600001 is more than 3600000"), "%s", err);
+  o = check_timeout(3600000);
+  cr_assert_eq(ecc_check(ini, &o, NULL, err, sizeof(err)), ECC_OK, "%s", err);
+  /* A caller built before the field existed: its struct_size ends before
+   * it, so the value there is not read and the default (10 s) applies. */
+  o = check_timeout(5);
+  o.struct_size = offsetof(ecc_open_options, check_timeout_ms);
+  cr_assert_eq(ecc_check(fixture_ini("ctor_hang", NULL), &o, NULL, err, sizeof(err)),
+               ECC_ERR_INCOMPATIBLE);
+  cr_assert_not_null(strstr(err, "within 10000 ms; it was killed"), "%s", err);
 }
 
 /* ---- finding the file ---- */
@@ -553,7 +801,7 @@ Test(loader, not_a_regular_file_is_refused)
 {
   const char *dir = private_dir();
   char want[PATH_MAX];
-  snprintf(want, sizeof(want), "plugin %s is not a regular file", dir);
+  snprintf(want, sizeof(want), "plugin %s: %s is not a regular file", dir, dir);
   expect_open_fails(ini_text("[plugin]\npath = %s\n", dir), ECC_ERR_CONFIG, want);
   rmdir(dir);
 }
@@ -562,16 +810,19 @@ Test(loader, world_writable_plugin_or_dir_is_refused)
 {
   const char *dir = private_dir();
   cr_assert_eq(chmod(dir, 0755), 0);
-  char copy[PATH_MAX], want[PATH_MAX + 64];
+  char copy[PATH_MAX], want[3 * PATH_MAX];
   snprintf(copy, sizeof(copy), "%s/libecc-copy.so", dir);
   copy_file(fixture("good"), copy, 0666);
   const char *ini = ini_text("[plugin]\npath = %s\n", copy);
-  snprintf(want, sizeof(want), "refusing world-writable plugin %s", copy);
+  snprintf(want, sizeof(want), "plugin %s refused: %s is writable by others (mode 0666)", copy,
+           copy);
   expect_open_fails(ini, ECC_ERR_CONFIG, want);
 
   cr_assert_eq(chmod(copy, 0644), 0);
   cr_assert_eq(chmod(dir, 0777), 0);
-  snprintf(want, sizeof(want), "refusing world-writable plugin directory %s", dir);
+  snprintf(want, sizeof(want),
+           "plugin %s refused: %s is writable by others (mode 0777) and is not a sticky directory",
+           copy, dir);
   expect_open_fails(ini, ECC_ERR_CONFIG, want);
   /* the same name through the directory: refused as well */
   expect_open_fails(ini_text("[plugin]\nname = copy\ndir = %s\n", dir), ECC_ERR_CONFIG, want);
@@ -633,7 +884,7 @@ Test(loader, two_connectors_share_one_loaded_plugin)
   ecc_save_entry save = {.key = "k", .nbytes = 1, .block_ids = blocks, .n_blocks = 1};
   cr_assert_eq(ecc_save(b, &save, 1), ECC_OK);
   cr_assert_eq(ecc_close(b), ECC_OK);
-  cr_assert_not(still_loaded(fixture("good")));
+  cr_assert(still_loaded(fixture("good")), "an accepted plugin stays loaded");
   cr_assert_eq(count_lines_with(trace, "create "), 2);
   cr_assert_eq(count_lines_with(trace, "shutdown "), 2);
 }
@@ -652,8 +903,59 @@ Test(loader, load_unload_loop_leaks_no_fds)
     cr_assert_eq(ecc_open(broken, NULL, &c, err, sizeof(err)), ECC_ERR_INCOMPATIBLE);
   }
   cr_assert_eq(th_count_fds(), before, "file descriptors leaked");
-  cr_assert_not(still_loaded(fixture("good")));
-  cr_assert_not(still_loaded(fixture("null_required")));
+  cr_assert(still_loaded(fixture("good")), "an accepted plugin stays loaded");
+  cr_assert_not(still_loaded(fixture("null_required")), "a refused plugin is unloaded");
+}
+
+/* The handles the good fixture gave, in order, read back from its trace. */
+static size_t traced_handles(const char *trace, unsigned long long *out, size_t cap)
+{
+  const char *text = read_all(trace);
+  size_t n = 0;
+  for (const char *line = text; line != NULL && *line != '\0' && n < cap;) {
+    unsigned long long h;
+    if (sscanf(line, "create %llu ", &h) == 1)
+      out[n++] = h;
+    const char *nl = strchr(line, '\n');
+    line = nl != NULL ? nl + 1 : NULL;
+  }
+  return n;
+}
+
+/* The header promises that a handle stays invalid after its shutdown for
+ * the life of the process. Closing the last connector must therefore not
+ * unload the plugin: loading it again would start its handle table afresh
+ * and give the old value out again. */
+Test(loader, shut_handle_stays_invalid_after_the_plugin_is_opened_again)
+{
+  const char *trace = trace_path();
+  char extra[256];
+  snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n", trace);
+  const char *ini = fixture_ini("good", extra);
+  cr_assert_eq(ecc_close(open_ok(ini)), ECC_OK);
+  ecc_connector *c = open_ok(ini);
+  unsigned long long h[2];
+  cr_assert_eq(traced_handles(trace, h, 2), 2, "trace: %s", read_all(trace));
+  /* Only now does this test hold a reference of its own. */
+  void *dl = dlopen(fixture("good"), RTLD_NOW | RTLD_NOLOAD);
+  cr_assert_not_null(dl, "the open connector's plugin is not loaded");
+  const ecc_plugin_v1_t *t = dlsym(dl, ECC_PLUGIN_V1_SYMBOL);
+  cr_assert_not_null(t);
+  ecc_completion done[1];
+  size_t n = 0;
+  cr_assert_eq(t->poll(h[0], done, 1, &n), ECC_ERR_CLOSED,
+               "handle %llu, shut down by the first ecc_close, works again after the reopen "
+               "(the second connector got %llu)",
+               h[0], h[1]);
+  uint32_t blocks[1] = {0};
+  ecc_save_entry save = {.key = "k", .nbytes = 1, .block_ids = blocks, .n_blocks = 1};
+  cr_assert_eq(t->save(h[0], &save, 1), ECC_ERR_CLOSED);
+  cr_assert_eq(t->shutdown(h[0]), ECC_ERR_CLOSED);
+  cr_assert_neq(h[0], h[1]);
+  cr_assert_eq(ecc_save(c, &save, 1), ECC_OK, "the open connector is untouched");
+  cr_assert_eq(ecc_close(c), ECC_OK);
+  dlclose(dl);
+  cr_assert_eq(count_lines_with(trace, "shutdown "), 2, "trace: %s", read_all(trace));
 }
 
 /* ---- logging ---- */

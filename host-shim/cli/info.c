@@ -3,53 +3,69 @@
  * its versions, capabilities and keys, what it would build, and (info --open)
  * what it does build.
  */
-#include <dlfcn.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "ecc_host.h"
 
 #define MSG_CAP 1024
+/* Bound of --timeout-ms: the shim's own. */
+#define TIMEOUT_MAX_MS 3600000
 
 void help_info(FILE *out)
 {
-  fprintf(out, "usage: eccctl info [--open] CONFIG\n"
+  fprintf(out, "usage: eccctl info [--open] [--timeout-ms N] CONFIG\n"
                "\n"
-               "Load the plugin that the INI file CONFIG selects and print its file,\n"
-               "name, implementation version, ABI version (its own and the negotiated\n"
-               "one), capabilities, its one-line summary of the configuration and the\n"
-               "configuration keys it accepts with their defaults. Creates nothing.\n"
+               "Load the plugin that the INI file CONFIG selects, in a separate process,\n"
+               "and print its file, name, implementation version, ABI version (its own\n"
+               "and the negotiated one), capabilities, its one-line summary of the\n"
+               "configuration and the configuration keys it accepts with their\n"
+               "defaults. Creates nothing. A plugin that exits, crashes or hangs while\n"
+               "loading is reported as such.\n"
                "\n"
                "options:\n"
                "  --open    also open a connector briefly and print what it built:\n"
                "            region file, blocks, engine, pinning, role, save rank.\n"
                "            This creates (or joins) the region for a moment; the\n"
                "            creator removes it again on close.\n"
+               "  --timeout-ms N  how long the plugin may take to load and validate\n"
+               "            before it is stopped (1 to 3600000; default 10000)\n"
                "  -h, --help  this text\n");
 }
 
 void help_check(FILE *out)
 {
-  fprintf(out, "usage: eccctl check CONFIG\n"
+  fprintf(out, "usage: eccctl check [--timeout-ms N] CONFIG\n"
                "\n"
                "Validate the INI file CONFIG without creating anything: parse it, load\n"
-               "the plugin, check its ABI table and let it validate every key.\n"
-               "Prints 'CONFIG: ok (<summary>)' and exits 0, or prints the error\n"
-               "(the file and line, or the key at fault) and exits 1.\n"
+               "the plugin in a separate process, check its ABI table and let it\n"
+               "validate every key. Prints 'CONFIG: ok (<summary>)' and exits 0, or\n"
+               "prints the error (the file and line, or the key at fault; for a plugin\n"
+               "that exits, crashes or hangs while loading, how it ended) and exits 1.\n"
                "\n"
                "options:\n"
+               "  --timeout-ms N  how long the plugin may take to load and validate\n"
+               "            before it is stopped (1 to 3600000; default 10000)\n"
                "  -h, --help  this text\n");
 }
 
-/* Parse "[--open] CONFIG"; returns CLI_OK or CLI_USAGE, or -1 for --help. */
-static int parse_args(int argc, char **argv, int allow_open, int *open_flag,
-                      const char **config)
+struct info_args {
+  int open_flag;
+  uint64_t timeout_ms; /* 0: the shim's default */
+  const char *config;
+};
+
+/* Parse "[--open] [--timeout-ms N] CONFIG"; returns CLI_OK or CLI_USAGE,
+ * or -1 for --help. */
+static int parse_args(int argc, char **argv, int allow_open, struct info_args *a)
 {
   static const struct option long_opts[] = {
       {"open", no_argument, NULL, 'o'},
+      {"timeout-ms", required_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -61,17 +77,35 @@ static int parse_args(int argc, char **argv, int allow_open, int *open_flag,
     if (ch == 'h')
       return -1;
     if (ch == 'o' && allow_open) {
-      *open_flag = 1;
+      a->open_flag = 1;
       continue;
     }
+    if (ch == 't') {
+      if (cli_parse_u64(cmd, "--timeout-ms", optarg, 1, TIMEOUT_MAX_MS, &a->timeout_ms) != 0)
+        return CLI_USAGE;
+      continue;
+    }
+    if (ch == ':')
+      return cli_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
     return cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
   }
   if (optind >= argc)
     return cli_usage_error(cmd, "missing CONFIG (an INI file)");
   if (optind + 1 < argc)
     return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
-  *config = argv[optind];
+  a->config = argv[optind];
   return CLI_OK;
+}
+
+/* The options for ecc_check: all defaults but the timeout. */
+static ecc_open_options check_options(const struct info_args *a)
+{
+  ecc_open_options o;
+  memset(&o, 0, sizeof(o));
+  o.struct_size = sizeof(o);
+  o.log_level = -1;
+  o.check_timeout_ms = a->timeout_ms;
+  return o;
 }
 
 static void print_caps(uint32_t caps)
@@ -112,27 +146,6 @@ static void print_params(const ecc_param *params, size_t n)
     printf("  %-24s = %-10s  %s\n", params[i].key ? params[i].key : "?",
            def[0] ? def : "(none)", params[i].help ? params[i].help : "");
   }
-}
-
-/* ecc_check unloads the plugin before returning, so its key table is gone.
- * The file has just passed the shim's checks; map it again only to read
- * that constant table (no plugin function is called) and unmap it. */
-static void print_params_from_file(const ecc_plugin_meta *meta)
-{
-  void *lib = dlopen(meta->path, RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    printf("keys:           (cannot reload %s: %s)\n", meta->path, dlerror());
-    return;
-  }
-  const ecc_plugin_t *table = dlsym(lib, ECC_PLUGIN_SYMBOL);
-  size_t need = offsetof(ecc_plugin_t, n_params) + sizeof(table->n_params);
-  if (table == NULL || table->abi_major != ECC_ABI_MAJOR || table->struct_size < need ||
-      (table->params == NULL && table->n_params)) {
-    printf("keys:           (the plugin's table does not list them)\n");
-  } else {
-    print_params(table->params, table->n_params);
-  }
-  dlclose(lib);
 }
 
 static void print_meta(const char *config, const ecc_plugin_meta *meta,
@@ -187,7 +200,7 @@ static void print_described(ecc_connector *c)
     printf("  pin time:     not available (%s)\n", ecc_strerror(rc));
 }
 
-/* Open a connector for a moment: print its keys and what it built. */
+/* Open a connector for a moment: print what it built. */
 static int info_open(const char *config)
 {
   char err[MSG_CAP] = "";
@@ -197,10 +210,6 @@ static int info_open(const char *config)
     cli_config_error("info --open", config, err, rc);
     return CLI_FAIL;
   }
-  ecc_plugin_meta meta;
-  memset(&meta, 0, sizeof(meta));
-  if (ecc_plugin_info(c, &meta) == ECC_OK && meta.params != NULL)
-    print_params(meta.params, meta.n_params);
   print_described(c);
   rc = ecc_close(c);
   if (rc != ECC_OK) {
@@ -212,9 +221,8 @@ static int info_open(const char *config)
 
 int cmd_info(int argc, char **argv)
 {
-  int open_flag = 0;
-  const char *config = NULL;
-  int rc = parse_args(argc, argv, 1, &open_flag, &config);
+  struct info_args a = {.open_flag = 0, .timeout_ms = 0, .config = NULL};
+  int rc = parse_args(argc, argv, 1, &a);
   if (rc < 0) {
     help_info(stdout);
     return CLI_OK;
@@ -222,26 +230,28 @@ int cmd_info(int argc, char **argv)
   if (rc != CLI_OK)
     return rc;
 
-  ecc_plugin_meta meta;
-  memset(&meta, 0, sizeof(meta));
+  /* The keys come back from the check process with the rest: the plugin
+   * is never loaded into eccctl itself to read them. */
+  ecc_open_options o = check_options(&a);
+  ecc_plugin_meta *meta = NULL;
   char msg[MSG_CAP] = "";
-  rc = ecc_check(config, NULL, &meta, msg, sizeof(msg));
+  rc = ecc_check_params(a.config, &o, &meta, msg, sizeof(msg));
   if (rc != ECC_OK) {
-    cli_config_error("info", config, msg, rc);
+    cli_config_error("info", a.config, msg, rc);
     return CLI_FAIL;
   }
-  print_meta(config, &meta, msg);
-  if (open_flag)
-    return info_open(config);
-  print_params_from_file(&meta);
+  print_meta(a.config, meta, msg);
+  print_params(meta->params, meta->n_params);
+  free(meta);
+  if (a.open_flag)
+    return info_open(a.config);
   return CLI_OK;
 }
 
 int cmd_check(int argc, char **argv)
 {
-  int unused = 0;
-  const char *config = NULL;
-  int rc = parse_args(argc, argv, 0, &unused, &config);
+  struct info_args a = {.open_flag = 0, .timeout_ms = 0, .config = NULL};
+  int rc = parse_args(argc, argv, 0, &a);
   if (rc < 0) {
     help_check(stdout);
     return CLI_OK;
@@ -249,12 +259,13 @@ int cmd_check(int argc, char **argv)
   if (rc != CLI_OK)
     return rc;
 
+  ecc_open_options o = check_options(&a);
   char msg[MSG_CAP] = "";
-  rc = ecc_check(config, NULL, NULL, msg, sizeof(msg));
+  rc = ecc_check(a.config, &o, NULL, msg, sizeof(msg));
   if (rc != ECC_OK) {
-    fprintf(stderr, "%s: FAILED: %s\n", config, msg[0] ? msg : ecc_strerror(rc));
+    fprintf(stderr, "%s: FAILED: %s\n", a.config, msg[0] ? msg : ecc_strerror(rc));
     return CLI_FAIL;
   }
-  printf("%s: ok (%s)\n", config, msg);
+  printf("%s: ok (%s)\n", a.config, msg);
   return CLI_OK;
 }

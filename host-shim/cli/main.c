@@ -23,10 +23,10 @@ struct command {
 };
 
 static const struct command commands[] = {
-    {"info", "eccctl info [--open] CONFIG",
+    {"info", "eccctl info [--open] [--timeout-ms N] CONFIG",
      "show the plugin an INI file selects and what it would build", cmd_info, help_info},
-    {"check", "eccctl check CONFIG", "validate an INI file without creating anything",
-     cmd_check, help_check},
+    {"check", "eccctl check [--timeout-ms N] CONFIG",
+     "validate an INI file without creating anything", cmd_check, help_check},
     {"demo",
      "eccctl demo [--entries N] [--rows N] [--row-bytes N] [--seed S] "
      "[--per-step N] [--timeout S] CONFIG",
