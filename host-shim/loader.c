@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pthread.h>
 #include <link.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -546,12 +547,19 @@ static int find_table(void *dl, const object_map *m, const char *path, plugin_op
 
 /* ---- loading ---- */
 
+/* Loads are one at a time in this library: the dynamic loader serialises
+ * dlopen anyway, and reading the link map it built (find_object) is then
+ * ordered after the dlopen of another thread that built it. */
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* A second reference with RTLD_NODELETE marks the object; dropping that
  * reference leaves the count as it was, and dlclose then never unmaps it. */
 int plugin_keep_resident(const loaded_plugin *p, char *err, size_t err_cap)
 {
   const char *canon = p->path, *shown = p->path;
+  pthread_mutex_lock(&load_lock);
   void *again = dlopen(canon, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  pthread_mutex_unlock(&load_lock);
   if (again == NULL) {
     const char *why = dlerror();
     shim_errf(err, err_cap, "cannot keep plugin %s loaded: %s", shown,
@@ -562,12 +570,8 @@ int plugin_keep_resident(const loaded_plugin *p, char *err, size_t err_cap)
   return ECC_OK;
 }
 
-int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
+static int load_checked(const char *file, loaded_plugin *out, char *err, size_t err_cap)
 {
-  memset(out, 0, sizeof(*out));
-  int rc = check_file(file, out->path, err, err_cap);
-  if (rc != ECC_OK)
-    return rc;
   void *dl = dlopen(out->path, RTLD_NOW | RTLD_LOCAL);
   if (dl == NULL) {
     const char *why = dlerror();
@@ -575,7 +579,7 @@ int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
     return ECC_ERR_SYSTEM;
   }
   object_map map;
-  rc = find_object(dl, file, &map, err, err_cap);
+  int rc = find_object(dl, file, &map, err, err_cap);
   if (rc == ECC_OK)
     rc = find_table(dl, &map, file, &out->ops, err, err_cap);
   if (rc != ECC_OK) {
@@ -585,6 +589,18 @@ int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
   }
   out->dl = dl;
   return ECC_OK;
+}
+
+int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
+{
+  memset(out, 0, sizeof(*out));
+  int rc = check_file(file, out->path, err, err_cap);
+  if (rc != ECC_OK)
+    return rc;
+  pthread_mutex_lock(&load_lock);
+  rc = load_checked(file, out, err, err_cap);
+  pthread_mutex_unlock(&load_lock);
+  return rc;
 }
 
 void plugin_unload(loaded_plugin *p)
