@@ -663,6 +663,7 @@ static int open_region(struct conn *c)
     .mode = c->cfg.region_mode,
     .join_timeout_ms = c->cfg.join_timeout_ms,
     .reap_orphans = c->cfg.reap_orphans,
+    .any_filesystem = !c->cfg.require_tmpfs,
   };
   return region_open(&p, &c->region, &c->log);
 }
@@ -779,9 +780,10 @@ void conn_destroy(struct conn *c)
 void conn_summary(const struct plugin_config *cfg, char *buf, size_t cap)
 {
   static const char *const engines[] = {"auto", "host", "cuda"};
+  char dir[sizeof(cfg->region_dir)];
   snprintf(buf, cap, "%s, region %s/ecc-%s.region: %" PRIu64 " blocks of %" PRIu64
-           " B (%" PRIu64 " B), engine %s, max_inflight %u",
-           config_role_name(cfg->role), cfg->region_dir, cfg->region_name, cfg->num_blocks,
+           " B (%" PRIu64 " B), engine %s, max_inflight %u", config_role_name(cfg->role),
+           config_region_dir(cfg, dir, sizeof(dir)), cfg->region_name, cfg->num_blocks,
            cfg->block_size, cfg->num_blocks * cfg->block_size, engines[cfg->engine],
            cfg->max_inflight);
 }

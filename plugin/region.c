@@ -1,13 +1,15 @@
 /*
  * region.c - the life of the region file: its name, race-free creation under
- * a temporary name, joining with header and layout checks, reaping files no
- * process holds, and cleanup.
+ * a temporary name, joining with header and layout checks, reaping of files
+ * no process holds, and cleanup. Every file operation is made relative to
+ * the directory descriptor that region_dir.c checked.
  */
 #include "region.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "region_dir.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
@@ -28,9 +31,8 @@
 #define NAME_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
 #define FILE_PREFIX "ecc-"
 #define FILE_SUFFIX ".region"
+/* The temporary name appends ".tmp.<pid>.<n>" to the file name. */
 #define TMP_INFIX ".region.tmp."
-/* The temporary name appends ".tmp.<pid>.<n>" to the region path. */
-#define TMP_PATH_MAX (sizeof(((struct region *)0)->path) + 48)
 #define POLL_MS 5
 /* Rounds lost to other processes (a file replaced under us, a lost link
  * race, a temporary name taken) before the join deadline may end the loop. */
@@ -74,27 +76,39 @@ static int name_ok(const char *name)
   return n > 0 && n <= REGION_NAME_MAX && strspn(name, NAME_CHARS) == n;
 }
 
-static int same_file(const char *path, const struct stat *st)
+/* Whether `name` in the directory is still the file dev/ino. */
+static int names_file(int dirfd, const char *name, dev_t dev, ino_t ino)
 {
   struct stat now;
-  return lstat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino;
+  return fstatat(dirfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == dev &&
+         now.st_ino == ino;
 }
 
-/* Checks everything that needs no system call and builds the path. */
-static int prepare(const struct region_params *p, char *path, size_t cap,
-                   uint64_t *total, struct ecc_log *log)
+/* The directory part of r->path, for messages about other files in it. */
+static void dir_of(const struct region *r, char *buf, size_t cap)
 {
-  if (p->dir == NULL || p->dir[0] == '\0')
-    return log_fail(log, ECC_ERR_CONFIG, "region.dir is empty");
+  size_t len = strlen(r->path) - strlen(r->file) - 1;
+  snprintf(buf, cap, "%.*s", (int)len, r->path);
+}
+
+/* Checks everything that needs no system call and builds the file name and
+ * a first path (the directory as configured; open_dir makes it canonical). */
+static int prepare(const struct region_params *p, struct region *out, uint64_t *total,
+                   struct ecc_log *log)
+{
   if (p->name == NULL || !name_ok(p->name))
     return log_fail(log, ECC_ERR_CONFIG,
                     "region.name '%s' is not 1..%d of the characters A-Z a-z 0-9 _ -",
                     p->name ? p->name : "(null)", REGION_NAME_MAX);
-  int n = snprintf(path, cap, "%s/" FILE_PREFIX "%s" FILE_SUFFIX, p->dir, p->name);
-  if (n < 0 || (size_t)n >= cap)
+  snprintf(out->file, sizeof(out->file), FILE_PREFIX "%s" FILE_SUFFIX, p->name);
+  char shown[64];
+  const char *dir = region_dir_shown(p->dir, shown, sizeof(shown));
+  int n = snprintf(out->path, sizeof(out->path), "%s/%s", dir, out->file);
+  if (n < 0 || (size_t)n >= sizeof(out->path))
     return log_fail(log, ECC_ERR_CONFIG,
-                    "region.dir: the region path %s/" FILE_PREFIX "%s" FILE_SUFFIX
-                    " is too long (at most %zu bytes)", p->dir, p->name, cap - 1);
+                    "region.dir: the region path %s/%s is too long (at most %zu bytes)", dir,
+                    out->file, sizeof(out->path) - 1);
+  const char *path = out->path;
   if (p->mode != REGION_AUTO && p->mode != REGION_CREATE && p->mode != REGION_JOIN)
     return log_fail(log, ECC_ERR_INVALID, "region %s: unknown mode %d", path, p->mode);
   if (p->block_size == 0)
@@ -108,6 +122,22 @@ static int prepare(const struct region_params *p, char *path, size_t cap,
                     "region %s: %llu blocks of %llu bytes are too large for one file",
                     path, (unsigned long long)p->num_blocks,
                     (unsigned long long)p->block_size);
+  return ECC_OK;
+}
+
+/* The directory, checked and held open; the path is rebuilt on its
+ * canonical name, which is what every later message names. */
+static int open_dir(const struct region_params *p, struct region *out, struct ecc_log *log)
+{
+  char canon[PATH_MAX];
+  int rc = region_dir_open(p->dir, p->any_filesystem, &out->dirfd, canon, sizeof(canon), log);
+  if (rc != ECC_OK)
+    return rc;
+  int n = snprintf(out->path, sizeof(out->path), "%s/%s", canon, out->file);
+  if (n < 0 || (size_t)n >= sizeof(out->path))
+    return log_fail(log, ECC_ERR_CONFIG,
+                    "region.dir: the region path %s/%s is too long (at most %zu bytes)", canon,
+                    out->file, sizeof(out->path) - 1);
   return ECC_OK;
 }
 
@@ -198,44 +228,76 @@ static void write_header(uint8_t *map, const struct region_params *p, uint64_t t
 
 /* Lock the fresh temporary file, then make sure the name still is ours: an
  * orphan reaper may have removed it before we held the lock. */
-/* Lock the fresh temporary file, then make sure the name still is ours: an
- * orphan reaper may have removed it before we held the lock. */
-static int lock_new_file(int fd, const char *tmp, const struct stat *st, struct ecc_log *log)
+static int lock_new_file(int fd, const struct region *r, const char *tmp,
+                         const struct stat *st, struct ecc_log *log)
 {
   while (flock(fd, LOCK_SH) != 0) {
     if (errno != EINTR)
-      return log_fail(log, ECC_ERR_SYSTEM, "cannot lock %s: %s", tmp, strerror(errno));
+      return log_fail(log, ECC_ERR_SYSTEM, "cannot lock %s for region %s: %s", tmp, r->path,
+                      strerror(errno));
   }
-  return same_file(tmp, st) ? ECC_OK : STEP_AGAIN;
+  return names_file(r->dirfd, tmp, st->st_dev, st->st_ino) ? ECC_OK : STEP_AGAIN;
 }
 
-static int publish(const char *tmp, const char *path, struct ecc_log *log)
+static int publish(const struct region *r, const char *tmp, struct ecc_log *log)
 {
-  if (link(tmp, path) == 0)
+  if (linkat(r->dirfd, tmp, r->dirfd, r->file, 0) == 0)
     return ECC_OK;
   if (errno == EEXIST)
     return STEP_EXISTS;
   if (errno == ENOENT)
     return STEP_AGAIN; /* the temporary name was removed under us */
-  return log_fail(log, ECC_ERR_SYSTEM, "cannot link %s to %s: %s", tmp, path,
+  return log_fail(log, ECC_ERR_SYSTEM, "cannot link %s to %s: %s", tmp, r->path,
                   strerror(errno));
 }
 
-static int build_file(int fd, const char *tmp, const struct region_params *p,
-                      uint64_t total, const struct stat *st, uint8_t **map,
-                      const char *path, struct ecc_log *log)
+static int build_file(int fd, const struct region *r, const char *tmp,
+                      const struct region_params *p, uint64_t total, const struct stat *st,
+                      uint8_t **map, struct ecc_log *log)
 {
-  int rc = lock_new_file(fd, tmp, st, log);
+  int rc = lock_new_file(fd, r, tmp, st, log);
   if (rc == ECC_OK)
-    rc = size_file(fd, total, path, log);
+    rc = size_file(fd, total, r->path, log);
   if (rc == ECC_OK)
-    rc = map_file(fd, total, map, path, log);
+    rc = map_file(fd, total, map, r->path, log);
   if (rc == ECC_OK)
-    rc = prefault(*map, (size_t)total, path, log);
+    rc = prefault(*map, (size_t)total, r->path, log);
   if (rc == ECC_OK) {
     write_header(*map, p, total);
-    rc = publish(tmp, path, log);
+    rc = publish(r, tmp, log);
   }
+  return rc;
+}
+
+enum unheld { UNHELD_GONE, UNHELD_HELD, UNHELD_REMOVED, UNHELD_FOREIGN, UNHELD_FAILED };
+
+/* Removes `name` if it is a regular file of this user that no process
+ * holds (its exclusive lock is free) and the name still names the file that
+ * was locked: with the lock held nobody can join it meanwhile. On
+ * UNHELD_FAILED *err is the errno. */
+static int remove_unheld(int dirfd, const char *name, int *err)
+{
+  int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    *err = errno;
+    if (errno == ENOENT)
+      return UNHELD_GONE;
+    return errno == ELOOP || errno == EACCES || errno == EPERM ? UNHELD_FOREIGN : UNHELD_FAILED;
+  }
+  struct stat st;
+  int rc = UNHELD_REMOVED;
+  if (fstat(fd, &st) != 0)
+    rc = UNHELD_FAILED;
+  else if (!S_ISREG(st.st_mode) || st.st_uid != geteuid())
+    rc = UNHELD_FOREIGN;
+  else if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+    rc = errno == EWOULDBLOCK ? UNHELD_HELD : UNHELD_FAILED;
+  else if (!names_file(dirfd, name, st.st_dev, st.st_ino))
+    rc = UNHELD_GONE;
+  else if (unlinkat(dirfd, name, 0) != 0)
+    rc = UNHELD_FAILED;
+  *err = errno;
+  close(fd);
   return rc;
 }
 
@@ -244,13 +306,10 @@ static int build_file(int fd, const char *tmp, const struct region_params *p,
 static int create_once(const struct region_params *p, uint64_t total, struct region *out,
                        struct ecc_log *log)
 {
-  char tmp[TMP_PATH_MAX];
+  char tmp[sizeof(out->file) + 48];
   unsigned n = atomic_fetch_add(&tmp_counter, 1);
-  int len = snprintf(tmp, sizeof(tmp), "%s.tmp.%ld.%u", out->path, (long)getpid(), n);
-  if (len < 0 || (size_t)len >= sizeof(tmp))
-    return log_fail(log, ECC_ERR_CONFIG, "region %s: path too long for a temporary name",
-                    out->path);
-  int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  snprintf(tmp, sizeof(tmp), "%s.tmp.%ld.%u", out->file, (long)getpid(), n);
+  int fd = openat(out->dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     if (errno == EEXIST)
       return STEP_AGAIN;
@@ -260,15 +319,15 @@ static int create_once(const struct region_params *p, uint64_t total, struct reg
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int rc = log_fail(log, ECC_ERR_SYSTEM, "cannot stat %s: %s", tmp, strerror(errno));
-    if (unlink(tmp) != 0)
+    if (unlinkat(out->dirfd, tmp, 0) != 0)
       log_msg(log, ECC_LOG_WARN, "cannot remove %s: %s", tmp, strerror(errno));
     close(fd);
     return rc;
   }
   uint8_t *map = NULL;
-  int rc = build_file(fd, tmp, p, total, &st, &map, out->path, log);
+  int rc = build_file(fd, out, tmp, p, total, &st, &map, log);
   /* Linked or not, the temporary name goes; a failed build leaves nothing. */
-  if (same_file(tmp, &st) && unlink(tmp) != 0)
+  if (names_file(out->dirfd, tmp, st.st_dev, st.st_ino) && unlinkat(out->dirfd, tmp, 0) != 0)
     log_msg(log, ECC_LOG_WARN, "region %s: cannot remove temporary name %s: %s", out->path,
             tmp, strerror(errno));
   if (rc != ECC_OK) {
@@ -439,23 +498,23 @@ static int check_layout(const struct region_header *h, const struct region_param
                   (unsigned long long)p->num_blocks, (unsigned long long)p->block_size);
 }
 
-static int join_checks(int fd, const struct region_params *p, int64_t deadline,
-                       struct stat *st, struct region_header *h, const char *path,
+static int join_checks(int fd, const struct region_params *p, const struct region *r,
+                       int64_t deadline, struct stat *st, struct region_header *h,
                        struct ecc_log *log)
 {
   off_t size = 0;
-  int rc = check_owner(fd, path, st, log);
+  int rc = check_owner(fd, r->path, st, log);
   if (rc == ECC_OK)
-    rc = lock_shared(fd, path, deadline, p->join_timeout_ms, log);
+    rc = lock_shared(fd, r->path, deadline, p->join_timeout_ms, log);
   /* Locked a file that was reaped or replaced meanwhile: start over. */
-  if (rc == ECC_OK && !same_file(path, st))
+  if (rc == ECC_OK && !names_file(r->dirfd, r->file, st->st_dev, st->st_ino))
     rc = STEP_AGAIN;
   if (rc == ECC_OK)
-    rc = wait_header(fd, path, deadline, p->join_timeout_ms, h, &size, log);
+    rc = wait_header(fd, r->path, deadline, p->join_timeout_ms, h, &size, log);
   if (rc == ECC_OK)
-    rc = check_header(h, size, path, log);
+    rc = check_header(h, size, r->path, log);
   if (rc == ECC_OK)
-    rc = check_layout(h, p, path, log);
+    rc = check_layout(h, p, r->path, log);
   return rc;
 }
 
@@ -464,13 +523,13 @@ static int join_checks(int fd, const struct region_params *p, int64_t deadline,
 static int join_once(const struct region_params *p, int64_t deadline, struct region *out,
                      struct ecc_log *log)
 {
-  int fd = open(out->path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  int fd = openat(out->dirfd, out->file, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
     return open_error(out->path, errno, log);
   struct stat st;
   struct region_header h;
   uint8_t *map = NULL;
-  int rc = join_checks(fd, p, deadline, &st, &h, out->path, log);
+  int rc = join_checks(fd, p, out, deadline, &st, &h, log);
   if (rc == ECC_OK)
     rc = map_file(fd, h.file_bytes, &map, out->path, log);
   if (rc != ECC_OK) {
@@ -482,6 +541,79 @@ static int join_once(const struct region_params *p, int64_t deadline, struct reg
           out->path, (long long)h.creator_pid, (unsigned long long)h.num_blocks,
           (unsigned long long)h.block_size);
   return ECC_OK;
+}
+
+/* ---- leftovers ----------------------------------------------------------- */
+
+enum { ENTRY_OTHER, ENTRY_REGION, ENTRY_TMP };
+
+/* ecc-<name>.region, or a temporary name of one:
+ * ecc-<name>.region.tmp.<pid>.<n>. */
+static int entry_kind(const char *name)
+{
+  if (strncmp(name, FILE_PREFIX, strlen(FILE_PREFIX)) != 0)
+    return ENTRY_OTHER;
+  const char *s = name + strlen(FILE_PREFIX);
+  size_t n = strspn(s, NAME_CHARS);
+  if (n == 0)
+    return ENTRY_OTHER;
+  s += n;
+  if (strcmp(s, FILE_SUFFIX) == 0)
+    return ENTRY_REGION;
+  if (strncmp(s, TMP_INFIX, strlen(TMP_INFIX)) != 0)
+    return ENTRY_OTHER;
+  s += strlen(TMP_INFIX);
+  return s[0] != '\0' && strspn(s, "0123456789.") == strlen(s) ? ENTRY_TMP : ENTRY_OTHER;
+}
+
+/* Removes `name` if it is ours and nobody holds it. Returns 1 if removed. */
+static int reap_one(int dirfd, const char *dir, const char *name, struct ecc_log *log)
+{
+  int err = 0;
+  int rc = remove_unheld(dirfd, name, &err);
+  const char *what = entry_kind(name) == ENTRY_TMP ? "stale temporary file" : "orphaned region";
+  if (rc == UNHELD_REMOVED)
+    log_msg(log, ECC_LOG_INFO, "removed %s %s/%s (no process held it)", what, dir, name);
+  else if (rc == UNHELD_FAILED)
+    log_msg(log, ECC_LOG_WARN, "cannot remove %s %s/%s: %s", what, dir, name, strerror(err));
+  return rc == UNHELD_REMOVED;
+}
+
+enum { SCAN_TMP = 1, SCAN_REGIONS = 2 };
+
+/* Removes what `todo` asks for among the directory's entries: temporary
+ * files and region files that no process holds. Returns how many. */
+static int scan_dir(int dirfd, const char *dir, int todo, struct ecc_log *log)
+{
+  int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (d == NULL) {
+    log_msg(log, ECC_LOG_WARN, "cannot scan %s for leftover region files: %s", dir,
+            strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return 0;
+  }
+  int count = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int kind = entry_kind(e->d_name);
+    if ((kind == ENTRY_TMP && (todo & SCAN_TMP)) || (kind == ENTRY_REGION && (todo & SCAN_REGIONS)))
+      count += reap_one(dirfd, dir, e->d_name, log);
+  }
+  closedir(d);
+  return count;
+}
+
+/* Before joining or building, with reap_orphans: files of the directory's
+ * regions that no process holds. */
+static void clean_up_leftovers(const struct region_params *p, const struct region *r,
+                               struct ecc_log *log)
+{
+  char dir[sizeof(r->path)];
+  dir_of(r, dir, sizeof(dir));
+  if (p->reap_orphans)
+    scan_dir(r->dirfd, dir, SCAN_TMP | SCAN_REGIONS, log);
 }
 
 /* ---- opening ----------------------------------------------------------- */
@@ -514,7 +646,7 @@ static int open_loop(const struct region_params *p, uint64_t total, int64_t dead
     }
     if (rc == STEP_ABSENT) {
       /* Cheap refusal before building a file that could not be linked. */
-      if (p->mode == REGION_CREATE && lstat(out->path, &st) == 0)
+      if (p->mode == REGION_CREATE && fstatat(out->dirfd, out->file, &st, AT_SYMLINK_NOFOLLOW) == 0)
         return already_exists(out->path, log);
       rc = create_once(p, total, out, log);
       if (rc <= 0)
@@ -530,34 +662,51 @@ static int open_loop(const struct region_params *p, uint64_t total, int64_t dead
   }
 }
 
+static void clear_out(struct region *out)
+{
+  if (out->dirfd >= 0)
+    close(out->dirfd);
+  memset(out, 0, sizeof(*out));
+  out->fd = -1;
+  out->dirfd = -1;
+}
+
 int region_open(const struct region_params *p, struct region *out, struct ecc_log *log)
 {
   if (out != NULL) {
     memset(out, 0, sizeof(*out));
     out->fd = -1;
+    out->dirfd = -1;
   }
   if (log == NULL)
     return ECC_ERR_INVALID;
   if (p == NULL || out == NULL)
     return log_fail(log, ECC_ERR_INVALID, "region_open: NULL argument");
   uint64_t total = 0;
-  int rc = prepare(p, out->path, sizeof(out->path), &total, log);
-  if (rc != ECC_OK) {
-    out->path[0] = '\0';
-    return rc;
+  int rc = prepare(p, out, &total, log);
+  if (rc == ECC_OK)
+    rc = open_dir(p, out, log);
+  if (rc == ECC_OK) {
+    clean_up_leftovers(p, out, log);
+    int64_t deadline = now_ms() + (int64_t)p->join_timeout_ms;
+    rc = open_loop(p, total, deadline, out, log);
   }
-  if (p->reap_orphans)
-    region_reap_orphans(p->dir, log);
-  int64_t deadline = now_ms() + (int64_t)p->join_timeout_ms;
-  rc = open_loop(p, total, deadline, out, log);
-  if (rc != ECC_OK) {
-    memset(out, 0, sizeof(*out));
-    out->fd = -1;
-  }
+  if (rc != ECC_OK)
+    clear_out(out);
   return rc;
 }
 
 /* ---- closing and reaping ----------------------------------------------- */
+
+/* Unlink while still holding the lock; never remove a file that replaced ours. */
+static void unlink_if_named(const struct region *r, struct ecc_log *log)
+{
+  if (!names_file(r->dirfd, r->file, r->dev, r->ino))
+    log_msg(log, ECC_LOG_INFO, "region %s no longer names our file; not removing it",
+            r->path);
+  else if (unlinkat(r->dirfd, r->file, 0) != 0)
+    log_msg(log, ECC_LOG_ERROR, "cannot remove region %s: %s", r->path, strerror(errno));
+}
 
 void region_close(struct region *r, struct ecc_log *log)
 {
@@ -567,86 +716,28 @@ void region_close(struct region *r, struct ecc_log *log)
     log_msg(log, ECC_LOG_ERROR, "cannot unmap region %s: %s", r->path, strerror(errno));
   r->map = NULL;
   r->blocks = NULL;
-  if (r->fd < 0)
-    return;
-  /* Unlink while still holding the lock; never remove a file that replaced ours. */
-  if (r->creator) {
-    struct stat st = {0};
-    st.st_dev = r->dev;
-    st.st_ino = r->ino;
-    if (!same_file(r->path, &st))
-      log_msg(log, ECC_LOG_INFO, "region %s no longer names our file; not removing it",
-              r->path);
-    else if (unlink(r->path) != 0)
-      log_msg(log, ECC_LOG_ERROR, "cannot remove region %s: %s", r->path, strerror(errno));
+  if (r->fd >= 0) {
+    if (r->creator)
+      unlink_if_named(r, log);
+    if (close(r->fd) != 0)
+      log_msg(log, ECC_LOG_ERROR, "cannot close region %s: %s", r->path, strerror(errno));
+    r->fd = -1;
   }
-  if (close(r->fd) != 0)
-    log_msg(log, ECC_LOG_ERROR, "cannot close region %s: %s", r->path, strerror(errno));
-  r->fd = -1;
-}
-
-/* ecc-<name>.region or ecc-<name>.region.tmp.<pid>.<n> */
-static int is_region_entry(const char *name)
-{
-  if (strncmp(name, FILE_PREFIX, strlen(FILE_PREFIX)) != 0)
-    return 0;
-  const char *s = name + strlen(FILE_PREFIX);
-  size_t n = strspn(s, NAME_CHARS);
-  if (n == 0)
-    return 0;
-  s += n;
-  if (strcmp(s, FILE_SUFFIX) == 0)
-    return 1;
-  if (strncmp(s, TMP_INFIX, strlen(TMP_INFIX)) != 0)
-    return 0;
-  s += strlen(TMP_INFIX);
-  return s[0] != '\0' && strspn(s, "0123456789.") == strlen(s);
-}
-
-/* Removes `name` if it is ours and nobody holds it. Returns 1 if removed. */
-static int reap_one(int dfd, const char *dir, const char *name, struct ecc_log *log)
-{
-  int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0)
-    return 0;
-  int removed = 0;
-  struct stat st, now;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-      flock(fd, LOCK_EX | LOCK_NB) == 0) {
-    /* With the exclusive lock held no one can join; the name must still be
-     * this file, or we would remove a newcomer's. */
-    if (fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == st.st_dev &&
-        now.st_ino == st.st_ino) {
-      if (unlinkat(dfd, name, 0) == 0) {
-        removed = 1;
-        log_msg(log, ECC_LOG_INFO, "removed orphaned region %s/%s (no process held it)", dir,
-                name);
-      } else {
-        log_msg(log, ECC_LOG_WARN, "cannot remove orphaned region %s/%s: %s", dir, name,
-                strerror(errno));
-      }
-    }
-  }
-  close(fd);
-  return removed;
+  if (r->dirfd >= 0 && close(r->dirfd) != 0)
+    log_msg(log, ECC_LOG_ERROR, "cannot close the directory of region %s: %s", r->path,
+            strerror(errno));
+  r->dirfd = -1;
 }
 
 int region_reap_orphans(const char *dir, struct ecc_log *log)
 {
   if (dir == NULL)
     return 0;
-  DIR *d = opendir(dir);
-  if (d == NULL) {
-    log_msg(log, ECC_LOG_WARN, "cannot scan %s for orphaned regions: %s", dir,
-            strerror(errno));
+  int dirfd = -1;
+  char canon[PATH_MAX];
+  if (region_dir_open(dir, 1, &dirfd, canon, sizeof(canon), log) != ECC_OK)
     return 0;
-  }
-  int count = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (is_region_entry(e->d_name))
-      count += reap_one(dirfd(d), dir, e->d_name, log);
-  }
-  closedir(d);
+  int count = scan_dir(dirfd, canon, SCAN_TMP | SCAN_REGIONS, log);
+  close(dirfd);
   return count;
 }

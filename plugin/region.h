@@ -1,5 +1,5 @@
 /*
- * region.h - the shared host region: a file under /dev/shm made of one header
+ * region.h - the shared host region: a file on a tmpfs made of one header
  * page and `num_blocks` blocks of `block_size` bytes, mapped MAP_SHARED.
  *
  * The creator builds it under a temporary name and links it into place, so
@@ -35,17 +35,20 @@ struct region_header {
 };
 
 struct region_params {
-  const char *dir;          /* e.g. "/dev/shm" */
+  const char *dir;          /* e.g. "/dev/shm"; NULL or "": /dev/shm/ecc-<euid> */
   const char *name;         /* region name: file is <dir>/ecc-<name>.region */
   uint64_t block_size;
   uint64_t num_blocks;
   int mode;                 /* enum region_mode (config.h) */
   uint32_t join_timeout_ms; /* bound on waiting for a creator */
   int reap_orphans;         /* unlink unheld ecc-*.region files in dir first */
+  int any_filesystem;       /* 1: dir need not be a tmpfs */
 };
 
 struct region {
-  char path[256];           /* the file's path */
+  char path[256];           /* the file's path, its directory canonical */
+  char file[96];            /* its name within the directory */
+  int dirfd;                /* the directory, checked when opened; -1 when closed */
   int fd;                   /* open, shared flock held; -1 when closed */
   dev_t dev;                /* identity of the file we locked */
   ino_t ino;
