@@ -262,9 +262,13 @@ static int save_locked(struct conn *c, const ecc_save_entry_v1 *e, size_t n, uin
                        size_t key_bytes)
 {
   struct transfer *t = c->pending;
+  /* Once per batch, not per entry: a step's first save starts it. */
+  int rc = t == NULL ? region_check(&c->region, &c->log) : ECC_OK;
+  if (rc != ECC_OK)
+    return rc;
   if (t == NULL && (t = transfer_get(c)) == NULL)
     return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for a transfer");
-  int rc = add_saves(c, t, e, n, descs, key_bytes);
+  rc = add_saves(c, t, e, n, descs, key_bytes);
   if (rc == ECC_OK)
     c->pending = t;
   else if (c->pending == NULL)
@@ -308,6 +312,9 @@ static int flush_locked(struct conn *c, void *stream)
   struct transfer *t = c->pending;
   if (t == NULL)
     return ECC_OK;
+  int rc = region_check(&c->region, &c->log);
+  if (rc != ECC_OK)
+    return rc;
   pthread_mutex_lock(&c->done_lock);
   int room = has_room(c, &c->saves);
   pthread_mutex_unlock(&c->done_lock);
@@ -316,7 +323,7 @@ static int flush_locked(struct conn *c, void *stream)
                     "flush: %u save transfers are in flight (connector.max_inflight); poll first",
                     c->cfg.max_inflight);
   t->direction = ECC_DIR_SAVE;
-  int rc = c->engine.ops->submit(&c->engine, t, stream);
+  rc = c->engine.ops->submit(&c->engine, t, stream);
   if (rc != ECC_OK) {
     if (rc == ECC_ERR_INVALID)
       return log_fail(&c->log, rc, "flush: the %s engine takes no compute stream; pass NULL",
@@ -491,10 +498,13 @@ static int start_load(struct conn *c, struct transfer *t, const ecc_load_entry_v
 
 static int load_locked(struct conn *c, const ecc_load_entry_v1 *e, size_t n, void *stream)
 {
+  int rc = region_check(&c->region, &c->log);
+  if (rc != ECC_OK)
+    return rc;
   struct transfer *t = transfer_get(c);
   if (t == NULL)
     return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for a transfer");
-  int rc = start_load(c, t, e, n, stream);
+  rc = start_load(c, t, e, n, stream);
   if (rc != ECC_OK) {
     transfer_put(c, t);
     return rc;
@@ -585,11 +595,24 @@ static int head_finished(struct conn *c, struct transfer *t)
   return 1;
 }
 
+/* Before a poll reports its first completion: whether the region is still
+ * the file others share. Once it is not, no copy through it is reported as
+ * a success (done_lock held). */
+static void check_region_once(struct conn *c, int *checked)
+{
+  if (*checked || c->region_dead)
+    return;
+  *checked = 1;
+  if (region_check(&c->region, &c->log) != ECC_OK)
+    c->region_dead = 1;
+}
+
 /* The caller's record for one entry of a finished transfer. */
-static void report(const struct transfer *t, const struct done_rec *rec, ecc_completion_v1 *out)
+static void report(const struct transfer *t, const struct done_rec *rec, int region_dead,
+                   ecc_completion_v1 *out)
 {
   out->direction = (uint32_t)t->direction;
-  out->status = t->status;
+  out->status = t->status == ECC_OK && region_dead ? ECC_ERR_REGION : t->status;
   out->batch = t->batch;
   out->nbytes = rec->nbytes;
   out->elapsed_ns = t->elapsed_ns;
@@ -603,13 +626,15 @@ static void report(const struct transfer *t, const struct done_rec *rec, ecc_com
   }
 }
 
-static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1 *out, size_t cap)
+static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1 *out, size_t cap,
+                    int *checked)
 {
   size_t n = 0;
   while (n < cap && f->head != NULL && head_finished(c, f->head)) {
     struct transfer *t = f->head;
+    check_region_once(c, checked);
     while (n < cap && t->next_report < t->n_done)
-      report(t, &t->done[t->next_report++], &out[n++]);
+      report(t, &t->done[t->next_report++], c->region_dead, &out[n++]);
     if (t->next_report == t->n_done)
       transfer_put_locked(c, fifo_pop(f));
   }
@@ -620,9 +645,10 @@ int conn_poll(struct conn *c, ecc_completion_v1 *out, size_t cap, size_t *n_out)
 {
   if (n_out == NULL || (out == NULL && cap > 0))
     return log_fail(&c->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
+  int checked = 0;
   pthread_mutex_lock(&c->done_lock);
-  size_t n = drain(c, &c->saves, out, cap);
-  n += drain(c, &c->loads, out + n, cap - n);
+  size_t n = drain(c, &c->saves, out, cap, &checked);
+  n += drain(c, &c->loads, out + n, cap - n, &checked);
   pthread_mutex_unlock(&c->done_lock);
   *n_out = n;
   return ECC_OK;

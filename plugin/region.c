@@ -1,8 +1,9 @@
 /*
  * region.c - the life of the region file: its name, race-free creation under
- * a temporary name, joining with header and layout checks, reaping of files
- * no process holds, and cleanup. Every file operation is made relative to
- * the directory descriptor that region_dir.c checked.
+ * a temporary name, joining with header and layout checks, the liveness
+ * check, removal by the last holder, and reaping of files no process holds.
+ * Every file operation is made relative to the directory descriptor that
+ * region_dir.c checked.
  */
 #include "region.h"
 
@@ -506,7 +507,8 @@ static int join_checks(int fd, const struct region_params *p, const struct regio
   int rc = check_owner(fd, r->path, st, log);
   if (rc == ECC_OK)
     rc = lock_shared(fd, r->path, deadline, p->join_timeout_ms, log);
-  /* Locked a file that was reaped or replaced meanwhile: start over. */
+  /* Locked a file that was reaped, replaced or removed by its last holder
+   * meanwhile: start over. */
   if (rc == ECC_OK && !names_file(r->dirfd, r->file, st->st_dev, st->st_ino))
     rc = STEP_AGAIN;
   if (rc == ECC_OK)
@@ -696,9 +698,30 @@ int region_open(const struct region_params *p, struct region *out, struct ecc_lo
   return rc;
 }
 
-/* ---- closing and reaping ----------------------------------------------- */
+/* ---- checking and closing ------------------------------------------------ */
 
-/* Unlink while still holding the lock; never remove a file that replaced ours. */
+int region_check(const struct region *r, struct ecc_log *log)
+{
+  struct stat st;
+  if (r->fd < 0)
+    return log_fail(log, ECC_ERR_REGION, "region %s is closed", r->path);
+  if (fstat(r->fd, &st) != 0)
+    return log_fail(log, ECC_ERR_SYSTEM, "cannot stat region %s: %s", r->path, strerror(errno));
+  if (st.st_nlink == 0)
+    return log_fail(log, ECC_ERR_REGION,
+                    "region %s was removed or replaced while this connector used it: other "
+                    "processes no longer share its data; shut this connector down and create "
+                    "it again", r->path);
+  if ((uint64_t)st.st_size < r->map_bytes)
+    return log_fail(log, ECC_ERR_REGION,
+                    "region %s was truncated to %lld bytes while mapped (%zu expected): its "
+                    "data is gone; shut this connector down and create it again", r->path,
+                    (long long)st.st_size, r->map_bytes);
+  return ECC_OK;
+}
+
+/* Called with the exclusive lock: no other process holds the file, and
+ * none can join it before we close. */
 static void unlink_if_named(const struct region *r, struct ecc_log *log)
 {
   if (!names_file(r->dirfd, r->file, r->dev, r->ino))
@@ -706,6 +729,8 @@ static void unlink_if_named(const struct region *r, struct ecc_log *log)
             r->path);
   else if (unlinkat(r->dirfd, r->file, 0) != 0)
     log_msg(log, ECC_LOG_ERROR, "cannot remove region %s: %s", r->path, strerror(errno));
+  else
+    log_msg(log, ECC_LOG_INFO, "removed region %s: no other process holds it", r->path);
 }
 
 void region_close(struct region *r, struct ecc_log *log)
@@ -717,7 +742,13 @@ void region_close(struct region *r, struct ecc_log *log)
   r->map = NULL;
   r->blocks = NULL;
   if (r->fd >= 0) {
-    if (r->creator)
+    /* Linux converts a flock lock by dropping it first, so drop it, then
+     * try for the exclusive one: of holders closing at once at least one
+     * gets it, and a joiner that takes its shared lock in between keeps
+     * the file (it checks afterwards that the name still names it). */
+    if (flock(r->fd, LOCK_UN) != 0)
+      log_msg(log, ECC_LOG_ERROR, "cannot unlock region %s: %s", r->path, strerror(errno));
+    else if (flock(r->fd, LOCK_EX | LOCK_NB) == 0)
       unlink_if_named(r, log);
     if (close(r->fd) != 0)
       log_msg(log, ECC_LOG_ERROR, "cannot close region %s: %s", r->path, strerror(errno));

@@ -5,7 +5,8 @@
  * The creator builds it under a temporary name and links it into place, so
  * a complete header is all anyone can ever see; joiners check that header
  * against their own configuration. Every process holds a shared flock on the
- * file for as long as it maps it; a file nobody holds is an orphan.
+ * file for as long as it maps it; the last one to close removes it, and a
+ * file nobody holds is an orphan.
  */
 #ifndef ECC_REGION_H
 #define ECC_REGION_H
@@ -57,15 +58,21 @@ struct region {
   uint8_t *blocks;          /* map + header_bytes */
   uint64_t block_size;
   uint64_t num_blocks;
-  int creator;              /* 1: we made it and unlink it on close */
+  int creator;              /* 1: this process built the file */
 };
 
 /* Create or join the region. On failure nothing is left behind: no file we
  * created, no mapping, no open descriptor. Returns ECC_OK or ECC_ERR_*. */
 int region_open(const struct region_params *p, struct region *out, struct ecc_log *log);
 
-/* Unmap, unlock, close; the creator also unlinks (if the path still names
- * our file). Errors are logged, never returned. Safe to call twice. */
+/* Whether the mapped file is still the region others share: ECC_ERR_REGION,
+ * naming the file, once it was unlinked or replaced (no name left) or
+ * truncated below the mapping; ECC_OK otherwise. One fstat. */
+int region_check(const struct region *r, struct ecc_log *log);
+
+/* Unmap, unlock, close. The last holder in any process (the one that then
+ * gets the exclusive lock) also unlinks the file, if the name still names
+ * it. Errors are logged, never returned. Safe to call twice. */
 void region_close(struct region *r, struct ecc_log *log);
 
 /* Unlink orphans (no process holds them) of the region pattern in `dir`.

@@ -1,8 +1,8 @@
 /*
- * test_region_life.c - the region file's life: region.dir is checked (a
- * tmpfs unless allowed, the ownership rule on every component, links
- * followed only if their owner is trusted) and the per-user default
- * directory is made for its user alone.
+ * test_region_life.c - the region file's life across processes: the last
+ * holder removes it (so a restarted side joins the live file), a file
+ * removed, replaced or truncated underneath is reported, and region.dir is
+ * checked, its per-user default made for its user alone.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -363,4 +363,481 @@ Test(life, validation_names_the_default_directory_and_makes_nothing)
   cr_assert_eq(r.rc, ECC_OK, "%s", r.text);
   cr_expect_not_null(strstr(r.text, th_region_path(dir, "x")), "summary: %s", r.text);
   cr_expect(!th_exists(dir), "validation made %s", dir);
+}
+
+static const char *last_error(void)
+{
+  static char buf[512];
+  log_last(&tlog, buf, sizeof(buf));
+  return buf;
+}
+
+static void write_bytes(const char *path, const char *text)
+{
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  cr_assert_geq(fd, 0, "create %s: %s", path, strerror(errno));
+  cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+}
+
+/* ---- connectors through the shim, in this process --------------------- */
+
+static ecc_connector *open_role(const char *ini, const char *role)
+{
+  ecc_kv kv = {"connector.role", role};
+  ecc_open_options o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
+                        .log_level = -1};
+  ecc_connector *c = NULL;
+  char err[1024] = "";
+  int rc = ecc_open(ini, &o, &c, err, sizeof(err));
+  cr_assert_eq(rc, ECC_OK, "ecc_open(%s) as %s: %d %s", ini, role, rc, err);
+  return c;
+}
+
+static uint64_t seed_of(uint64_t seed, uint32_t i)
+{
+  return seed * 100000 + i;
+}
+
+/* Entries of one block each: entry i lives in block first + i and holds
+ * th_fill(seed_of(seed, i)). Returns the first failure, or ECC_OK. */
+static int save_entries(ecc_connector *c, uint64_t seed, uint32_t first, uint32_t count)
+{
+  uint8_t *src = malloc((size_t)count * BS);
+  uint32_t *ids = malloc(count * sizeof(uint32_t));
+  ecc_save_entry *e = calloc(count, sizeof(*e));
+  char (*keys)[32] = calloc(count, 32);
+  ecc_completion *done = calloc(count, sizeof(*done));
+  if (src == NULL || ids == NULL || e == NULL || keys == NULL || done == NULL)
+    return ECC_ERR_NOMEM;
+  for (uint32_t i = 0; i < count; i++) {
+    th_fill(src + (size_t)i * BS, BS, seed_of(seed, i));
+    ids[i] = first + i;
+    snprintf(keys[i], 32, "k%llu-%u", (unsigned long long)seed, i);
+    e[i] = (ecc_save_entry){keys[i], (uint64_t)(uintptr_t)(src + (size_t)i * BS), BS, &ids[i], 1};
+  }
+  int rc = ecc_save(c, e, count);
+  if (rc == ECC_OK)
+    rc = ecc_flush(c, NULL);
+  size_t got = 0;
+  for (int spins = 0; rc == ECC_OK && got < count && spins < 200000; spins++) {
+    size_t n = 0;
+    rc = ecc_poll(c, done + got, count - got, &n);
+    for (size_t k = got; rc == ECC_OK && k < got + n; k++)
+      rc = done[k].status;
+    got += n;
+    if (n == 0)
+      usleep(50);
+  }
+  if (rc == ECC_OK && got < count)
+    rc = ECC_ERR_TRANSFER;
+  free(src);
+  free(ids);
+  free(e);
+  free(keys);
+  free(done);
+  return rc;
+}
+
+/* Loads what save_entries wrote; returns how many entries differ (or -1
+ * if the load itself failed). */
+static int load_wrong(ecc_connector *c, uint64_t seed, uint32_t first, uint32_t count)
+{
+  uint8_t *dst = calloc(count, BS), *want = malloc(BS);
+  uint32_t *ids = malloc(count * sizeof(uint32_t));
+  ecc_load_entry *e = calloc(count, sizeof(*e));
+  ecc_completion *done = calloc(count, sizeof(*done));
+  if (dst == NULL || want == NULL || ids == NULL || e == NULL || done == NULL)
+    return -1;
+  for (uint32_t i = 0; i < count; i++) {
+    ids[i] = first + i;
+    e[i] = (ecc_load_entry){i, &ids[i], 1, (uint64_t)(uintptr_t)(dst + (size_t)i * BS), BS};
+  }
+  int rc = ecc_load(c, e, count, NULL);
+  size_t got = 0;
+  for (int spins = 0; rc == ECC_OK && got < count && spins < 200000; spins++) {
+    size_t n = 0;
+    rc = ecc_poll(c, done + got, count - got, &n);
+    for (size_t k = got; rc == ECC_OK && k < got + n; k++)
+      rc = done[k].status;
+    got += n;
+    if (n == 0)
+      usleep(50);
+  }
+  int wrong = rc == ECC_OK && got == count ? 0 : -1;
+  for (uint32_t i = 0; wrong >= 0 && i < count; i++) {
+    th_fill(want, BS, seed_of(seed, i));
+    wrong += memcmp(want, dst + (size_t)i * BS, BS) != 0;
+  }
+  free(dst);
+  free(want);
+  free(ids);
+  free(e);
+  free(done);
+  return wrong;
+}
+
+/* ---- a connector in another process, driven over two pipes ----------- */
+
+enum { CMD_OPEN = 1, CMD_SAVE, CMD_LOAD, CMD_CLOSE };
+
+struct cmd {
+  int op;
+  char role[16];  /* CMD_OPEN: connector.role */
+  uint64_t seed;  /* CMD_SAVE, CMD_LOAD: see save_entries */
+  uint32_t first, count;
+};
+
+struct reply {
+  int rc;
+  int creator;      /* CMD_OPEN */
+  int wrong;        /* CMD_LOAD: entries that differ */
+  uint64_t dev, ino; /* CMD_OPEN: the region file */
+  char text[400];   /* CMD_OPEN: the error */
+};
+
+static void remote_open(const char *ini, const struct cmd *m, ecc_connector **c, struct reply *r)
+{
+  ecc_kv kv = {"connector.role", m->role};
+  ecc_open_options o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
+                        .log_level = -1};
+  r->rc = ecc_open(ini, &o, c, r->text, sizeof(r->text));
+  if (r->rc != ECC_OK)
+    return;
+  ecc_info info = {.struct_size = sizeof(info)};
+  struct stat st;
+  if (ecc_describe(*c, &info) == ECC_OK && stat(info.region_path, &st) == 0) {
+    r->creator = (int)info.creator;
+    r->dev = st.st_dev;
+    r->ino = st.st_ino;
+  }
+}
+
+/* The child: one connector, opened, used and closed as it is told; it
+ * exits (without closing) when the pipe closes. */
+static void remote(const char *ini, int cmd_fd, int reply_fd)
+{
+  ecc_connector *c = NULL;
+  struct cmd m;
+  while (read(cmd_fd, &m, sizeof(m)) == (ssize_t)sizeof(m)) {
+    struct reply r;
+    memset(&r, 0, sizeof(r));
+    if (m.op == CMD_OPEN)
+      remote_open(ini, &m, &c, &r);
+    else if (m.op == CMD_SAVE)
+      r.rc = save_entries(c, m.seed, m.first, m.count);
+    else if (m.op == CMD_LOAD)
+      r.wrong = load_wrong(c, m.seed, m.first, m.count);
+    else if (m.op == CMD_CLOSE)
+      r.rc = ecc_close(c);
+    if (write(reply_fd, &r, sizeof(r)) != (ssize_t)sizeof(r))
+      _exit(90);
+  }
+  _exit(0);
+}
+
+/* Children are this test binary again, picked up before Criterion's main:
+ * they start connector threads, which a forked test process must not. */
+__attribute__((constructor)) static void child_entry(void)
+{
+  const char *role, *ini;
+  int cmd_fd, reply_fd;
+  if (!th_child_args(&role, &ini, &cmd_fd, &reply_fd))
+    return;
+  if (strcmp(role, "remote") == 0)
+    remote(ini, cmd_fd, reply_fd);
+  _exit(94);
+}
+
+struct remote {
+  pid_t pid;
+  int cmd;   /* write end */
+  int reply; /* read end */
+};
+
+static struct remote remote_start(const char *ini)
+{
+  int cmd[2], reply[2];
+  cr_assert_eq(pipe2(cmd, O_CLOEXEC), 0);
+  cr_assert_eq(pipe2(reply, O_CLOEXEC), 0);
+  pid_t pid = th_spawn_self("remote", ini, cmd[0], reply[1]);
+  close(cmd[0]);
+  close(reply[1]);
+  struct remote r = {pid, cmd[1], reply[0]};
+  return r;
+}
+
+static int remote_send(struct remote *r, int op, const char *role, uint64_t seed,
+                       uint32_t first, uint32_t count)
+{
+  struct cmd m = {.op = op, .seed = seed, .first = first, .count = count};
+  snprintf(m.role, sizeof(m.role), "%s", role ? role : "");
+  return write(r->cmd, &m, sizeof(m)) == (ssize_t)sizeof(m) ? 0 : -1;
+}
+
+/* 0 with the reply, or -1 if the child said nothing for 60 s or died. */
+static int remote_wait(struct remote *r, struct reply *out)
+{
+  struct pollfd p = {.fd = r->reply, .events = POLLIN};
+  if (poll(&p, 1, 60000) != 1)
+    return -1;
+  return read(r->reply, out, sizeof(*out)) == (ssize_t)sizeof(*out) ? 0 : -1;
+}
+
+static struct reply remote_do(struct remote *r, int op, const char *role, uint64_t seed,
+                              uint32_t first, uint32_t count)
+{
+  struct reply out;
+  cr_assert_eq(remote_send(r, op, role, seed, first, count), 0, "child %d is gone", (int)r->pid);
+  cr_assert_eq(remote_wait(r, &out), 0, "child %d did not answer", (int)r->pid);
+  return out;
+}
+
+static void remote_stop(struct remote *r)
+{
+  close(r->cmd);
+  close(r->reply);
+  int status = 0;
+  waitpid(r->pid, &status, 0);
+}
+
+/* ---- the last holder removes the file; restarts join it --------------- */
+
+#define ENTRIES 500u
+
+Test(life, restarted_producer_joins_the_region_the_consumer_still_holds)
+{
+  const char *name = th_region_name();
+  const char *ini = th_ini_at(rdir, "both", name, BS, NB, "join_timeout_ms = 5000\n", NULL);
+  const char *path = th_region_path(rdir, name);
+  struct remote prod = remote_start(ini);
+  struct reply r = remote_do(&prod, CMD_OPEN, "producer", 0, 0, 0);
+  cr_assert_eq(r.rc, ECC_OK, "producer: %s", r.text);
+  cr_assert_eq(r.creator, 1);
+  uint64_t dev = r.dev, ino = r.ino;
+  ecc_connector *cons = open_role(ini, "consumer");
+  cr_assert_eq(remote_do(&prod, CMD_SAVE, NULL, 1, 0, ENTRIES).rc, ECC_OK);
+  cr_assert_eq(load_wrong(cons, 1, 0, ENTRIES), 0);
+
+  cr_assert_eq(remote_do(&prod, CMD_CLOSE, NULL, 0, 0, 0).rc, ECC_OK);
+  cr_assert(th_exists(path), "the producer removed the region the consumer holds");
+  r = remote_do(&prod, CMD_OPEN, "producer", 0, 0, 0);
+  cr_assert_eq(r.rc, ECC_OK, "producer again: %s", r.text);
+  cr_expect_eq(r.creator, 0, "the restarted producer created a second region");
+  cr_assert(r.dev == dev && r.ino == ino, "the restarted producer is on another file");
+  cr_assert_eq(remote_do(&prod, CMD_SAVE, NULL, 2, 0, ENTRIES).rc, ECC_OK);
+  int wrong = load_wrong(cons, 2, 0, ENTRIES);
+  cr_assert_eq(wrong, 0, "%d of %u entries loaded after the restart are not the new bytes",
+               wrong, ENTRIES);
+
+  cr_assert_eq(remote_do(&prod, CMD_CLOSE, NULL, 0, 0, 0).rc, ECC_OK);
+  remote_stop(&prod);
+  cr_assert(th_exists(path));
+  cr_assert_eq(ecc_close(cons), ECC_OK);
+  cr_expect(!th_exists(path), "the last holder left the region behind");
+}
+
+Test(life, restarted_consumer_that_created_the_region_joins_it_again)
+{
+  const char *name = th_region_name();
+  const char *ini = th_ini_at(rdir, "both", name, BS, NB, "join_timeout_ms = 5000\n", NULL);
+  const char *path = th_region_path(rdir, name);
+  struct remote cons = remote_start(ini);
+  struct reply r = remote_do(&cons, CMD_OPEN, "consumer", 0, 0, 0);
+  cr_assert_eq(r.rc, ECC_OK, "consumer: %s", r.text);
+  cr_assert_eq(r.creator, 1);
+  uint64_t dev = r.dev, ino = r.ino;
+  ecc_connector *prod = open_role(ini, "producer");
+  cr_assert_eq(describe(prod).creator, 0);
+  cr_assert_eq(save_entries(prod, 1, 0, ENTRIES), ECC_OK);
+  cr_assert_eq(remote_do(&cons, CMD_LOAD, NULL, 1, 0, ENTRIES).wrong, 0);
+
+  cr_assert_eq(remote_do(&cons, CMD_CLOSE, NULL, 0, 0, 0).rc, ECC_OK);
+  cr_assert(th_exists(path), "the consumer removed the region the producer holds");
+  r = remote_do(&cons, CMD_OPEN, "consumer", 0, 0, 0);
+  cr_assert_eq(r.rc, ECC_OK, "consumer again: %s", r.text);
+  cr_expect_eq(r.creator, 0, "the restarted consumer created a second region");
+  cr_assert(r.dev == dev && r.ino == ino, "the restarted consumer is on another file");
+  cr_assert_eq(save_entries(prod, 2, 0, ENTRIES), ECC_OK);
+  r = remote_do(&cons, CMD_LOAD, NULL, 2, 0, ENTRIES);
+  cr_assert_eq(r.wrong, 0, "%d of %u entries loaded after the restart are not the new bytes",
+               r.wrong, ENTRIES);
+
+  cr_assert_eq(remote_do(&cons, CMD_CLOSE, NULL, 0, 0, 0).rc, ECC_OK);
+  remote_stop(&cons);
+  cr_assert_eq(ecc_close(prod), ECC_OK);
+  cr_expect(!th_exists(path), "the last holder left the region behind");
+}
+
+Test(life, last_holder_removes_the_file_in_either_order)
+{
+  for (int creator_first = 0; creator_first < 2; creator_first++) {
+    const char *name = th_region_name();
+    struct region_params p = params(rdir, name, REGION_AUTO, 1000, 0);
+    struct region a, b;
+    cr_assert_eq(region_open(&p, &a, &tlog), ECC_OK, "%s", last_error());
+    cr_assert_eq(region_open(&p, &b, &tlog), ECC_OK, "%s", last_error());
+    cr_assert(a.creator == 1 && b.creator == 0);
+    region_close(creator_first ? &a : &b, &tlog);
+    cr_assert(th_exists(th_region_path(rdir, name)), "%s closed first and removed the region",
+              creator_first ? "the creator" : "the joiner");
+    region_close(creator_first ? &b : &a, &tlog);
+    cr_assert(!th_exists(th_region_path(rdir, name)), "the last holder (%s) left it behind",
+              creator_first ? "the joiner" : "the creator");
+  }
+  cr_assert_eq(th_count_entries(rdir), 0);
+}
+
+struct closer {
+  struct region r;
+  pthread_barrier_t *go;
+};
+
+static void *close_at_once(void *arg)
+{
+  struct closer *c = arg;
+  struct ecc_log quiet;
+  log_init(&quiet, NULL);
+  pthread_barrier_wait(c->go);
+  region_close(&c->r, &quiet);
+  log_destroy(&quiet);
+  return NULL;
+}
+
+Test(life, two_holders_closing_at_once_leave_no_file)
+{
+  enum { ROUNDS = 300 };
+  const char *name = th_region_name();
+  struct region_params p = params(rdir, name, REGION_AUTO, 1000, 0);
+  pthread_barrier_t go;
+  cr_assert_eq(pthread_barrier_init(&go, NULL, 2), 0);
+  int left = 0;
+  for (int round = 0; round < ROUNDS; round++) {
+    struct closer c[2] = {{.go = &go}, {.go = &go}};
+    cr_assert_eq(region_open(&p, &c[0].r, &tlog), ECC_OK, "%s", last_error());
+    cr_assert_eq(region_open(&p, &c[1].r, &tlog), ECC_OK, "%s", last_error());
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+      cr_assert_eq(pthread_create(&t[i], NULL, close_at_once, &c[i]), 0);
+    for (int i = 0; i < 2; i++)
+      pthread_join(t[i], NULL);
+    left += th_exists(th_region_path(rdir, name));
+    unlink(th_region_path(rdir, name));
+  }
+  pthread_barrier_destroy(&go);
+  cr_assert_eq(left, 0, "%d of %d rounds left the region behind", left, ROUNDS);
+}
+
+/* ---- a region removed, replaced or truncated underneath ---------------- */
+
+static void save_one(ecc_connector *c, const char *key, uint32_t block, const uint8_t *src)
+{
+  uint32_t id = block;
+  ecc_save_entry e = {key, (uint64_t)(uintptr_t)src, BS, &id, 1};
+  cr_assert_eq(ecc_save(c, &e, 1), ECC_OK);
+}
+
+static int load_one(ecc_connector *c, uint64_t id, uint32_t block, uint8_t *dst)
+{
+  ecc_load_entry e = {id, &block, 1, (uint64_t)(uintptr_t)dst, BS};
+  return ecc_load(c, &e, 1, NULL);
+}
+
+static void expect_last_error(ecc_connector *c, const char *path, const char *needle)
+{
+  char text[512] = "";
+  cr_assert_eq(ecc_last_error(c, text, sizeof(text)), ECC_OK);
+  cr_expect_not_null(strstr(text, path), "last error '%s' does not name %s", text, path);
+  cr_expect_not_null(strstr(text, needle), "last error '%s' lacks '%s'", text, needle);
+}
+
+/* A save flushed and one queued, then the file goes (`replace`: another file
+ * is renamed over it). The flush and a load are refused, the flushed save is
+ * reported with ECC_ERR_REGION, the queued one never reaches the old file,
+ * and closing touches neither the replacement nor anything else. */
+static void gone_underneath(int replace)
+{
+  const char *name = th_region_name();
+  const char *ini = th_ini_at(rdir, "both", name, BS, NB, NULL, NULL);
+  ecc_connector *c = open_role(ini, "both");
+  char path[256];
+  snprintf(path, sizeof(path), "%s", describe(c).region_path);
+  int old = open(path, O_RDONLY | O_CLOEXEC);
+  cr_assert_geq(old, 0);
+  static uint8_t a[BS], b[BS], dst[BS];
+  th_fill(a, BS, 1);
+  th_fill(b, BS, 2);
+  save_one(c, "flushed", 0, a);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  save_one(c, "queued", 1, b);
+  char other[160];
+  snprintf(other, sizeof(other), "%s/replacement", rdir);
+  if (replace) {
+    write_bytes(other, "someone else's file");
+    cr_assert_eq(rename(other, path), 0);
+  } else {
+    cr_assert_eq(unlink(path), 0);
+  }
+  cr_expect_eq(ecc_flush(c, NULL), ECC_ERR_REGION, "a flush went through a dead region");
+  expect_last_error(c, path, "removed or replaced");
+  cr_expect_eq(load_one(c, 7, 0, dst), ECC_ERR_REGION, "a load read a dead region");
+  expect_last_error(c, path, "removed or replaced");
+  ecc_completion done[4];
+  cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
+  cr_expect_str_eq(done[0].key, "flushed");
+  cr_expect_eq(done[0].status, ECC_ERR_REGION, "a save into a dead region was reported %d",
+               done[0].status);
+  cr_expect_eq(th_poll_until(c, done, 1, 50), 0, "a refused call was reported");
+  uint8_t block[BS], zero[BS] = {0};
+  cr_assert_eq(pread(old, block, BS, REGION_HEADER_BYTES + BS), (ssize_t)BS);
+  cr_expect_eq(memcmp(block, zero, BS), 0, "the queued save was copied into the dead file");
+  close(old);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+  if (replace) {
+    char text[64] = "";
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    cr_assert_geq(fd, 0, "closing removed the file that replaced the region");
+    cr_expect_gt(read(fd, text, sizeof(text) - 1), 0);
+    close(fd);
+    cr_expect_str_eq(text, "someone else's file");
+    cr_assert_eq(unlink(path), 0);
+  }
+  cr_expect_eq(th_count_entries(rdir), 0);
+}
+
+Test(life, region_removed_underneath_is_reported_and_never_used)
+{
+  gone_underneath(0);
+}
+
+Test(life, region_replaced_underneath_is_reported_and_never_used)
+{
+  gone_underneath(1);
+}
+
+Test(life, region_truncated_while_mapped_is_reported_without_sigbus)
+{
+  const char *name = th_region_name();
+  const char *ini = th_ini_at(rdir, "both", name, BS, NB, NULL, NULL);
+  ecc_connector *c = open_role(ini, "both");
+  char path[256];
+  snprintf(path, sizeof(path), "%s", describe(c).region_path);
+  static uint8_t a[BS], dst[BS];
+  th_fill(a, BS, 3);
+  save_one(c, "before", 0, a);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_completion done[2];
+  cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
+  cr_assert_eq(done[0].status, ECC_OK);
+  /* Every block is now past the end of the file: touching one is SIGBUS. */
+  cr_assert_eq(truncate(path, REGION_HEADER_BYTES), 0);
+  cr_expect_eq(load_one(c, 1, 0, dst), ECC_ERR_REGION, "a load read a truncated region");
+  expect_last_error(c, path, "truncated");
+  uint32_t id = 0;
+  ecc_save_entry e = {"after", (uint64_t)(uintptr_t)a, BS, &id, 1};
+  cr_expect_eq(ecc_save(c, &e, 1), ECC_ERR_REGION, "a save started a batch on a truncated region");
+  cr_expect_eq(ecc_flush(c, NULL), ECC_OK, "nothing is queued: flush has nothing to refuse");
+  cr_expect_eq(th_poll_until(c, done, 1, 50), 0);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+  cr_expect_eq(th_count_entries(rdir), 0, "the last holder left the truncated region behind");
 }
