@@ -1,9 +1,9 @@
 /*
- * region.c - the life of the region file: its name, race-free creation under
- * a temporary name, joining with header and layout checks, the liveness
- * check, removal by the last holder, and reaping of files no process holds.
- * Every file operation is made relative to the directory descriptor that
- * region_dir.c checked.
+ * region.c - the life of the region file: its name, creation by exactly one
+ * builder under a fixed temporary name, joining with header and layout
+ * checks, the liveness check, removal by the last holder, and reaping of
+ * files no process holds. Every file operation is made relative to the
+ * directory descriptor that region_dir.c checked.
  */
 #include "region.h"
 
@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -32,17 +33,16 @@
 #define NAME_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
 #define FILE_PREFIX "ecc-"
 #define FILE_SUFFIX ".region"
-/* The temporary name appends ".tmp.<pid>.<n>" to the file name. */
-#define TMP_INFIX ".region.tmp."
+/* The one temporary name of a region being built: <file>.tmp. Versions
+ * before it appended ".tmp.<pid>.<n>", which reaping still recognises. */
+#define TMP_SUFFIX ".tmp"
 #define POLL_MS 5
 /* Rounds lost to other processes (a file replaced under us, a lost link
  * race, a temporary name taken) before the join deadline may end the loop. */
 #define CHURN_MIN 8
 
 /* Outcomes of one attempt besides ECC_OK and the (negative) error codes. */
-enum { STEP_ABSENT = 1, STEP_EXISTS = 2, STEP_AGAIN = 3 };
-
-static atomic_uint tmp_counter;
+enum { STEP_ABSENT = 1, STEP_EXISTS = 2, STEP_AGAIN = 3, STEP_BUILDING = 4 };
 
 static int64_t now_ms(void)
 {
@@ -83,6 +83,11 @@ static int names_file(int dirfd, const char *name, dev_t dev, ino_t ino)
   struct stat now;
   return fstatat(dirfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == dev &&
          now.st_ino == ino;
+}
+
+static void tmp_name(const struct region *r, char *buf, size_t cap)
+{
+  snprintf(buf, cap, "%s" TMP_SUFFIX, r->file);
 }
 
 /* The directory part of r->path, for messages about other files in it. */
@@ -227,17 +232,25 @@ static void write_header(uint8_t *map, const struct region_params *p, uint64_t t
   memcpy(map, REGION_MAGIC, sizeof(h.magic));
 }
 
-/* Lock the fresh temporary file, then make sure the name still is ours: an
- * orphan reaper may have removed it before we held the lock. */
+/* Lock the fresh temporary file, then make sure the name still is ours: a
+ * process that found it unheld before we held the lock took it for a dead
+ * builder's and removed it. A builder links its region in before it frees
+ * the temporary name, so a region present now is one to join, not to build
+ * a second time. */
 static int lock_new_file(int fd, const struct region *r, const char *tmp,
                          const struct stat *st, struct ecc_log *log)
 {
   while (flock(fd, LOCK_SH) != 0) {
     if (errno != EINTR)
-      return log_fail(log, ECC_ERR_SYSTEM, "cannot lock %s for region %s: %s", tmp, r->path,
+      return log_fail(log, ECC_ERR_SYSTEM, "cannot lock %s" TMP_SUFFIX ": %s", r->path,
                       strerror(errno));
   }
-  return names_file(r->dirfd, tmp, st->st_dev, st->st_ino) ? ECC_OK : STEP_AGAIN;
+  if (!names_file(r->dirfd, tmp, st->st_dev, st->st_ino))
+    return STEP_AGAIN;
+  struct stat final;
+  if (fstatat(r->dirfd, r->file, &final, AT_SYMLINK_NOFOLLOW) == 0)
+    return STEP_EXISTS;
+  return ECC_OK;
 }
 
 static int publish(const struct region *r, const char *tmp, struct ecc_log *log)
@@ -248,8 +261,8 @@ static int publish(const struct region *r, const char *tmp, struct ecc_log *log)
     return STEP_EXISTS;
   if (errno == ENOENT)
     return STEP_AGAIN; /* the temporary name was removed under us */
-  return log_fail(log, ECC_ERR_SYSTEM, "cannot link %s to %s: %s", tmp, r->path,
-                  strerror(errno));
+  return log_fail(log, ECC_ERR_SYSTEM, "cannot link %s" TMP_SUFFIX " to %s: %s", r->path,
+                  r->path, strerror(errno));
 }
 
 static int build_file(int fd, const struct region *r, const char *tmp,
@@ -302,38 +315,71 @@ static int remove_unheld(int dirfd, const char *name, int *err)
   return rc;
 }
 
-/* Returns ECC_OK, STEP_EXISTS (someone else's file holds the name),
- * STEP_AGAIN (try another temporary name) or an error. */
+/* The temporary name is taken: by a live builder, whose region is waited
+ * for, or by what a dead one left, which can never be joined and so is
+ * removed whatever reap_orphans says. */
+static int tmp_taken(const struct region *r, const char *tmp, struct ecc_log *log)
+{
+  int err = 0;
+  switch (remove_unheld(r->dirfd, tmp, &err)) {
+  case UNHELD_HELD:
+    return STEP_BUILDING;
+  case UNHELD_REMOVED:
+    log_msg(log, ECC_LOG_INFO,
+            "removed stale temporary file %s" TMP_SUFFIX " (no process held it: its builder "
+            "died)", r->path);
+    return STEP_AGAIN;
+  case UNHELD_GONE:
+    return STEP_AGAIN;
+  case UNHELD_FOREIGN:
+    return log_fail(log, ECC_ERR_REGION,
+                    "region %s cannot be built: its temporary name %s" TMP_SUFFIX " is taken "
+                    "by something other than a regular file of this user (uid %u); remove it",
+                    r->path, r->path, (unsigned)geteuid());
+  default:
+    return log_fail(log, ECC_ERR_SYSTEM, "region %s: cannot check its temporary file %s"
+                    TMP_SUFFIX ": %s", r->path, r->path, strerror(err));
+  }
+}
+
+/* Returns ECC_OK, STEP_EXISTS (a region holds the name), STEP_AGAIN (the
+ * temporary name changed hands: try again), STEP_BUILDING (another process
+ * is building it) or an error. */
 static int create_once(const struct region_params *p, uint64_t total, struct region *out,
                        struct ecc_log *log)
 {
-  char tmp[sizeof(out->file) + 48];
-  unsigned n = atomic_fetch_add(&tmp_counter, 1);
-  snprintf(tmp, sizeof(tmp), "%s.tmp.%ld.%u", out->file, (long)getpid(), n);
+  char tmp[sizeof(out->file) + sizeof(TMP_SUFFIX)];
+  tmp_name(out, tmp, sizeof(tmp));
   int fd = openat(out->dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     if (errno == EEXIST)
-      return STEP_AGAIN;
-    return log_fail(log, ECC_ERR_SYSTEM, "cannot create %s for region %s: %s", tmp,
-                    out->path, strerror(errno));
+      return tmp_taken(out, tmp, log);
+    return log_fail(log, ECC_ERR_SYSTEM, "cannot create %s" TMP_SUFFIX " for region %s: %s",
+                    out->path, out->path, strerror(errno));
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    int rc = log_fail(log, ECC_ERR_SYSTEM, "cannot stat %s: %s", tmp, strerror(errno));
+    int rc = log_fail(log, ECC_ERR_SYSTEM, "cannot stat %s" TMP_SUFFIX ": %s", out->path,
+                      strerror(errno));
     if (unlinkat(out->dirfd, tmp, 0) != 0)
-      log_msg(log, ECC_LOG_WARN, "cannot remove %s: %s", tmp, strerror(errno));
+      log_msg(log, ECC_LOG_WARN, "cannot remove %s" TMP_SUFFIX ": %s", out->path,
+              strerror(errno));
     close(fd);
     return rc;
   }
   uint8_t *map = NULL;
   int rc = build_file(fd, out, tmp, p, total, &st, &map, log);
+  /* A failed build gives its memory back before it frees the name, which
+   * the next builder may take at once. */
+  if (rc != ECC_OK && map != NULL && munmap(map, (size_t)total) != 0)
+    log_msg(log, ECC_LOG_WARN, "cannot unmap %s" TMP_SUFFIX ": %s", out->path, strerror(errno));
+  if (rc != ECC_OK && ftruncate(fd, 0) != 0)
+    log_msg(log, ECC_LOG_WARN, "cannot empty %s" TMP_SUFFIX ": %s", out->path, strerror(errno));
   /* Linked or not, the temporary name goes; a failed build leaves nothing. */
   if (names_file(out->dirfd, tmp, st.st_dev, st.st_ino) && unlinkat(out->dirfd, tmp, 0) != 0)
-    log_msg(log, ECC_LOG_WARN, "region %s: cannot remove temporary name %s: %s", out->path,
-            tmp, strerror(errno));
+    log_msg(log, ECC_LOG_WARN, "region %s: cannot remove temporary name %s" TMP_SUFFIX ": %s",
+            out->path, out->path, strerror(errno));
   if (rc != ECC_OK) {
-    if (map != NULL && munmap(map, (size_t)total) != 0)
-      log_msg(log, ECC_LOG_WARN, "cannot unmap %s: %s", tmp, strerror(errno));
     close(fd);
     return rc;
   }
@@ -549,8 +595,8 @@ static int join_once(const struct region_params *p, int64_t deadline, struct reg
 
 enum { ENTRY_OTHER, ENTRY_REGION, ENTRY_TMP };
 
-/* ecc-<name>.region, or a temporary name of one:
- * ecc-<name>.region.tmp.<pid>.<n>. */
+/* ecc-<name>.region, or a temporary name of one: ecc-<name>.region.tmp, or
+ * the ecc-<name>.region.tmp.<pid>.<n> of earlier versions. */
 static int entry_kind(const char *name)
 {
   if (strncmp(name, FILE_PREFIX, strlen(FILE_PREFIX)) != 0)
@@ -562,10 +608,14 @@ static int entry_kind(const char *name)
   s += n;
   if (strcmp(s, FILE_SUFFIX) == 0)
     return ENTRY_REGION;
-  if (strncmp(s, TMP_INFIX, strlen(TMP_INFIX)) != 0)
+  if (strncmp(s, FILE_SUFFIX TMP_SUFFIX, strlen(FILE_SUFFIX TMP_SUFFIX)) != 0)
     return ENTRY_OTHER;
-  s += strlen(TMP_INFIX);
-  return s[0] != '\0' && strspn(s, "0123456789.") == strlen(s) ? ENTRY_TMP : ENTRY_OTHER;
+  s += strlen(FILE_SUFFIX TMP_SUFFIX);
+  if (s[0] == '\0')
+    return ENTRY_TMP;
+  if (s[0] == '.' && s[1] != '\0' && strspn(s + 1, "0123456789.") == strlen(s + 1))
+    return ENTRY_TMP;
+  return ENTRY_OTHER;
 }
 
 /* Removes `name` if it is ours and nobody holds it. Returns 1 if removed. */
@@ -607,15 +657,59 @@ static int scan_dir(int dirfd, const char *dir, int todo, struct ecc_log *log)
   return count;
 }
 
-/* Before joining or building, with reap_orphans: files of the directory's
- * regions that no process holds. */
+/* Directories this process has scanned, by identity. A scan opens and locks
+ * every ecc-* file in the directory, so it runs once per process; later
+ * opens look at their own names only. Past SCANNED_MAX directories every
+ * open scans. */
+#define SCANNED_MAX 64
+static struct scanned {
+  dev_t dev;
+  ino_t ino;
+  int done; /* SCAN_* bits */
+} scanned[SCANNED_MAX];
+static size_t n_scanned;
+static pthread_mutex_t scanned_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The parts of `want` not yet done in this directory; they count as done
+ * from now on. */
+static int claim_scan(int dirfd, int want)
+{
+  struct stat st;
+  if (fstat(dirfd, &st) != 0)
+    return want;
+  pthread_mutex_lock(&scanned_lock);
+  struct scanned *s = NULL;
+  for (size_t i = 0; i < n_scanned && s == NULL; i++)
+    if (scanned[i].dev == st.st_dev && scanned[i].ino == st.st_ino)
+      s = &scanned[i];
+  if (s == NULL && n_scanned < SCANNED_MAX) {
+    s = &scanned[n_scanned++];
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    s->done = 0;
+  }
+  int todo = s != NULL ? want & ~s->done : want;
+  if (s != NULL)
+    s->done |= want;
+  pthread_mutex_unlock(&scanned_lock);
+  return todo;
+}
+
+/* Before joining or building: this region's own leftovers (its temporary
+ * file always, since no one can ever join one; the region itself with
+ * reap_orphans), then, once per process, everybody else's. */
 static void clean_up_leftovers(const struct region_params *p, const struct region *r,
                                struct ecc_log *log)
 {
-  char dir[sizeof(r->path)];
+  char dir[sizeof(r->path)], tmp[sizeof(r->file) + sizeof(TMP_SUFFIX)];
   dir_of(r, dir, sizeof(dir));
+  tmp_name(r, tmp, sizeof(tmp));
+  reap_one(r->dirfd, dir, tmp, log);
   if (p->reap_orphans)
-    scan_dir(r->dirfd, dir, SCAN_TMP | SCAN_REGIONS, log);
+    reap_one(r->dirfd, dir, r->file, log);
+  int todo = claim_scan(r->dirfd, SCAN_TMP | (p->reap_orphans ? SCAN_REGIONS : 0));
+  if (todo != 0)
+    scan_dir(r->dirfd, dir, todo, log);
 }
 
 /* ---- opening ----------------------------------------------------------- */
@@ -625,6 +719,15 @@ static int already_exists(const char *path, struct ecc_log *log)
   return log_fail(log, ECC_ERR_REGION,
                   "region %s already exists (region.mode = create); use mode auto or join, "
                   "or remove it if no process uses it", path);
+}
+
+static int still_building(const struct region_params *p, const struct region *r,
+                          struct ecc_log *log)
+{
+  return log_fail(log, ECC_ERR_REGION,
+                  "timed out after %u ms waiting for region %s: another process is still "
+                  "building it (it holds %s" TMP_SUFFIX "); raise region.join_timeout_ms for "
+                  "a region this large", (unsigned)p->join_timeout_ms, r->path, r->path);
 }
 
 static int open_loop(const struct region_params *p, uint64_t total, int64_t deadline,
@@ -655,6 +758,13 @@ static int open_loop(const struct region_params *p, uint64_t total, int64_t dead
         return rc;
       if (rc == STEP_EXISTS && p->mode == REGION_CREATE)
         return already_exists(out->path, log);
+      /* One process builds; the others wait for its region and join it. */
+      if (rc == STEP_BUILDING && now_ms() >= deadline)
+        return still_building(p, out, log);
+      if (rc == STEP_BUILDING) {
+        sleep_ms(POLL_MS);
+        continue;
+      }
     }
     if (++churn >= CHURN_MIN && now_ms() >= deadline)
       return log_fail(log, ECC_ERR_REGION,

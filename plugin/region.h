@@ -2,11 +2,11 @@
  * region.h - the shared host region: a file on a tmpfs made of one header
  * page and `num_blocks` blocks of `block_size` bytes, mapped MAP_SHARED.
  *
- * The creator builds it under a temporary name and links it into place, so
- * a complete header is all anyone can ever see; joiners check that header
- * against their own configuration. Every process holds a shared flock on the
- * file for as long as it maps it; the last one to close removes it, and a
- * file nobody holds is an orphan.
+ * One process at a time builds it under a fixed temporary name and links it
+ * into place, so a complete header is all anyone can ever see; joiners
+ * check that header against their own configuration. Every process holds a
+ * shared flock on the file for as long as it maps it; the last one to close
+ * removes it, and a file nobody holds is an orphan.
  */
 #ifndef ECC_REGION_H
 #define ECC_REGION_H
@@ -42,7 +42,8 @@ struct region_params {
   uint64_t num_blocks;
   int mode;                 /* enum region_mode (config.h) */
   uint32_t join_timeout_ms; /* bound on waiting for a creator */
-  int reap_orphans;         /* unlink unheld ecc-*.region files in dir first */
+  int reap_orphans;         /* unlink unheld region files: this one's at each open, the
+                             * directory's once per process */
   int any_filesystem;       /* 1: dir need not be a tmpfs */
 };
 
@@ -75,8 +76,8 @@ int region_check(const struct region *r, struct ecc_log *log);
  * it. Errors are logged, never returned. Safe to call twice. */
 void region_close(struct region *r, struct ecc_log *log);
 
-/* Unlink orphans (no process holds them) of the region pattern in `dir`.
- * Returns how many were removed. */
+/* Unlink orphans (no process holds them) of the region pattern in `dir`,
+ * and temporary files no builder holds. Returns how many were removed. */
 int region_reap_orphans(const char *dir, struct ecc_log *log);
 
 #endif /* ECC_REGION_H */

@@ -1,8 +1,8 @@
 /*
  * test_region_life.c - the region file's life across processes: the last
  * holder removes it (so a restarted side joins the live file), a file
- * removed, replaced or truncated underneath is reported, and region.dir is
- * checked, its per-user default made for its user alone.
+ * removed, replaced or truncated underneath is reported, racing starters
+ * build it once, region.dir is checked, stale temporary files go.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -840,4 +840,283 @@ Test(life, region_truncated_while_mapped_is_reported_without_sigbus)
   cr_expect_eq(th_poll_until(c, done, 1, 50), 0);
   cr_assert_eq(ecc_close(c), ECC_OK);
   cr_expect_eq(th_count_entries(rdir), 0, "the last holder left the truncated region behind");
+}
+
+static ino_t ino_of(const char *path)
+{
+  struct stat st;
+  cr_assert_eq(lstat(path, &st), 0, "%s: %s", path, strerror(errno));
+  return st.st_ino;
+}
+
+/* ---- racing starters ------------------------------------------------------ */
+
+/* Samples a filesystem's used bytes until told to stop; keeps the peak. */
+struct sampler {
+  const char *dir;
+  atomic_int stop;
+  uint64_t peak;
+};
+
+static void *sample_usage(void *arg)
+{
+  struct sampler *s = arg;
+  while (!atomic_load(&s->stop)) {
+    struct statvfs v;
+    if (statvfs(s->dir, &v) == 0) {
+      uint64_t used = (uint64_t)(v.f_blocks - v.f_bfree) * v.f_frsize;
+      if (used > s->peak)
+        s->peak = used;
+    }
+    usleep(100);
+  }
+  return NULL;
+}
+
+struct race_result {
+  int opened, failed, enospc, creators, other_file, left;
+  char first_error[400];
+};
+
+#define RACERS 8
+
+/* One round: every racer opens at once, then every racer closes; the last
+ * out removes the file. Failures are counted, not asserted, so that the
+ * caller can unmount first. */
+static int race_round(struct remote *r, struct race_result *res, const char *dir)
+{
+  struct reply rep[RACERS];
+  for (int i = 0; i < RACERS; i++)
+    if (remote_send(&r[i], CMD_OPEN, "both", 0, 0, 0) != 0)
+      return -1;
+  for (int i = 0; i < RACERS; i++)
+    if (remote_wait(&r[i], &rep[i]) != 0)
+      return -1;
+  for (int i = 0; i < RACERS; i++) {
+    if (rep[i].rc != ECC_OK) {
+      res->failed++;
+      res->enospc += strstr(rep[i].text, strerror(ENOSPC)) != NULL;
+      if (res->first_error[0] == '\0')
+        snprintf(res->first_error, sizeof(res->first_error), "%s", rep[i].text);
+      continue;
+    }
+    res->opened++;
+    res->creators += rep[i].creator;
+    res->other_file += rep[i].ino != rep[0].ino;
+  }
+  for (int i = 0; i < RACERS; i++)
+    if (rep[i].rc == ECC_OK && remote_send(&r[i], CMD_CLOSE, NULL, 0, 0, 0) != 0)
+      return -1;
+  for (int i = 0; i < RACERS; i++)
+    if (rep[i].rc == ECC_OK && remote_wait(&r[i], &rep[i]) != 0)
+      return -1;
+  res->left += th_count_entries(dir);
+  return 0;
+}
+
+/* RACERS processes open one absent region at once, `rounds` times, in a
+ * private tmpfs of `fs_bytes`; the peak use of the tmpfs is sampled. */
+static int race(uint64_t block_size, uint64_t blocks, uint64_t fs_bytes, int rounds,
+                struct race_result *res, uint64_t *peak)
+{
+  char mnt[64], opts[64];
+  snprintf(mnt, sizeof(mnt), "/tmp/ecc-race-XXXXXX");
+  cr_assert_not_null(mkdtemp(mnt));
+  snprintf(opts, sizeof(opts), "size=%llu,mode=0700", (unsigned long long)fs_bytes);
+  if (mount("tmpfs", mnt, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0) {
+    int e = errno;
+    rmdir(mnt);
+    return e;
+  }
+  const char *ini = th_ini_at(mnt, "both", th_region_name(), block_size, blocks,
+                              "join_timeout_ms = 20000\n", NULL);
+  struct remote r[RACERS];
+  for (int i = 0; i < RACERS; i++)
+    r[i] = remote_start(ini);
+  struct sampler s = {.dir = mnt};
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, sample_usage, &s), 0);
+  int broken = 0;
+  for (int round = 0; round < rounds && !broken; round++)
+    broken = race_round(r, res, mnt) != 0;
+  atomic_store(&s.stop, 1);
+  pthread_join(t, NULL);
+  for (int i = 0; i < RACERS; i++)
+    remote_stop(&r[i]);
+  *peak = s.peak;
+  cr_expect_eq(umount(mnt), 0, "umount %s: %s", mnt, strerror(errno));
+  rmdir(mnt);
+  cr_assert(!broken, "a racing process stopped answering");
+  return 0;
+}
+
+Test(life, racing_starters_build_one_region_and_join_it)
+{
+  /* 32 MiB: building takes long enough for every racer to arrive. */
+  uint64_t bs = 1 << 20, nb = 32, bytes = REGION_HEADER_BYTES + bs * nb;
+  struct race_result res = {0};
+  uint64_t peak = 0;
+  int e = race(bs, nb, (RACERS + 2) * bytes, 2, &res, &peak);
+  if (e != 0)
+    SKIP("cannot mount a private tmpfs here (needs root or CAP_SYS_ADMIN): %s", strerror(e));
+  cr_log_info("racing starters: peak use of the tmpfs %.1f MiB for one %.1f MiB region",
+              peak / 1048576.0, bytes / 1048576.0);
+  cr_assert_eq(res.failed, 0, "%d opens failed, e.g.: %s", res.failed, res.first_error);
+  cr_expect_eq(res.creators, 2, "%d creators in 2 rounds", res.creators);
+  cr_expect_eq(res.other_file, 0, "racers ended up on different files");
+  cr_expect_eq(res.left, 0, "files were left behind");
+  cr_expect_lt(peak, 2 * bytes, "the tmpfs held %llu bytes at once: more than one region",
+               (unsigned long long)peak);
+}
+
+Test(life, racing_starters_fit_a_tmpfs_with_room_for_one_region)
+{
+  enum { ROUNDS = 20 };
+  uint64_t bs = 1 << 20, nb = 8, bytes = REGION_HEADER_BYTES + bs * nb;
+  struct race_result res = {0};
+  uint64_t peak = 0;
+  int e = race(bs, nb, bytes + (1 << 20), ROUNDS, &res, &peak);
+  if (e != 0)
+    SKIP("cannot mount a private tmpfs here (needs root or CAP_SYS_ADMIN): %s", strerror(e));
+  cr_log_info("tmpfs with room for one region: %d opens, %d failed (%d ENOSPC)",
+              res.opened + res.failed, res.failed, res.enospc);
+  cr_assert_eq(res.enospc, 0, "%d of %d opens failed with ENOSPC, e.g.: %s", res.enospc,
+               RACERS * ROUNDS, res.first_error);
+  cr_assert_eq(res.failed, 0, "%d opens failed, e.g.: %s", res.failed, res.first_error);
+  cr_expect_eq(res.creators, ROUNDS);
+  cr_expect_eq(res.left, 0);
+}
+
+/* ---- temporary files ---------------------------------------------------- */
+
+static const char *tmp_of(const char *name)
+{
+  static char paths[4][200];
+  static unsigned n;
+  char *p = paths[n++ % 4];
+  snprintf(p, 200, "%s.tmp", th_region_path(rdir, name));
+  return p;
+}
+
+/* A builder that dies while sizing its temporary file: it locks it as
+ * builders do, allocates it and is killed. */
+static void builder_killed(const char *tmp)
+{
+  int ready[2];
+  cr_assert_eq(pipe(ready), 0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    close(ready[0]);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    off_t size = REGION_HEADER_BYTES + (off_t)BS * NB;
+    if (fd < 0 || flock(fd, LOCK_SH) != 0 || posix_fallocate(fd, 0, size) != 0)
+      _exit(1);
+    if (write(ready[1], "r", 1) != 1)
+      _exit(2);
+    for (;;)
+      pause();
+  }
+  close(ready[1]);
+  char c;
+  cr_assert_eq(read(ready[0], &c, 1), 1, "the builder failed");
+  close(ready[0]);
+  cr_assert_eq(kill(pid, SIGKILL), 0);
+  waitpid(pid, NULL, 0);
+}
+
+Test(life, temporary_file_of_a_killed_builder_goes_whatever_reap_orphans_says)
+{
+  const char *name = th_region_name();
+  builder_killed(tmp_of(name));
+  cr_assert(th_exists(tmp_of(name)));
+  struct region_params p = params(rdir, name, REGION_AUTO, 2000, 0);
+  struct region r;
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", last_error());
+  cr_expect_eq(r.creator, 1);
+  cr_expect(!th_exists(tmp_of(name)), "the dead builder's temporary file is still there");
+  cr_expect_not_null(strstr(captured, "removed stale temporary file"), "log: %s", captured);
+  cr_expect_eq(th_count_entries(rdir), 1);
+  region_close(&r, &tlog);
+  cr_expect_eq(th_count_entries(rdir), 0);
+}
+
+Test(life, leftover_temporary_files_go_and_unheld_regions_stay_without_reaping)
+{
+  char old_form[200];
+  snprintf(old_form, sizeof(old_form), "%s.tmp.4242.0", th_region_path(rdir, "old"));
+  make_region_file(old_form, 0);
+  make_region_file(tmp_of("other"), 0);
+  make_region_file(th_region_path(rdir, "orphan"), 0);
+  const char *name = th_region_name();
+  struct region_params p = params(rdir, name, REGION_AUTO, 2000, 0);
+  struct region r;
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", last_error());
+  cr_expect(!th_exists(old_form), "an unheld temporary file of the old form is still there");
+  cr_expect(!th_exists(tmp_of("other")), "an unheld temporary file is still there");
+  cr_expect(th_exists(th_region_path(rdir, "orphan")), "a region was reaped with reaping off");
+  /* The directory was scanned: a later open in this process looks at its
+   * own names only, so a scan is paid once, not per open. */
+  make_region_file(tmp_of("later"), 0);
+  struct region r2;
+  struct region_params p2 = params(rdir, th_region_name(), REGION_AUTO, 2000, 1);
+  cr_assert_eq(region_open(&p2, &r2, &tlog), ECC_OK, "%s", last_error());
+  cr_expect(th_exists(tmp_of("later")), "a second open in one process scanned again");
+  cr_expect(!th_exists(th_region_path(rdir, "orphan")),
+            "the first open with reaping on did not scan for orphaned regions");
+  region_close(&r2, &tlog);
+  region_close(&r, &tlog);
+  cr_expect_eq(region_reap_orphans(rdir, &tlog), 1);
+  cr_expect_eq(th_count_entries(rdir), 0);
+}
+
+struct opener {
+  struct region_params p;
+  struct region r;
+  int rc;
+  atomic_int done;
+};
+
+static void *open_in_thread(void *arg)
+{
+  struct opener *o = arg;
+  struct ecc_log quiet;
+  log_init(&quiet, NULL);
+  o->rc = region_open(&o->p, &o->r, &quiet);
+  log_destroy(&quiet);
+  atomic_store(&o->done, 1);
+  return NULL;
+}
+
+Test(life, temporary_file_being_built_is_waited_for_not_removed)
+{
+  const char *name = th_region_name();
+  const char *tmp = tmp_of(name), *path = th_region_path(rdir, name);
+  int builder = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  cr_assert_geq(builder, 0);
+  cr_assert_eq(flock(builder, LOCK_SH), 0);
+  ino_t ino = ino_of(tmp);
+  /* A short wait ends in an error that says why, and builds nothing. */
+  struct region_params p = params(rdir, name, REGION_AUTO, 200, 1);
+  struct region r;
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_REGION, "%s", last_error());
+  cr_expect_not_null(strstr(last_error(), "another process is still building it"), "%s",
+                     last_error());
+  cr_expect_eq(ino_of(tmp), ino, "a temporary file being built was removed");
+  cr_expect_eq(th_count_entries(rdir), 1);
+  /* A longer one joins the region once the builder has linked it in. */
+  struct opener o = {.p = params(rdir, name, REGION_AUTO, 20000, 1)};
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, open_in_thread, &o), 0);
+  usleep(50 * 1000);
+  cr_expect_eq(atomic_load(&o.done), 0, "the open did not wait for the builder");
+  make_region_file(path, 0);
+  cr_assert_eq(unlink(tmp), 0);
+  close(builder);
+  pthread_join(t, NULL);
+  cr_assert_eq(o.rc, ECC_OK);
+  cr_expect_eq(o.r.creator, 0, "the waiting open built a region of its own");
+  cr_expect_eq(o.r.ino, ino_of(path));
+  region_close(&o.r, &tlog);
+  cr_expect_eq(th_count_entries(rdir), 0);
 }
