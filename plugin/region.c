@@ -1,9 +1,9 @@
 /*
  * region.c - the life of the region file: its name, creation by exactly one
- * builder under a fixed temporary name, joining with header and layout
- * checks, the liveness check, removal by the last holder, and reaping of
- * files no process holds. Every file operation is made relative to the
- * directory descriptor that region_dir.c checked.
+ * builder under a fixed temporary name, joining with header, layout and
+ * allocation checks, the liveness check, removal by the last holder, and
+ * reaping of files no process holds. Every file operation is made relative
+ * to the directory descriptor that region_dir.c checked.
  */
 #include "region.h"
 
@@ -471,17 +471,16 @@ static int foreign_magic(const struct region_header *h, const char *path, struct
 }
 
 /* A file made by another tool in place (not linked in finished) may still
- * be growing; wait for its header while its magic is blank. */
+ * be growing; wait for its header while its magic is blank. On return *now
+ * is the file as last seen. */
 static int wait_header(int fd, const char *path, int64_t deadline, uint32_t timeout_ms,
-                       struct region_header *h, off_t *size, struct ecc_log *log)
+                       struct region_header *h, struct stat *now, struct ecc_log *log)
 {
   for (;;) {
-    struct stat st;
-    if (fstat(fd, &st) != 0)
+    if (fstat(fd, now) != 0)
       return log_fail(log, ECC_ERR_SYSTEM, "cannot stat region %s: %s", path,
                       strerror(errno));
-    *size = st.st_size;
-    if (st.st_size >= (off_t)REGION_HEADER_BYTES) {
+    if (now->st_size >= (off_t)REGION_HEADER_BYTES) {
       ssize_t got = pread(fd, h, sizeof(*h), 0);
       if (got < 0 && errno != EINTR)
         return log_fail(log, ECC_ERR_SYSTEM, "cannot read the header of region %s: %s",
@@ -497,10 +496,10 @@ static int wait_header(int fd, const char *path, int64_t deadline, uint32_t time
       break;
     sleep_ms(POLL_MS);
   }
-  if (*size < (off_t)REGION_HEADER_BYTES)
+  if (now->st_size < (off_t)REGION_HEADER_BYTES)
     return log_fail(log, ECC_ERR_REGION,
                     "region %s is truncated: %lld bytes, less than its %u-byte header "
-                    "(waited %u ms)", path, (long long)*size, REGION_HEADER_BYTES,
+                    "(waited %u ms)", path, (long long)now->st_size, REGION_HEADER_BYTES,
                     (unsigned)timeout_ms);
   return log_fail(log, ECC_ERR_REGION,
                   "region %s has no header: its magic did not appear within %u ms", path,
@@ -545,11 +544,26 @@ static int check_layout(const struct region_header *h, const struct region_param
                   (unsigned long long)p->num_blocks, (unsigned long long)p->block_size);
 }
 
+/* A file with holes gets its pages on first touch, and a full tmpfs answers
+ * that touch with SIGBUS, which kills the process: refuse it at join, while
+ * refusing is still an error. A creator allocates every block before it
+ * links the file in. */
+static int check_allocated(const struct stat *st, const char *path, struct ecc_log *log)
+{
+  unsigned long long allocated = (unsigned long long)st->st_blocks * 512;
+  if (allocated >= (unsigned long long)st->st_size)
+    return ECC_OK;
+  return log_fail(log, ECC_ERR_REGION,
+                  "region %s is sparse: %llu bytes are allocated of the %lld it holds; "
+                  "touching the rest could kill this process with SIGBUS, so it is refused",
+                  path, allocated, (long long)st->st_size);
+}
+
 static int join_checks(int fd, const struct region_params *p, const struct region *r,
                        int64_t deadline, struct stat *st, struct region_header *h,
                        struct ecc_log *log)
 {
-  off_t size = 0;
+  struct stat now;
   int rc = check_owner(fd, r->path, st, log);
   if (rc == ECC_OK)
     rc = lock_shared(fd, r->path, deadline, p->join_timeout_ms, log);
@@ -558,11 +572,13 @@ static int join_checks(int fd, const struct region_params *p, const struct regio
   if (rc == ECC_OK && !names_file(r->dirfd, r->file, st->st_dev, st->st_ino))
     rc = STEP_AGAIN;
   if (rc == ECC_OK)
-    rc = wait_header(fd, r->path, deadline, p->join_timeout_ms, h, &size, log);
+    rc = wait_header(fd, r->path, deadline, p->join_timeout_ms, h, &now, log);
   if (rc == ECC_OK)
-    rc = check_header(h, size, r->path, log);
+    rc = check_header(h, now.st_size, r->path, log);
   if (rc == ECC_OK)
     rc = check_layout(h, p, r->path, log);
+  if (rc == ECC_OK)
+    rc = check_allocated(&now, r->path, log);
   return rc;
 }
 

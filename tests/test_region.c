@@ -109,7 +109,9 @@ static int64_t elapsed_ms(const struct timespec *t0)
   return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
-/* A region file made by hand: `h` (may be NULL) at offset 0, `size` bytes. */
+/* A region file made by hand: `h` (may be NULL) at offset 0, `size` bytes,
+ * every block allocated as a creator leaves them (a join refuses a sparse
+ * file; test_region_life.c checks that). */
 static void write_file(const char *path, const struct region_header *h, off_t size,
                        mode_t mode)
 {
@@ -117,6 +119,8 @@ static void write_file(const char *path, const struct region_header *h, off_t si
   cr_assert_geq(fd, 0, "create %s: %s", path, strerror(errno));
   cr_assert_eq(fchmod(fd, mode), 0);
   cr_assert_eq(ftruncate(fd, size), 0);
+  if (size > 0)
+    cr_assert_eq(posix_fallocate(fd, 0, size), 0);
   if (h != NULL)
     cr_assert_eq(pwrite(fd, h, sizeof(*h), 0), (ssize_t)sizeof(*h));
   close(fd);

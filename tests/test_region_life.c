@@ -2,7 +2,7 @@
  * test_region_life.c - the region file's life across processes: the last
  * holder removes it (so a restarted side joins the live file), a file
  * removed, replaced or truncated underneath is reported, racing starters
- * build it once, region.dir is checked, stale temporary files go.
+ * build it once, region.dir is checked, sparse and stale temporary files.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -1119,4 +1119,71 @@ Test(life, temporary_file_being_built_is_waited_for_not_removed)
   cr_expect_eq(o.r.ino, ino_of(path));
   region_close(&o.r, &tlog);
   cr_expect_eq(th_count_entries(rdir), 0);
+}
+
+/* ---- sparse regions at join ---------------------------------------------- */
+
+struct file_state {
+  struct stat st;
+  struct region_header h;
+};
+
+static struct file_state state_of(const char *path)
+{
+  struct file_state s;
+  memset(&s, 0, sizeof(s));
+  cr_assert_eq(lstat(path, &s.st), 0, "%s: %s", path, strerror(errno));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(pread(fd, &s.h, sizeof(s.h), 0), (ssize_t)sizeof(s.h));
+  close(fd);
+  return s;
+}
+
+static void expect_unchanged(const char *path, const struct file_state *before)
+{
+  struct file_state now = state_of(path);
+  cr_expect_eq(now.st.st_ino, before->st.st_ino, "%s was replaced", path);
+  cr_expect_eq(now.st.st_size, before->st.st_size, "%s changed size", path);
+  cr_expect_eq(now.st.st_blocks, before->st.st_blocks, "%s got blocks allocated", path);
+  cr_expect_eq(now.st.st_mtim.tv_nsec, before->st.st_mtim.tv_nsec, "%s was written", path);
+  cr_expect_eq(memcmp(&now.h, &before->h, sizeof(now.h)), 0, "%s's header changed", path);
+}
+
+static void expect_sparse_refused(const struct region_params *p, const char *path,
+                                  const struct file_state *before)
+{
+  struct region r;
+  int fds = th_count_fds();
+  int rc = region_open(p, &r, &tlog);
+  cr_assert_eq(rc, ECC_ERR_REGION, "a sparse region was accepted (rc %d): %s", rc, last_error());
+  char want[160];
+  snprintf(want, sizeof(want), "%llu bytes are allocated of the %lld it holds",
+           (unsigned long long)before->st.st_blocks * 512, (long long)before->st.st_size);
+  cr_expect_not_null(strstr(last_error(), path), "'%s' does not name the file", last_error());
+  cr_expect_not_null(strstr(last_error(), "is sparse"), "%s", last_error());
+  cr_expect_not_null(strstr(last_error(), want), "'%s' lacks '%s'", last_error(), want);
+  cr_expect_eq(th_count_fds(), fds);
+  expect_unchanged(path, before);
+}
+
+Test(life, sparse_region_is_refused_at_join_and_left_alone)
+{
+  const char *name = th_region_name();
+  const char *path = th_region_path(rdir, name);
+  make_region_file(path, 1);
+  struct file_state before = state_of(path);
+  cr_assert_lt(before.st.st_blocks * 512, before.st.st_size, "the file is not sparse here");
+  /* Nobody holds it and reaping is off; then held, with reaping on. */
+  struct region_params p = params(rdir, name, REGION_JOIN, 500, 0);
+  expect_sparse_refused(&p, path, &before);
+  p.mode = REGION_AUTO;
+  expect_sparse_refused(&p, path, &before);
+  int holder = open(path, O_RDONLY | O_CLOEXEC);
+  cr_assert_geq(holder, 0);
+  cr_assert_eq(flock(holder, LOCK_SH), 0);
+  p.reap_orphans = 1;
+  expect_sparse_refused(&p, path, &before);
+  close(holder);
+  cr_expect_eq(th_count_entries(rdir), 1, "a refused join added or removed files");
 }
