@@ -201,7 +201,9 @@ typedef struct ecc_load_entry_v1 {
 /* One finished save (identified by key) or load (identified by transfer id). */
 typedef struct ecc_completion_v1 {
   uint32_t direction;        /* ECC_DIR_SAVE or ECC_DIR_LOAD */
-  int32_t status;            /* ECC_OK, or ECC_ERR_TRANSFER / ECC_ERR_DEVICE if the copy failed */
+  int32_t status;            /* ECC_OK, or ECC_ERR_TRANSFER / ECC_ERR_DEVICE if the copy failed,
+                              * or ECC_ERR_REGION if the region file was removed, replaced or
+                              * truncated before the completion was polled */
   uint64_t transfer_id;      /* loads: the id given to load(); saves: 0 */
   uint64_t batch;            /* sequence number of the batched transfer, per direction, from 1 */
   uint64_t nbytes;           /* bytes of this entry that the copy moved */
@@ -236,7 +238,7 @@ typedef struct ecc_stats_v1 {
 /* What a handle is using. The caller sets struct_size. */
 typedef struct ecc_info_v1 {
   uint32_t struct_size;   /* in: sizeof(ecc_info_v1) as the caller compiled it */
-  uint32_t creator;       /* 1 if this handle created the region (and will unlink it) */
+  uint32_t creator;       /* 1 if this handle created the region (whoever closes it last unlinks it) */
   char region_path[256];  /* the region file, e.g. "/dev/shm/ecc-demo.region" */
   uint64_t block_size;    /* bytes per block */
   uint64_t num_blocks;    /* blocks in the region */
@@ -280,7 +282,9 @@ typedef struct ecc_plugin_v1 {
    * batch run in parallel: if two of its entries list the same block, which
    * one the block ends up holding is unspecified.
    * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_RANGE, ECC_ERR_ROLE,
-   * ECC_ERR_NOMEM, ECC_ERR_CLOSED. */
+   * ECC_ERR_NOMEM, ECC_ERR_CLOSED, ECC_ERR_REGION (checked when the call
+   * starts a step's batch: the region file was removed, replaced or
+   * truncated since create, so the handle can move no more data). */
   int (*save)(ecc_handle_t h, const ecc_save_entry_v1 *entries, size_t n);
 
   /* flush: submit everything queued since the last flush as ONE batched
@@ -289,7 +293,9 @@ typedef struct ecc_plugin_v1 {
    * stream; with the host engine it must be NULL). Nothing queued: no-op.
    * On ECC_ERR_BUSY the queue is kept and a later flush submits it.
    * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_BUSY, ECC_ERR_DEVICE,
-   * ECC_ERR_NOMEM, ECC_ERR_CLOSED. */
+   * ECC_ERR_NOMEM, ECC_ERR_CLOSED, ECC_ERR_REGION (the region file was
+   * removed, replaced or truncated since create: nothing is submitted, the
+   * queue is kept, and the handle can move no more data). */
   int (*flush)(ecc_handle_t h, void *compute_stream);
 
   /* load: copy `n` entries in ONE batched transfer, in order of first block
@@ -303,7 +309,9 @@ typedef struct ecc_plugin_v1 {
    * `dst` must not be read or reused otherwise before then.
    * n == 0 is a no-op.
    * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_RANGE, ECC_ERR_ROLE,
-   * ECC_ERR_BUSY, ECC_ERR_DEVICE, ECC_ERR_NOMEM, ECC_ERR_CLOSED. */
+   * ECC_ERR_BUSY, ECC_ERR_DEVICE, ECC_ERR_NOMEM, ECC_ERR_CLOSED, ECC_ERR_REGION
+   * (the region file was removed, replaced or truncated since create: nothing
+   * is copied, and the handle can move no more data). */
   int (*load)(ecc_handle_t h, const ecc_load_entry_v1 *entries, size_t n,
               void *compute_stream);
 
@@ -317,8 +325,9 @@ typedef struct ecc_plugin_v1 {
   int (*poll)(ecc_handle_t h, ecc_completion_v1 *out, size_t cap, size_t *n_out);
 
   /* shutdown: wait for every in-flight transfer, free everything, clean up
-   * the region (the creator unlinks it). Completions not yet polled are
-   * dropped. A second call, or any call after it, returns ECC_ERR_CLOSED.
+   * the region (whoever closes it last, in any process, unlinks it).
+   * Completions not yet polled are dropped. A second call, or any call after
+   * it, returns ECC_ERR_CLOSED.
    * Returns ECC_OK, ECC_ERR_CLOSED. */
   int (*shutdown)(ecc_handle_t h);
 

@@ -13,13 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "region_dir.h"
+
 const ecc_param_v1 config_params[CONFIG_N_PARAMS] = {
   {"connector.role", "both", "producer | consumer | both: which directions this process moves"},
   {"connector.tp_rank", "0", "tensor-parallel rank; saves happen only where tp_rank and pcp_rank are 0"},
   {"connector.pcp_rank", "0", "prefill-context-parallel rank (see tp_rank)"},
   {"connector.max_inflight", "64", "batched transfers in flight per direction before flush/load return BUSY (1..65536)"},
   {"region.name", "default", "region name, [A-Za-z0-9_-]{1,63}; the file is <dir>/ecc-<name>.region"},
-  {"region.dir", "/dev/shm", "absolute directory of the region file (a tmpfs)"},
+  {"region.dir", "", "absolute directory of the region file, on a tmpfs; empty: /dev/shm/ecc-<uid>, made 0700 for this user on demand (name a directory to share regions between users)"},
   {"region.size", "1GiB", "bytes of block data: number with B, K/KiB, M/MiB, G/GiB, T/TiB (x1024) or KB, MB, GB, TB (x1000)"},
   {"region.block_size", "", "bytes per block (one token's row); or give hidden_size and dtype"},
   {"region.hidden_size", "", "values per row; block_size = hidden_size x size of dtype"},
@@ -27,6 +29,7 @@ const ecc_param_v1 config_params[CONFIG_N_PARAMS] = {
   {"region.mode", "auto", "auto (create if absent, else join) | create | join"},
   {"region.join_timeout_ms", "30000", "how long a joiner waits for the region's creator (0..3600000)"},
   {"region.reap_orphans", "true", "true | false: unlink region files no live process holds before opening"},
+  {"region.require_tmpfs", "true", "true | false: refuse a region.dir that is not a tmpfs (on a disk a region outlives reboots)"},
   {"pinning.enabled", "auto", "auto (try, warn on failure) | on (failure is an error) | off: register the region with the GPU driver"},
   {"engine.type", "auto", "auto (cuda if a GPU is usable, else host) | cuda | host"},
   {"engine.method", "auto", "cuda copy method: auto | dma (batched copy engine) | kernel (gather/scatter on SMs)"},
@@ -188,9 +191,9 @@ static int parse_name(const struct raw_config *r, struct plugin_config *c, char 
   }
   memcpy(c->region_name, name, len + 1);
   const char *dir = raw(r, "region.dir");
-  if (dir[0] != '/' || strlen(dir) >= sizeof(c->region_dir))
-    return fail(err, cap, "config: region.dir = '%s' must be an absolute path shorter than %zu",
-                dir, sizeof(c->region_dir));
+  if ((dir[0] != '\0' && dir[0] != '/') || strlen(dir) >= sizeof(c->region_dir))
+    return fail(err, cap, "config: region.dir = '%s' must be empty (the default) or an absolute "
+                "path shorter than %zu", dir, sizeof(c->region_dir));
   memcpy(c->region_dir, dir, strlen(dir) + 1);
   return ECC_OK;
 }
@@ -268,6 +271,8 @@ static int parse_enums(const struct raw_config *r, struct plugin_config *c, char
     rc = parse_choice(r, "engine.method", methods, 3, &c->method, err, cap);
   if (rc == ECC_OK)
     rc = parse_bool(r, "region.reap_orphans", &c->reap_orphans, err, cap);
+  if (rc == ECC_OK)
+    rc = parse_bool(r, "region.require_tmpfs", &c->require_tmpfs, err, cap);
   return rc;
 }
 
@@ -310,6 +315,11 @@ int config_parse(const ecc_kv_v1 *kv, size_t n, struct plugin_config *out,
   if (rc == ECC_OK)
     *out = c;
   return rc;
+}
+
+const char *config_region_dir(const struct plugin_config *c, char *buf, size_t cap)
+{
+  return region_dir_shown(c->region_dir, buf, cap);
 }
 
 const char *config_role_name(int role)

@@ -23,13 +23,14 @@ struct plugin_config {
   uint32_t tp_rank;          /* tensor-parallel rank of this process */
   uint32_t pcp_rank;         /* prefill-context-parallel rank of this process */
   char region_name[REGION_NAME_MAX]; /* [A-Za-z0-9_-]+ */
-  char region_dir[128];      /* directory of the region file, normally /dev/shm */
+  char region_dir[128];      /* directory of the region file; "" for /dev/shm/ecc-<euid> */
   uint64_t region_size;      /* bytes of block data requested */
   uint64_t block_size;       /* bytes per block */
   uint64_t num_blocks;       /* floor(region_size / block_size) */
   int region_mode;           /* enum region_mode */
   uint32_t join_timeout_ms;  /* how long a joiner waits for the creator */
   int reap_orphans;          /* unlink dead regions before opening */
+  int require_tmpfs;         /* refuse a region_dir that is not a tmpfs */
   int pin;                   /* enum pin_mode */
   int engine;                /* enum engine_kind */
   int method;                /* enum cuda_method */
@@ -40,7 +41,7 @@ struct plugin_config {
 };
 
 /* Number of published keys (checked against the table in config.c). */
-#define CONFIG_N_PARAMS 19
+#define CONFIG_N_PARAMS 20
 extern const ecc_param_v1 config_params[CONFIG_N_PARAMS];
 extern const size_t config_n_params;
 
@@ -53,6 +54,10 @@ int config_parse(const ecc_kv_v1 *kv, size_t n, struct plugin_config *out,
  * G/GiB, T/TiB are powers of 1024; KB, MB, GB, TB powers of 1000).
  * Returns 0, or -1 if the text is not such a size or overflows 64 bits. */
 int config_parse_size(const char *text, uint64_t *out);
+
+/* The region directory create would use: region_dir, or the per-user
+ * default written to buf. Touches nothing. */
+const char *config_region_dir(const struct plugin_config *c, char *buf, size_t cap);
 
 const char *config_role_name(int role);
 

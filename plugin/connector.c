@@ -276,9 +276,13 @@ static int save_locked(struct conn *c, const ecc_save_entry_v1 *e, size_t n, uin
                        size_t key_bytes)
 {
   struct transfer *t = c->pending;
+  /* Once per batch, not per entry: a step's first save starts it. */
+  int rc = t == NULL ? region_check(&c->region, &c->log) : ECC_OK;
+  if (rc != ECC_OK)
+    return rc;
   if (t == NULL && (t = transfer_get(c)) == NULL)
     return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for a transfer");
-  int rc = add_saves(c, t, e, n, descs, key_bytes);
+  rc = add_saves(c, t, e, n, descs, key_bytes);
   if (rc == ECC_OK)
     c->pending = t;
   else if (c->pending == NULL)
@@ -322,6 +326,9 @@ static int flush_locked(struct conn *c, void *stream)
   struct transfer *t = c->pending;
   if (t == NULL)
     return ECC_OK;
+  int rc = region_check(&c->region, &c->log);
+  if (rc != ECC_OK)
+    return rc;
   lock(&c->done_lock);
   int room = has_room(c, &c->saves);
   unlock(&c->done_lock);
@@ -330,7 +337,7 @@ static int flush_locked(struct conn *c, void *stream)
                     "flush: %u save transfers are in flight (connector.max_inflight); poll first",
                     c->cfg.max_inflight);
   t->direction = ECC_DIR_SAVE;
-  int rc = c->engine.ops->submit(&c->engine, t, stream);
+  rc = c->engine.ops->submit(&c->engine, t, stream);
   if (rc != ECC_OK) {
     if (rc == ECC_ERR_INVALID)
       return log_fail(&c->log, rc, "flush: the %s engine takes no compute stream; pass NULL",
@@ -505,10 +512,13 @@ static int start_load(struct conn *c, struct transfer *t, const ecc_load_entry_v
 
 static int load_locked(struct conn *c, const ecc_load_entry_v1 *e, size_t n, void *stream)
 {
+  int rc = region_check(&c->region, &c->log);
+  if (rc != ECC_OK)
+    return rc;
   struct transfer *t = transfer_get(c);
   if (t == NULL)
     return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for a transfer");
-  int rc = start_load(c, t, e, n, stream);
+  rc = start_load(c, t, e, n, stream);
   if (rc != ECC_OK) {
     transfer_put(c, t);
     return rc;
@@ -599,11 +609,24 @@ static int head_finished(struct conn *c, struct transfer *t)
   return 1;
 }
 
+/* Before a poll reports its first completion: whether the region is still
+ * the file others share. Once it is not, no copy through it is reported as
+ * a success (done_lock held). */
+static void check_region_once(struct conn *c, int *checked)
+{
+  if (*checked || c->region_dead)
+    return;
+  *checked = 1;
+  if (region_check(&c->region, &c->log) != ECC_OK)
+    c->region_dead = 1;
+}
+
 /* The caller's record for one entry of a finished transfer. */
-static void report(const struct transfer *t, const struct done_rec *rec, ecc_completion_v1 *out)
+static void report(const struct transfer *t, const struct done_rec *rec, int region_dead,
+                   ecc_completion_v1 *out)
 {
   out->direction = (uint32_t)t->direction;
-  out->status = t->status;
+  out->status = t->status == ECC_OK && region_dead ? ECC_ERR_REGION : t->status;
   out->batch = t->batch;
   out->nbytes = rec->nbytes;
   out->elapsed_ns = t->elapsed_ns;
@@ -617,13 +640,15 @@ static void report(const struct transfer *t, const struct done_rec *rec, ecc_com
   }
 }
 
-static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1 *out, size_t cap)
+static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1 *out, size_t cap,
+                    int *checked)
 {
   size_t n = 0;
   while (n < cap && f->head != NULL && head_finished(c, f->head)) {
     struct transfer *t = f->head;
+    check_region_once(c, checked);
     while (n < cap && t->next_report < t->n_done)
-      report(t, &t->done[t->next_report++], &out[n++]);
+      report(t, &t->done[t->next_report++], c->region_dead, &out[n++]);
     if (t->next_report == t->n_done)
       transfer_put_locked(c, fifo_pop(f));
   }
@@ -634,9 +659,10 @@ int conn_poll(struct conn *c, ecc_completion_v1 *out, size_t cap, size_t *n_out)
 {
   if (n_out == NULL || (out == NULL && cap > 0))
     return log_fail(&c->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
+  int checked = 0;
   lock(&c->done_lock);
-  size_t n = drain(c, &c->saves, out, cap);
-  n += drain(c, &c->loads, out + n, cap - n);
+  size_t n = drain(c, &c->saves, out, cap, &checked);
+  n += drain(c, &c->loads, out + n, cap - n, &checked);
   unlock(&c->done_lock);
   *n_out = n;
   return ECC_OK;
@@ -677,6 +703,7 @@ static int open_region(struct conn *c)
     .mode = c->cfg.region_mode,
     .join_timeout_ms = c->cfg.join_timeout_ms,
     .reap_orphans = c->cfg.reap_orphans,
+    .any_filesystem = !c->cfg.require_tmpfs,
   };
   return region_open(&p, &c->region, &c->log);
 }
@@ -793,9 +820,10 @@ void conn_destroy(struct conn *c)
 void conn_summary(const struct plugin_config *cfg, char *buf, size_t cap)
 {
   static const char *const engines[] = {"auto", "host", "cuda"};
+  char dir[sizeof(cfg->region_dir)];
   snprintf(buf, cap, "%s, region %s/ecc-%s.region: %" PRIu64 " blocks of %" PRIu64
-           " B (%" PRIu64 " B), engine %s, max_inflight %u",
-           config_role_name(cfg->role), cfg->region_dir, cfg->region_name, cfg->num_blocks,
+           " B (%" PRIu64 " B), engine %s, max_inflight %u", config_role_name(cfg->role),
+           config_region_dir(cfg, dir, sizeof(dir)), cfg->region_name, cfg->num_blocks,
            cfg->block_size, cfg->num_blocks * cfg->block_size, engines[cfg->engine],
            cfg->max_inflight);
 }

@@ -39,6 +39,7 @@ struct conn {
   struct fifo loads;
   struct transfer *free_list;
   ecc_stats_v1 stats;
+  int region_dead;              /* a poll found the region removed, replaced or truncated */
 };
 
 /* Create: parse nothing (cfg is checked), open region and engine. */

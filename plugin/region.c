@@ -1,13 +1,17 @@
 /*
- * region.c - the life of the region file: its name, race-free creation under
- * a temporary name, joining with header and layout checks, reaping files no
- * process holds, and cleanup.
+ * region.c - the life of the region file: its name, creation by exactly one
+ * builder under a fixed temporary name, joining with header, layout and
+ * allocation checks, the liveness check, removal by the last holder, and
+ * reaping of files no process holds. Every file operation is made relative
+ * to the directory descriptor that region_dir.c checked.
  */
 #include "region.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,6 +24,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "region_dir.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
@@ -28,18 +33,16 @@
 #define NAME_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
 #define FILE_PREFIX "ecc-"
 #define FILE_SUFFIX ".region"
-#define TMP_INFIX ".region.tmp."
-/* The temporary name appends ".tmp.<pid>.<n>" to the region path. */
-#define TMP_PATH_MAX (sizeof(((struct region *)0)->path) + 48)
+/* The one temporary name of a region being built: <file>.tmp. Versions
+ * before it appended ".tmp.<pid>.<n>", which reaping still recognises. */
+#define TMP_SUFFIX ".tmp"
 #define POLL_MS 5
 /* Rounds lost to other processes (a file replaced under us, a lost link
  * race, a temporary name taken) before the join deadline may end the loop. */
 #define CHURN_MIN 8
 
 /* Outcomes of one attempt besides ECC_OK and the (negative) error codes. */
-enum { STEP_ABSENT = 1, STEP_EXISTS = 2, STEP_AGAIN = 3 };
-
-static atomic_uint tmp_counter;
+enum { STEP_ABSENT = 1, STEP_EXISTS = 2, STEP_AGAIN = 3, STEP_BUILDING = 4 };
 
 static int64_t now_ms(void)
 {
@@ -74,27 +77,44 @@ static int name_ok(const char *name)
   return n > 0 && n <= REGION_NAME_MAX && strspn(name, NAME_CHARS) == n;
 }
 
-static int same_file(const char *path, const struct stat *st)
+/* Whether `name` in the directory is still the file dev/ino. */
+static int names_file(int dirfd, const char *name, dev_t dev, ino_t ino)
 {
   struct stat now;
-  return lstat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino;
+  return fstatat(dirfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == dev &&
+         now.st_ino == ino;
 }
 
-/* Checks everything that needs no system call and builds the path. */
-static int prepare(const struct region_params *p, char *path, size_t cap,
-                   uint64_t *total, struct ecc_log *log)
+static void tmp_name(const struct region *r, char *buf, size_t cap)
 {
-  if (p->dir == NULL || p->dir[0] == '\0')
-    return log_fail(log, ECC_ERR_CONFIG, "region.dir is empty");
+  snprintf(buf, cap, "%s" TMP_SUFFIX, r->file);
+}
+
+/* The directory part of r->path, for messages about other files in it. */
+static void dir_of(const struct region *r, char *buf, size_t cap)
+{
+  size_t len = strlen(r->path) - strlen(r->file) - 1;
+  snprintf(buf, cap, "%.*s", (int)len, r->path);
+}
+
+/* Checks everything that needs no system call and builds the file name and
+ * a first path (the directory as configured; open_dir makes it canonical). */
+static int prepare(const struct region_params *p, struct region *out, uint64_t *total,
+                   struct ecc_log *log)
+{
   if (p->name == NULL || !name_ok(p->name))
     return log_fail(log, ECC_ERR_CONFIG,
                     "region.name '%s' is not 1..%d of the characters A-Z a-z 0-9 _ -",
                     p->name ? p->name : "(null)", REGION_NAME_MAX);
-  int n = snprintf(path, cap, "%s/" FILE_PREFIX "%s" FILE_SUFFIX, p->dir, p->name);
-  if (n < 0 || (size_t)n >= cap)
+  snprintf(out->file, sizeof(out->file), FILE_PREFIX "%s" FILE_SUFFIX, p->name);
+  char shown[64];
+  const char *dir = region_dir_shown(p->dir, shown, sizeof(shown));
+  int n = snprintf(out->path, sizeof(out->path), "%s/%s", dir, out->file);
+  if (n < 0 || (size_t)n >= sizeof(out->path))
     return log_fail(log, ECC_ERR_CONFIG,
-                    "region.dir: the region path %s/" FILE_PREFIX "%s" FILE_SUFFIX
-                    " is too long (at most %zu bytes)", p->dir, p->name, cap - 1);
+                    "region.dir: the region path %s/%s is too long (at most %zu bytes)", dir,
+                    out->file, sizeof(out->path) - 1);
+  const char *path = out->path;
   if (p->mode != REGION_AUTO && p->mode != REGION_CREATE && p->mode != REGION_JOIN)
     return log_fail(log, ECC_ERR_INVALID, "region %s: unknown mode %d", path, p->mode);
   if (p->block_size == 0)
@@ -108,6 +128,22 @@ static int prepare(const struct region_params *p, char *path, size_t cap,
                     "region %s: %llu blocks of %llu bytes are too large for one file",
                     path, (unsigned long long)p->num_blocks,
                     (unsigned long long)p->block_size);
+  return ECC_OK;
+}
+
+/* The directory, checked and held open; the path is rebuilt on its
+ * canonical name, which is what every later message names. */
+static int open_dir(const struct region_params *p, struct region *out, struct ecc_log *log)
+{
+  char canon[PATH_MAX];
+  int rc = region_dir_open(p->dir, p->any_filesystem, &out->dirfd, canon, sizeof(canon), log);
+  if (rc != ECC_OK)
+    return rc;
+  int n = snprintf(out->path, sizeof(out->path), "%s/%s", canon, out->file);
+  if (n < 0 || (size_t)n >= sizeof(out->path))
+    return log_fail(log, ECC_ERR_CONFIG,
+                    "region.dir: the region path %s/%s is too long (at most %zu bytes)", canon,
+                    out->file, sizeof(out->path) - 1);
   return ECC_OK;
 }
 
@@ -196,84 +232,154 @@ static void write_header(uint8_t *map, const struct region_params *p, uint64_t t
   memcpy(map, REGION_MAGIC, sizeof(h.magic));
 }
 
-/* Lock the fresh temporary file, then make sure the name still is ours: an
- * orphan reaper may have removed it before we held the lock. */
-/* Lock the fresh temporary file, then make sure the name still is ours: an
- * orphan reaper may have removed it before we held the lock. */
-static int lock_new_file(int fd, const char *tmp, const struct stat *st, struct ecc_log *log)
+/* Lock the fresh temporary file, then make sure the name still is ours: a
+ * process that found it unheld before we held the lock took it for a dead
+ * builder's and removed it. A builder links its region in before it frees
+ * the temporary name, so a region present now is one to join, not to build
+ * a second time. */
+static int lock_new_file(int fd, const struct region *r, const char *tmp,
+                         const struct stat *st, struct ecc_log *log)
 {
   while (flock(fd, LOCK_SH) != 0) {
     if (errno != EINTR)
-      return log_fail(log, ECC_ERR_SYSTEM, "cannot lock %s: %s", tmp, strerror(errno));
+      return log_fail(log, ECC_ERR_SYSTEM, "cannot lock %s" TMP_SUFFIX ": %s", r->path,
+                      strerror(errno));
   }
-  return same_file(tmp, st) ? ECC_OK : STEP_AGAIN;
+  if (!names_file(r->dirfd, tmp, st->st_dev, st->st_ino))
+    return STEP_AGAIN;
+  struct stat final;
+  if (fstatat(r->dirfd, r->file, &final, AT_SYMLINK_NOFOLLOW) == 0)
+    return STEP_EXISTS;
+  return ECC_OK;
 }
 
-static int publish(const char *tmp, const char *path, struct ecc_log *log)
+static int publish(const struct region *r, const char *tmp, struct ecc_log *log)
 {
-  if (link(tmp, path) == 0)
+  if (linkat(r->dirfd, tmp, r->dirfd, r->file, 0) == 0)
     return ECC_OK;
   if (errno == EEXIST)
     return STEP_EXISTS;
   if (errno == ENOENT)
     return STEP_AGAIN; /* the temporary name was removed under us */
-  return log_fail(log, ECC_ERR_SYSTEM, "cannot link %s to %s: %s", tmp, path,
-                  strerror(errno));
+  return log_fail(log, ECC_ERR_SYSTEM, "cannot link %s" TMP_SUFFIX " to %s: %s", r->path,
+                  r->path, strerror(errno));
 }
 
-static int build_file(int fd, const char *tmp, const struct region_params *p,
-                      uint64_t total, const struct stat *st, uint8_t **map,
-                      const char *path, struct ecc_log *log)
+static int build_file(int fd, const struct region *r, const char *tmp,
+                      const struct region_params *p, uint64_t total, const struct stat *st,
+                      uint8_t **map, struct ecc_log *log)
 {
-  int rc = lock_new_file(fd, tmp, st, log);
+  int rc = lock_new_file(fd, r, tmp, st, log);
   if (rc == ECC_OK)
-    rc = size_file(fd, total, path, log);
+    rc = size_file(fd, total, r->path, log);
   if (rc == ECC_OK)
-    rc = map_file(fd, total, map, path, log);
+    rc = map_file(fd, total, map, r->path, log);
   if (rc == ECC_OK)
-    rc = prefault(*map, (size_t)total, path, log);
+    rc = prefault(*map, (size_t)total, r->path, log);
   if (rc == ECC_OK) {
     write_header(*map, p, total);
-    rc = publish(tmp, path, log);
+    rc = publish(r, tmp, log);
   }
   return rc;
 }
 
-/* Returns ECC_OK, STEP_EXISTS (someone else's file holds the name),
- * STEP_AGAIN (try another temporary name) or an error. */
+enum unheld { UNHELD_GONE, UNHELD_HELD, UNHELD_REMOVED, UNHELD_FOREIGN, UNHELD_FAILED };
+
+/* Removes `name` if it is a regular file of this user that no process
+ * holds (its exclusive lock is free) and the name still names the file that
+ * was locked: with the lock held nobody can join it meanwhile. On
+ * UNHELD_FAILED *err is the errno. */
+static int remove_unheld(int dirfd, const char *name, int *err)
+{
+  int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    *err = errno;
+    if (errno == ENOENT)
+      return UNHELD_GONE;
+    return errno == ELOOP || errno == EACCES || errno == EPERM ? UNHELD_FOREIGN : UNHELD_FAILED;
+  }
+  struct stat st;
+  int rc = UNHELD_REMOVED;
+  if (fstat(fd, &st) != 0)
+    rc = UNHELD_FAILED;
+  else if (!S_ISREG(st.st_mode) || st.st_uid != geteuid())
+    rc = UNHELD_FOREIGN;
+  else if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+    rc = errno == EWOULDBLOCK ? UNHELD_HELD : UNHELD_FAILED;
+  else if (!names_file(dirfd, name, st.st_dev, st.st_ino))
+    rc = UNHELD_GONE;
+  else if (unlinkat(dirfd, name, 0) != 0)
+    rc = UNHELD_FAILED;
+  *err = errno;
+  close(fd);
+  return rc;
+}
+
+/* The temporary name is taken: by a live builder, whose region is waited
+ * for, or by what a dead one left, which can never be joined and so is
+ * removed whatever reap_orphans says. */
+static int tmp_taken(const struct region *r, const char *tmp, struct ecc_log *log)
+{
+  int err = 0;
+  switch (remove_unheld(r->dirfd, tmp, &err)) {
+  case UNHELD_HELD:
+    return STEP_BUILDING;
+  case UNHELD_REMOVED:
+    log_msg(log, ECC_LOG_INFO,
+            "removed stale temporary file %s" TMP_SUFFIX " (no process held it: its builder "
+            "died)", r->path);
+    return STEP_AGAIN;
+  case UNHELD_GONE:
+    return STEP_AGAIN;
+  case UNHELD_FOREIGN:
+    return log_fail(log, ECC_ERR_REGION,
+                    "region %s cannot be built: its temporary name %s" TMP_SUFFIX " is taken "
+                    "by something other than a regular file of this user (uid %u); remove it",
+                    r->path, r->path, (unsigned)geteuid());
+  default:
+    return log_fail(log, ECC_ERR_SYSTEM, "region %s: cannot check its temporary file %s"
+                    TMP_SUFFIX ": %s", r->path, r->path, strerror(err));
+  }
+}
+
+/* Returns ECC_OK, STEP_EXISTS (a region holds the name), STEP_AGAIN (the
+ * temporary name changed hands: try again), STEP_BUILDING (another process
+ * is building it) or an error. */
 static int create_once(const struct region_params *p, uint64_t total, struct region *out,
                        struct ecc_log *log)
 {
-  char tmp[TMP_PATH_MAX];
-  unsigned n = atomic_fetch_add(&tmp_counter, 1);
-  int len = snprintf(tmp, sizeof(tmp), "%s.tmp.%ld.%u", out->path, (long)getpid(), n);
-  if (len < 0 || (size_t)len >= sizeof(tmp))
-    return log_fail(log, ECC_ERR_CONFIG, "region %s: path too long for a temporary name",
-                    out->path);
-  int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  char tmp[sizeof(out->file) + sizeof(TMP_SUFFIX)];
+  tmp_name(out, tmp, sizeof(tmp));
+  int fd = openat(out->dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     if (errno == EEXIST)
-      return STEP_AGAIN;
-    return log_fail(log, ECC_ERR_SYSTEM, "cannot create %s for region %s: %s", tmp,
-                    out->path, strerror(errno));
+      return tmp_taken(out, tmp, log);
+    return log_fail(log, ECC_ERR_SYSTEM, "cannot create %s" TMP_SUFFIX " for region %s: %s",
+                    out->path, out->path, strerror(errno));
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    int rc = log_fail(log, ECC_ERR_SYSTEM, "cannot stat %s: %s", tmp, strerror(errno));
-    if (unlink(tmp) != 0)
-      log_msg(log, ECC_LOG_WARN, "cannot remove %s: %s", tmp, strerror(errno));
+    int rc = log_fail(log, ECC_ERR_SYSTEM, "cannot stat %s" TMP_SUFFIX ": %s", out->path,
+                      strerror(errno));
+    if (unlinkat(out->dirfd, tmp, 0) != 0)
+      log_msg(log, ECC_LOG_WARN, "cannot remove %s" TMP_SUFFIX ": %s", out->path,
+              strerror(errno));
     close(fd);
     return rc;
   }
   uint8_t *map = NULL;
-  int rc = build_file(fd, tmp, p, total, &st, &map, out->path, log);
+  int rc = build_file(fd, out, tmp, p, total, &st, &map, log);
+  /* A failed build gives its memory back before it frees the name, which
+   * the next builder may take at once. */
+  if (rc != ECC_OK && map != NULL && munmap(map, (size_t)total) != 0)
+    log_msg(log, ECC_LOG_WARN, "cannot unmap %s" TMP_SUFFIX ": %s", out->path, strerror(errno));
+  if (rc != ECC_OK && ftruncate(fd, 0) != 0)
+    log_msg(log, ECC_LOG_WARN, "cannot empty %s" TMP_SUFFIX ": %s", out->path, strerror(errno));
   /* Linked or not, the temporary name goes; a failed build leaves nothing. */
-  if (same_file(tmp, &st) && unlink(tmp) != 0)
-    log_msg(log, ECC_LOG_WARN, "region %s: cannot remove temporary name %s: %s", out->path,
-            tmp, strerror(errno));
+  if (names_file(out->dirfd, tmp, st.st_dev, st.st_ino) && unlinkat(out->dirfd, tmp, 0) != 0)
+    log_msg(log, ECC_LOG_WARN, "region %s: cannot remove temporary name %s" TMP_SUFFIX ": %s",
+            out->path, out->path, strerror(errno));
   if (rc != ECC_OK) {
-    if (map != NULL && munmap(map, (size_t)total) != 0)
-      log_msg(log, ECC_LOG_WARN, "cannot unmap %s: %s", tmp, strerror(errno));
     close(fd);
     return rc;
   }
@@ -365,17 +471,16 @@ static int foreign_magic(const struct region_header *h, const char *path, struct
 }
 
 /* A file made by another tool in place (not linked in finished) may still
- * be growing; wait for its header while its magic is blank. */
+ * be growing; wait for its header while its magic is blank. On return *now
+ * is the file as last seen. */
 static int wait_header(int fd, const char *path, int64_t deadline, uint32_t timeout_ms,
-                       struct region_header *h, off_t *size, struct ecc_log *log)
+                       struct region_header *h, struct stat *now, struct ecc_log *log)
 {
   for (;;) {
-    struct stat st;
-    if (fstat(fd, &st) != 0)
+    if (fstat(fd, now) != 0)
       return log_fail(log, ECC_ERR_SYSTEM, "cannot stat region %s: %s", path,
                       strerror(errno));
-    *size = st.st_size;
-    if (st.st_size >= (off_t)REGION_HEADER_BYTES) {
+    if (now->st_size >= (off_t)REGION_HEADER_BYTES) {
       ssize_t got = pread(fd, h, sizeof(*h), 0);
       if (got < 0 && errno != EINTR)
         return log_fail(log, ECC_ERR_SYSTEM, "cannot read the header of region %s: %s",
@@ -391,10 +496,10 @@ static int wait_header(int fd, const char *path, int64_t deadline, uint32_t time
       break;
     sleep_ms(POLL_MS);
   }
-  if (*size < (off_t)REGION_HEADER_BYTES)
+  if (now->st_size < (off_t)REGION_HEADER_BYTES)
     return log_fail(log, ECC_ERR_REGION,
                     "region %s is truncated: %lld bytes, less than its %u-byte header "
-                    "(waited %u ms)", path, (long long)*size, REGION_HEADER_BYTES,
+                    "(waited %u ms)", path, (long long)now->st_size, REGION_HEADER_BYTES,
                     (unsigned)timeout_ms);
   return log_fail(log, ECC_ERR_REGION,
                   "region %s has no header: its magic did not appear within %u ms", path,
@@ -439,23 +544,41 @@ static int check_layout(const struct region_header *h, const struct region_param
                   (unsigned long long)p->num_blocks, (unsigned long long)p->block_size);
 }
 
-static int join_checks(int fd, const struct region_params *p, int64_t deadline,
-                       struct stat *st, struct region_header *h, const char *path,
+/* A file with holes gets its pages on first touch, and a full tmpfs answers
+ * that touch with SIGBUS, which kills the process: refuse it at join, while
+ * refusing is still an error. A creator allocates every block before it
+ * links the file in. */
+static int check_allocated(const struct stat *st, const char *path, struct ecc_log *log)
+{
+  unsigned long long allocated = (unsigned long long)st->st_blocks * 512;
+  if (allocated >= (unsigned long long)st->st_size)
+    return ECC_OK;
+  return log_fail(log, ECC_ERR_REGION,
+                  "region %s is sparse: %llu bytes are allocated of the %lld it holds; "
+                  "touching the rest could kill this process with SIGBUS, so it is refused",
+                  path, allocated, (long long)st->st_size);
+}
+
+static int join_checks(int fd, const struct region_params *p, const struct region *r,
+                       int64_t deadline, struct stat *st, struct region_header *h,
                        struct ecc_log *log)
 {
-  off_t size = 0;
-  int rc = check_owner(fd, path, st, log);
+  struct stat now;
+  int rc = check_owner(fd, r->path, st, log);
   if (rc == ECC_OK)
-    rc = lock_shared(fd, path, deadline, p->join_timeout_ms, log);
-  /* Locked a file that was reaped or replaced meanwhile: start over. */
-  if (rc == ECC_OK && !same_file(path, st))
+    rc = lock_shared(fd, r->path, deadline, p->join_timeout_ms, log);
+  /* Locked a file that was reaped, replaced or removed by its last holder
+   * meanwhile: start over. */
+  if (rc == ECC_OK && !names_file(r->dirfd, r->file, st->st_dev, st->st_ino))
     rc = STEP_AGAIN;
   if (rc == ECC_OK)
-    rc = wait_header(fd, path, deadline, p->join_timeout_ms, h, &size, log);
+    rc = wait_header(fd, r->path, deadline, p->join_timeout_ms, h, &now, log);
   if (rc == ECC_OK)
-    rc = check_header(h, size, path, log);
+    rc = check_header(h, now.st_size, r->path, log);
   if (rc == ECC_OK)
-    rc = check_layout(h, p, path, log);
+    rc = check_layout(h, p, r->path, log);
+  if (rc == ECC_OK)
+    rc = check_allocated(&now, r->path, log);
   return rc;
 }
 
@@ -464,13 +587,13 @@ static int join_checks(int fd, const struct region_params *p, int64_t deadline,
 static int join_once(const struct region_params *p, int64_t deadline, struct region *out,
                      struct ecc_log *log)
 {
-  int fd = open(out->path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  int fd = openat(out->dirfd, out->file, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
     return open_error(out->path, errno, log);
   struct stat st;
   struct region_header h;
   uint8_t *map = NULL;
-  int rc = join_checks(fd, p, deadline, &st, &h, out->path, log);
+  int rc = join_checks(fd, p, out, deadline, &st, &h, log);
   if (rc == ECC_OK)
     rc = map_file(fd, h.file_bytes, &map, out->path, log);
   if (rc != ECC_OK) {
@@ -484,6 +607,127 @@ static int join_once(const struct region_params *p, int64_t deadline, struct reg
   return ECC_OK;
 }
 
+/* ---- leftovers ----------------------------------------------------------- */
+
+enum { ENTRY_OTHER, ENTRY_REGION, ENTRY_TMP };
+
+/* ecc-<name>.region, or a temporary name of one: ecc-<name>.region.tmp, or
+ * the ecc-<name>.region.tmp.<pid>.<n> of earlier versions. */
+static int entry_kind(const char *name)
+{
+  if (strncmp(name, FILE_PREFIX, strlen(FILE_PREFIX)) != 0)
+    return ENTRY_OTHER;
+  const char *s = name + strlen(FILE_PREFIX);
+  size_t n = strspn(s, NAME_CHARS);
+  if (n == 0)
+    return ENTRY_OTHER;
+  s += n;
+  if (strcmp(s, FILE_SUFFIX) == 0)
+    return ENTRY_REGION;
+  if (strncmp(s, FILE_SUFFIX TMP_SUFFIX, strlen(FILE_SUFFIX TMP_SUFFIX)) != 0)
+    return ENTRY_OTHER;
+  s += strlen(FILE_SUFFIX TMP_SUFFIX);
+  if (s[0] == '\0')
+    return ENTRY_TMP;
+  if (s[0] == '.' && s[1] != '\0' && strspn(s + 1, "0123456789.") == strlen(s + 1))
+    return ENTRY_TMP;
+  return ENTRY_OTHER;
+}
+
+/* Removes `name` if it is ours and nobody holds it. Returns 1 if removed. */
+static int reap_one(int dirfd, const char *dir, const char *name, struct ecc_log *log)
+{
+  int err = 0;
+  int rc = remove_unheld(dirfd, name, &err);
+  const char *what = entry_kind(name) == ENTRY_TMP ? "stale temporary file" : "orphaned region";
+  if (rc == UNHELD_REMOVED)
+    log_msg(log, ECC_LOG_INFO, "removed %s %s/%s (no process held it)", what, dir, name);
+  else if (rc == UNHELD_FAILED)
+    log_msg(log, ECC_LOG_WARN, "cannot remove %s %s/%s: %s", what, dir, name, strerror(err));
+  return rc == UNHELD_REMOVED;
+}
+
+enum { SCAN_TMP = 1, SCAN_REGIONS = 2 };
+
+/* Removes what `todo` asks for among the directory's entries: temporary
+ * files and region files that no process holds. Returns how many. */
+static int scan_dir(int dirfd, const char *dir, int todo, struct ecc_log *log)
+{
+  int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (d == NULL) {
+    log_msg(log, ECC_LOG_WARN, "cannot scan %s for leftover region files: %s", dir,
+            strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return 0;
+  }
+  int count = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int kind = entry_kind(e->d_name);
+    if ((kind == ENTRY_TMP && (todo & SCAN_TMP)) || (kind == ENTRY_REGION && (todo & SCAN_REGIONS)))
+      count += reap_one(dirfd, dir, e->d_name, log);
+  }
+  closedir(d);
+  return count;
+}
+
+/* Directories this process has scanned, by identity. A scan opens and locks
+ * every ecc-* file in the directory, so it runs once per process; later
+ * opens look at their own names only. Past SCANNED_MAX directories every
+ * open scans. */
+#define SCANNED_MAX 64
+static struct scanned {
+  dev_t dev;
+  ino_t ino;
+  int done; /* SCAN_* bits */
+} scanned[SCANNED_MAX];
+static size_t n_scanned;
+static pthread_mutex_t scanned_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The parts of `want` not yet done in this directory; they count as done
+ * from now on. */
+static int claim_scan(int dirfd, int want)
+{
+  struct stat st;
+  if (fstat(dirfd, &st) != 0)
+    return want;
+  pthread_mutex_lock(&scanned_lock);
+  struct scanned *s = NULL;
+  for (size_t i = 0; i < n_scanned && s == NULL; i++)
+    if (scanned[i].dev == st.st_dev && scanned[i].ino == st.st_ino)
+      s = &scanned[i];
+  if (s == NULL && n_scanned < SCANNED_MAX) {
+    s = &scanned[n_scanned++];
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    s->done = 0;
+  }
+  int todo = s != NULL ? want & ~s->done : want;
+  if (s != NULL)
+    s->done |= want;
+  pthread_mutex_unlock(&scanned_lock);
+  return todo;
+}
+
+/* Before joining or building: this region's own leftovers (its temporary
+ * file always, since no one can ever join one; the region itself with
+ * reap_orphans), then, once per process, everybody else's. */
+static void clean_up_leftovers(const struct region_params *p, const struct region *r,
+                               struct ecc_log *log)
+{
+  char dir[sizeof(r->path)], tmp[sizeof(r->file) + sizeof(TMP_SUFFIX)];
+  dir_of(r, dir, sizeof(dir));
+  tmp_name(r, tmp, sizeof(tmp));
+  reap_one(r->dirfd, dir, tmp, log);
+  if (p->reap_orphans)
+    reap_one(r->dirfd, dir, r->file, log);
+  int todo = claim_scan(r->dirfd, SCAN_TMP | (p->reap_orphans ? SCAN_REGIONS : 0));
+  if (todo != 0)
+    scan_dir(r->dirfd, dir, todo, log);
+}
+
 /* ---- opening ----------------------------------------------------------- */
 
 static int already_exists(const char *path, struct ecc_log *log)
@@ -491,6 +735,15 @@ static int already_exists(const char *path, struct ecc_log *log)
   return log_fail(log, ECC_ERR_REGION,
                   "region %s already exists (region.mode = create); use mode auto or join, "
                   "or remove it if no process uses it", path);
+}
+
+static int still_building(const struct region_params *p, const struct region *r,
+                          struct ecc_log *log)
+{
+  return log_fail(log, ECC_ERR_REGION,
+                  "timed out after %u ms waiting for region %s: another process is still "
+                  "building it (it holds %s" TMP_SUFFIX "); raise region.join_timeout_ms for "
+                  "a region this large", (unsigned)p->join_timeout_ms, r->path, r->path);
 }
 
 static int open_loop(const struct region_params *p, uint64_t total, int64_t deadline,
@@ -514,13 +767,20 @@ static int open_loop(const struct region_params *p, uint64_t total, int64_t dead
     }
     if (rc == STEP_ABSENT) {
       /* Cheap refusal before building a file that could not be linked. */
-      if (p->mode == REGION_CREATE && lstat(out->path, &st) == 0)
+      if (p->mode == REGION_CREATE && fstatat(out->dirfd, out->file, &st, AT_SYMLINK_NOFOLLOW) == 0)
         return already_exists(out->path, log);
       rc = create_once(p, total, out, log);
       if (rc <= 0)
         return rc;
       if (rc == STEP_EXISTS && p->mode == REGION_CREATE)
         return already_exists(out->path, log);
+      /* One process builds; the others wait for its region and join it. */
+      if (rc == STEP_BUILDING && now_ms() >= deadline)
+        return still_building(p, out, log);
+      if (rc == STEP_BUILDING) {
+        sleep_ms(POLL_MS);
+        continue;
+      }
     }
     if (++churn >= CHURN_MIN && now_ms() >= deadline)
       return log_fail(log, ECC_ERR_REGION,
@@ -530,34 +790,74 @@ static int open_loop(const struct region_params *p, uint64_t total, int64_t dead
   }
 }
 
+static void clear_out(struct region *out)
+{
+  if (out->dirfd >= 0)
+    close(out->dirfd);
+  memset(out, 0, sizeof(*out));
+  out->fd = -1;
+  out->dirfd = -1;
+}
+
 int region_open(const struct region_params *p, struct region *out, struct ecc_log *log)
 {
   if (out != NULL) {
     memset(out, 0, sizeof(*out));
     out->fd = -1;
+    out->dirfd = -1;
   }
   if (log == NULL)
     return ECC_ERR_INVALID;
   if (p == NULL || out == NULL)
     return log_fail(log, ECC_ERR_INVALID, "region_open: NULL argument");
   uint64_t total = 0;
-  int rc = prepare(p, out->path, sizeof(out->path), &total, log);
-  if (rc != ECC_OK) {
-    out->path[0] = '\0';
-    return rc;
+  int rc = prepare(p, out, &total, log);
+  if (rc == ECC_OK)
+    rc = open_dir(p, out, log);
+  if (rc == ECC_OK) {
+    clean_up_leftovers(p, out, log);
+    int64_t deadline = now_ms() + (int64_t)p->join_timeout_ms;
+    rc = open_loop(p, total, deadline, out, log);
   }
-  if (p->reap_orphans)
-    region_reap_orphans(p->dir, log);
-  int64_t deadline = now_ms() + (int64_t)p->join_timeout_ms;
-  rc = open_loop(p, total, deadline, out, log);
-  if (rc != ECC_OK) {
-    memset(out, 0, sizeof(*out));
-    out->fd = -1;
-  }
+  if (rc != ECC_OK)
+    clear_out(out);
   return rc;
 }
 
-/* ---- closing and reaping ----------------------------------------------- */
+/* ---- checking and closing ------------------------------------------------ */
+
+int region_check(const struct region *r, struct ecc_log *log)
+{
+  struct stat st;
+  if (r->fd < 0)
+    return log_fail(log, ECC_ERR_REGION, "region %s is closed", r->path);
+  if (fstat(r->fd, &st) != 0)
+    return log_fail(log, ECC_ERR_SYSTEM, "cannot stat region %s: %s", r->path, strerror(errno));
+  if (st.st_nlink == 0)
+    return log_fail(log, ECC_ERR_REGION,
+                    "region %s was removed or replaced while this connector used it: other "
+                    "processes no longer share its data; shut this connector down and create "
+                    "it again", r->path);
+  if ((uint64_t)st.st_size < r->map_bytes)
+    return log_fail(log, ECC_ERR_REGION,
+                    "region %s was truncated to %lld bytes while mapped (%zu expected): its "
+                    "data is gone; shut this connector down and create it again", r->path,
+                    (long long)st.st_size, r->map_bytes);
+  return ECC_OK;
+}
+
+/* Called with the exclusive lock: no other process holds the file, and
+ * none can join it before we close. */
+static void unlink_if_named(const struct region *r, struct ecc_log *log)
+{
+  if (!names_file(r->dirfd, r->file, r->dev, r->ino))
+    log_msg(log, ECC_LOG_INFO, "region %s no longer names our file; not removing it",
+            r->path);
+  else if (unlinkat(r->dirfd, r->file, 0) != 0)
+    log_msg(log, ECC_LOG_ERROR, "cannot remove region %s: %s", r->path, strerror(errno));
+  else
+    log_msg(log, ECC_LOG_INFO, "removed region %s: no other process holds it", r->path);
+}
 
 void region_close(struct region *r, struct ecc_log *log)
 {
@@ -567,86 +867,34 @@ void region_close(struct region *r, struct ecc_log *log)
     log_msg(log, ECC_LOG_ERROR, "cannot unmap region %s: %s", r->path, strerror(errno));
   r->map = NULL;
   r->blocks = NULL;
-  if (r->fd < 0)
-    return;
-  /* Unlink while still holding the lock; never remove a file that replaced ours. */
-  if (r->creator) {
-    struct stat st = {0};
-    st.st_dev = r->dev;
-    st.st_ino = r->ino;
-    if (!same_file(r->path, &st))
-      log_msg(log, ECC_LOG_INFO, "region %s no longer names our file; not removing it",
-              r->path);
-    else if (unlink(r->path) != 0)
-      log_msg(log, ECC_LOG_ERROR, "cannot remove region %s: %s", r->path, strerror(errno));
+  if (r->fd >= 0) {
+    /* Linux converts a flock lock by dropping it first, so drop it, then
+     * try for the exclusive one: of holders closing at once at least one
+     * gets it, and a joiner that takes its shared lock in between keeps
+     * the file (it checks afterwards that the name still names it). */
+    if (flock(r->fd, LOCK_UN) != 0)
+      log_msg(log, ECC_LOG_ERROR, "cannot unlock region %s: %s", r->path, strerror(errno));
+    else if (flock(r->fd, LOCK_EX | LOCK_NB) == 0)
+      unlink_if_named(r, log);
+    if (close(r->fd) != 0)
+      log_msg(log, ECC_LOG_ERROR, "cannot close region %s: %s", r->path, strerror(errno));
+    r->fd = -1;
   }
-  if (close(r->fd) != 0)
-    log_msg(log, ECC_LOG_ERROR, "cannot close region %s: %s", r->path, strerror(errno));
-  r->fd = -1;
-}
-
-/* ecc-<name>.region or ecc-<name>.region.tmp.<pid>.<n> */
-static int is_region_entry(const char *name)
-{
-  if (strncmp(name, FILE_PREFIX, strlen(FILE_PREFIX)) != 0)
-    return 0;
-  const char *s = name + strlen(FILE_PREFIX);
-  size_t n = strspn(s, NAME_CHARS);
-  if (n == 0)
-    return 0;
-  s += n;
-  if (strcmp(s, FILE_SUFFIX) == 0)
-    return 1;
-  if (strncmp(s, TMP_INFIX, strlen(TMP_INFIX)) != 0)
-    return 0;
-  s += strlen(TMP_INFIX);
-  return s[0] != '\0' && strspn(s, "0123456789.") == strlen(s);
-}
-
-/* Removes `name` if it is ours and nobody holds it. Returns 1 if removed. */
-static int reap_one(int dfd, const char *dir, const char *name, struct ecc_log *log)
-{
-  int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0)
-    return 0;
-  int removed = 0;
-  struct stat st, now;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-      flock(fd, LOCK_EX | LOCK_NB) == 0) {
-    /* With the exclusive lock held no one can join; the name must still be
-     * this file, or we would remove a newcomer's. */
-    if (fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == st.st_dev &&
-        now.st_ino == st.st_ino) {
-      if (unlinkat(dfd, name, 0) == 0) {
-        removed = 1;
-        log_msg(log, ECC_LOG_INFO, "removed orphaned region %s/%s (no process held it)", dir,
-                name);
-      } else {
-        log_msg(log, ECC_LOG_WARN, "cannot remove orphaned region %s/%s: %s", dir, name,
-                strerror(errno));
-      }
-    }
-  }
-  close(fd);
-  return removed;
+  if (r->dirfd >= 0 && close(r->dirfd) != 0)
+    log_msg(log, ECC_LOG_ERROR, "cannot close the directory of region %s: %s", r->path,
+            strerror(errno));
+  r->dirfd = -1;
 }
 
 int region_reap_orphans(const char *dir, struct ecc_log *log)
 {
   if (dir == NULL)
     return 0;
-  DIR *d = opendir(dir);
-  if (d == NULL) {
-    log_msg(log, ECC_LOG_WARN, "cannot scan %s for orphaned regions: %s", dir,
-            strerror(errno));
+  int dirfd = -1;
+  char canon[PATH_MAX];
+  if (region_dir_open(dir, 1, &dirfd, canon, sizeof(canon), log) != ECC_OK)
     return 0;
-  }
-  int count = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (is_region_entry(e->d_name))
-      count += reap_one(dirfd(d), dir, e->d_name, log);
-  }
-  closedir(d);
+  int count = scan_dir(dirfd, canon, SCAN_TMP | SCAN_REGIONS, log);
+  close(dirfd);
   return count;
 }

@@ -1,11 +1,12 @@
 /*
- * region.h - the shared host region: a file under /dev/shm made of one header
+ * region.h - the shared host region: a file on a tmpfs made of one header
  * page and `num_blocks` blocks of `block_size` bytes, mapped MAP_SHARED.
  *
- * The creator builds it under a temporary name and links it into place, so
- * a complete header is all anyone can ever see; joiners check that header
- * against their own configuration. Every process holds a shared flock on the
- * file for as long as it maps it; a file nobody holds is an orphan.
+ * One process at a time builds it under a fixed temporary name and links it
+ * into place, so a complete header is all anyone can ever see; joiners
+ * check that header against their own configuration. Every process holds a
+ * shared flock on the file for as long as it maps it; the last one to close
+ * removes it, and a file nobody holds is an orphan.
  */
 #ifndef ECC_REGION_H
 #define ECC_REGION_H
@@ -35,17 +36,21 @@ struct region_header {
 };
 
 struct region_params {
-  const char *dir;          /* e.g. "/dev/shm" */
+  const char *dir;          /* e.g. "/dev/shm"; NULL or "": /dev/shm/ecc-<euid> */
   const char *name;         /* region name: file is <dir>/ecc-<name>.region */
   uint64_t block_size;
   uint64_t num_blocks;
   int mode;                 /* enum region_mode (config.h) */
   uint32_t join_timeout_ms; /* bound on waiting for a creator */
-  int reap_orphans;         /* unlink unheld ecc-*.region files in dir first */
+  int reap_orphans;         /* unlink unheld region files: this one's at each open, the
+                             * directory's once per process */
+  int any_filesystem;       /* 1: dir need not be a tmpfs */
 };
 
 struct region {
-  char path[256];           /* the file's path */
+  char path[256];           /* the file's path, its directory canonical */
+  char file[96];            /* its name within the directory */
+  int dirfd;                /* the directory, checked when opened; -1 when closed */
   int fd;                   /* open, shared flock held; -1 when closed */
   dev_t dev;                /* identity of the file we locked */
   ino_t ino;
@@ -54,19 +59,25 @@ struct region {
   uint8_t *blocks;          /* map + header_bytes */
   uint64_t block_size;
   uint64_t num_blocks;
-  int creator;              /* 1: we made it and unlink it on close */
+  int creator;              /* 1: this process built the file */
 };
 
 /* Create or join the region. On failure nothing is left behind: no file we
  * created, no mapping, no open descriptor. Returns ECC_OK or ECC_ERR_*. */
 int region_open(const struct region_params *p, struct region *out, struct ecc_log *log);
 
-/* Unmap, unlock, close; the creator also unlinks (if the path still names
- * our file). Errors are logged, never returned. Safe to call twice. */
+/* Whether the mapped file is still the region others share: ECC_ERR_REGION,
+ * naming the file, once it was unlinked or replaced (no name left) or
+ * truncated below the mapping; ECC_OK otherwise. One fstat. */
+int region_check(const struct region *r, struct ecc_log *log);
+
+/* Unmap, unlock, close. The last holder in any process (the one that then
+ * gets the exclusive lock) also unlinks the file, if the name still names
+ * it. Errors are logged, never returned. Safe to call twice. */
 void region_close(struct region *r, struct ecc_log *log);
 
-/* Unlink orphans (no process holds them) of the region pattern in `dir`.
- * Returns how many were removed. */
+/* Unlink orphans (no process holds them) of the region pattern in `dir`,
+ * and temporary files no builder holds. Returns how many were removed. */
 int region_reap_orphans(const char *dir, struct ecc_log *log);
 
 #endif /* ECC_REGION_H */

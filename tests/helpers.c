@@ -91,6 +91,13 @@ const char *th_region_path(const char *dir, const char *name)
   return paths[i];
 }
 
+const char *th_default_dir(void)
+{
+  static char dir[64];
+  snprintf(dir, sizeof(dir), "/dev/shm/ecc-%u", (unsigned)geteuid());
+  return dir;
+}
+
 ecc_connector *th_open(const char *role, const char *region, uint64_t block_size,
                        uint64_t num_blocks, const char *extra)
 {

@@ -34,6 +34,10 @@ const char *th_ini_at(const char *dir, const char *role, const char *region,
 /* The path of region `name` in `dir` (static storage, 8 live at a time). */
 const char *th_region_path(const char *dir, const char *name);
 
+/* The plugin's default region directory for this user, /dev/shm/ecc-<euid>
+ * (where th_ini's regions go). */
+const char *th_default_dir(void);
+
 /* Open a connector from th_ini(...), failing the test with the shim's
  * message if it cannot. */
 ecc_connector *th_open(const char *role, const char *region, uint64_t block_size,

@@ -3,7 +3,9 @@
  * size, and every kind of bad value rejected with the key named.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 
@@ -23,7 +25,11 @@ Test(config, defaults_with_block_size)
   cr_expect_eq(c.region_size, 1ull << 30);
   cr_expect_eq(c.num_blocks, (1ull << 30) / 4096);
   cr_expect_str_eq(c.region_name, "default");
-  cr_expect_str_eq(c.region_dir, "/dev/shm");
+  cr_expect_str_eq(c.region_dir, "", "the default directory is kept as empty");
+  char dir[64], want[64];
+  snprintf(want, sizeof(want), "/dev/shm/ecc-%u", (unsigned)geteuid());
+  cr_expect_str_eq(config_region_dir(&c, dir, sizeof(dir)), want);
+  cr_expect_eq(c.require_tmpfs, 1);
   cr_expect_eq(c.engine, ENGINE_AUTO);
   cr_expect_eq(c.pin, PIN_AUTO);
   cr_expect_eq(c.max_inflight, 64);
@@ -50,10 +56,11 @@ Test(config, every_choice_parses)
                     {"engine.type", "host"}, {"engine.method", "kernel"},
                     {"pinning.enabled", "off"}, {"region.mode", "join"},
                     {"region.reap_orphans", "false"}, {"engine.device", "3"},
-                    {"connector.tp_rank", "2"}};
+                    {"connector.tp_rank", "2"}, {"region.require_tmpfs", "false"},
+                    {"region.dir", "/srv/regions"}};
   struct plugin_config c;
   char err[256] = "";
-  cr_assert_eq(parse(kv, 9, &c, err), ECC_OK, "%s", err);
+  cr_assert_eq(parse(kv, 11, &c, err), ECC_OK, "%s", err);
   cr_expect_eq(c.role, ROLE_CONSUMER);
   cr_expect_eq(c.engine, ENGINE_HOST);
   cr_expect_eq(c.method, METHOD_KERNEL);
@@ -62,6 +69,9 @@ Test(config, every_choice_parses)
   cr_expect_eq(c.reap_orphans, 0);
   cr_expect_eq(c.device, 3);
   cr_expect_eq(c.tp_rank, 2);
+  cr_expect_eq(c.require_tmpfs, 0);
+  char dir[64];
+  cr_expect_str_eq(config_region_dir(&c, dir, sizeof(dir)), "/srv/regions");
 }
 
 struct bad_case {
@@ -110,6 +120,7 @@ Test(config, bad_values_name_the_key)
     {"region.dir", "relative/dir", "region.dir"},
     {"region.mode", "maybe", "region.mode"},
     {"region.reap_orphans", "yes", "region.reap_orphans"},
+    {"region.require_tmpfs", "no", "region.require_tmpfs"},
     {"pinning.enabled", "sometimes", "pinning.enabled"},
     {"region.hidden_size", "1536", "not both"},
     {"region.nmae", "x", "unknown key 'region.nmae'"},

@@ -377,7 +377,7 @@ Test(connector, failed_create_leaves_no_file)
   const ecc_plugin_v1_t *t = raw_table(&lib);
   const char *name = th_region_name();
   char path[256];
-  snprintf(path, sizeof(path), "/dev/shm/ecc-%s.region", name);
+  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
   /* Valid config, but engine.type = cuda fails after the region opened
    * when the CUDA engine is absent or has no GPU. */
   ecc_kv_v1 kv[] = {{"region.name", name}, {"region.block_size", "64"},
@@ -568,7 +568,7 @@ Test(connector, rejected_save_leaves_the_queued_batch_as_it_was)
   cr_expect_eq(stats_of(c).save.bytes, 2 * BS);
 
   uint8_t block[BS], zero[BS] = {0};
-  int fd = open(th_region_path("/dev/shm", name), O_RDONLY); /* th_open: the default dir */
+  int fd = open(th_region_path(th_default_dir(), name), O_RDONLY); /* th_open: the default dir */
   cr_assert(fd >= 0, "cannot open the region file");
   cr_assert_eq(pread(fd, block, BS, REGION_HEADER_BYTES + 1 * BS), (ssize_t)BS);
   cr_expect_eq(memcmp(block, zero, BS), 0, "block 1, only in the rejected call, was written");

@@ -432,16 +432,28 @@ Test(faults, producer_killed_mid_step_hands_over_only_completed_saves_and_next_p
   cr_assert_eq(ecc_get_stats(cons, &s), ECC_OK);
   cr_expect_eq(s.load.failed, 0);
   cr_expect_eq(s.load.entries, id - 1);
+  cr_assert(th_exists(th_region_path(rdir, name)), "a joiner removed the region it shares");
   cr_assert_eq(ecc_close(cons), ECC_OK);
+  /* The consumer held the dead creator's file last: closing removed it. */
+  cr_expect(!th_exists(th_region_path(rdir, name)), "the last holder left the region behind");
+  cr_expect_eq(th_count_entries(rdir), 0, "files left in %s", rdir);
+}
 
-  /* Nobody holds the dead creator's file now: the next open reaps it. */
-  cr_assert(th_exists(th_region_path(rdir, name)), "a joiner removed the region");
+Test(faults, region_of_a_creator_killed_while_alone_is_reaped_by_the_next_open)
+{
+  const char *name = th_region_name();
+  const char *ini = th_ini_at(rdir, "both", name, 4096, 64, "join_timeout_ms = 2000\n", NULL);
+  struct child p1 = spawn("idle", ini);
+  start(&p1);
+  cr_assert_eq(next_note(&p1).creator, 1);
+  kill(p1.pid, SIGKILL);
+  reap(&p1);
   struct stat old;
-  cr_assert_eq(stat(th_region_path(rdir, name), &old), 0);
+  cr_assert_eq(stat(th_region_path(rdir, name), &old), 0, "the killed creator's file vanished");
   captured[0] = '\0';
   ecc_connector *next = open_role(ini, "producer", ECC_LOG_INFO);
-  ecc_info info = describe(next);
-  cr_expect_eq(info.creator, 1, "the orphan should have been reaped and a new region created");
+  cr_expect_eq(describe(next).creator, 1,
+               "the orphan should have been reaped and a new region created");
   cr_expect_not_null(strstr(captured, "removed orphaned region"), "log: %s", captured);
   struct stat now;
   cr_assert_eq(stat(th_region_path(rdir, name), &now), 0);
@@ -453,7 +465,7 @@ Test(faults, producer_killed_mid_step_hands_over_only_completed_saves_and_next_p
 Test(faults, joiner_rejoins_after_the_creator_is_killed_while_it_holds_the_region)
 {
   /* Mode join: the region of a SIGKILLed creator is still joinable while a
-   * consumer holds it, and a joiner never takes over the unlink. */
+   * consumer holds it; the last joiner to close removes it. */
   const char *name = th_region_name();
   const char *ini = th_ini_at(rdir, "both", name, 4096, 64, "join_timeout_ms = 2000\n", NULL);
   struct child p1 = spawn("idle", ini);
@@ -471,8 +483,9 @@ Test(faults, joiner_rejoins_after_the_creator_is_killed_while_it_holds_the_regio
   cr_assert_eq(ecc_open(ini, &o, &again, err, sizeof(err)), ECC_OK, "%s", err);
   cr_expect_eq(describe(again).creator, 0);
   cr_assert_eq(ecc_close(again), ECC_OK);
+  cr_expect(th_exists(th_region_path(rdir, name)), "a joiner removed a region still held");
   cr_assert_eq(ecc_close(cons), ECC_OK);
-  cr_expect(th_exists(th_region_path(rdir, name)), "joiners must not unlink the region");
+  cr_expect(!th_exists(th_region_path(rdir, name)), "the last holder left the region behind");
 }
 
 /* ---- creators that died before sizing, joiners that give up --------------- */

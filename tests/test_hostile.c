@@ -195,6 +195,20 @@ static const char *make_other_layout(const char *path, const char **needle)
   return path;
 }
 
+static const char *make_sparse(const char *path, const char **needle)
+{
+  /* A valid header and a hole where the blocks are: the file of a creator
+   * that never allocated them, which a full tmpfs would answer with SIGBUS. */
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  cr_assert_geq(fd, 0, "create %s: %s", path, strerror(errno));
+  cr_assert_eq(ftruncate(fd, REGION_HEADER_BYTES + BS * NB), 0);
+  struct region_header h = th_region_header(BS, NB);
+  cr_assert_eq(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+  close(fd);
+  *needle = "is sparse";
+  return path;
+}
+
 static const char *make_symlink(const char *path, const char **needle)
 {
   static char target[200];
@@ -233,6 +247,7 @@ static const struct hostile_kind {
   {"inconsistent header", make_inconsistent, 1},
   {"foreign magic", make_foreign, 1},
   {"other layout", make_other_layout, 1},
+  {"sparse", make_sparse, 1},
   {"symlink", make_symlink, 0},
   {"directory", make_directory, 0},
   {"fifo", make_fifo, 0},

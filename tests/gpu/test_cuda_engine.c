@@ -609,7 +609,7 @@ static void expect_open_fails(const char *ini, int code, const char *needle, con
   cr_expect_null(c);
   cr_expect_not_null(strstr(err, needle), "error text lacks '%s': %s", needle, err);
   char path[256];
-  snprintf(path, sizeof(path), "/dev/shm/ecc-%s.region", region);
+  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), region));
   cr_expect_not(th_exists(path), "a failed open left %s behind", path);
 }
 
