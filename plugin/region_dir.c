@@ -1,7 +1,6 @@
 /*
  * region_dir.c - the directory region files live in: the per-user default
- * under /dev/shm, the ownership rule on the path as configured and on its
- * canonical form, and the filesystem check.
+ * under /dev/shm, the ownership rule (trust.h) and the filesystem check.
  */
 #include "region_dir.h"
 
@@ -21,8 +20,6 @@
 
 #define DEFAULT_BASE "/dev/shm"
 #define DEFAULT_PREFIX "ecc-"
-#define MAX_LINKS 40 /* as the kernel's own bound on links in one lookup */
-#define IS_LINK 1    /* check_component: a link, to be followed */
 
 void region_default_dir(char *buf, size_t cap)
 {
@@ -37,108 +34,10 @@ const char *region_dir_shown(const char *dir, char *buf, size_t cap)
   return buf;
 }
 
-/* ---- the path as configured ------------------------------------------- */
-
-/* One component of the configured path, found at `at`. A directory must
- * pass the rule; a link must belong to root or this user (a link's mode
- * means nothing). Returns ECC_OK, IS_LINK or an error. Anything else, or a
- * component that is missing, is left for trust_open to name. */
-static int check_component(const char *dir, const char *at, struct ecc_log *log)
-{
-  struct stat st;
-  if (lstat(at, &st) != 0)
-    return ECC_OK;
-  uid_t me = geteuid();
-  if (S_ISLNK(st.st_mode)) {
-    if (st.st_uid != 0 && st.st_uid != me)
-      return log_fail(log, ECC_ERR_REGION,
-                      "region.dir %s refused: %s is a symbolic link owned by uid %u, not by "
-                      "root or by this process's user (uid %u); refusing to follow it",
-                      dir, at, (unsigned)st.st_uid, (unsigned)me);
-    return IS_LINK;
-  }
-  if (!S_ISDIR(st.st_mode))
-    return ECC_OK;
-  char why[512];
-  if (trust_stat(&st, at, why, sizeof(why)) != TRUST_OK)
-    return log_fail(log, ECC_ERR_REGION, "region.dir %s refused: %s", dir, why);
-  return ECC_OK;
-}
-
-/* Replaces the link at the end of `at` (its parent is the first parent_len
- * bytes) by its target, which is walked next, before `rest`. */
-static int follow_link(const char *dir, char *at, size_t parent_len, const char *rest,
-                       char *todo, size_t cap, struct ecc_log *log)
-{
-  char target[PATH_MAX], next[PATH_MAX];
-  ssize_t n = readlink(at, target, sizeof(target) - 1);
-  if (n < 0)
-    return log_fail(log, ECC_ERR_SYSTEM, "region.dir %s: cannot read the link %s: %s", dir,
-                    at, strerror(errno));
-  target[n] = '\0';
-  int len = snprintf(next, sizeof(next), "%s/%s", target, rest);
-  if (len < 0 || (size_t)len >= sizeof(next) || (size_t)len >= cap)
-    return log_fail(log, ECC_ERR_CONFIG, "region.dir %s: the path through the link %s is too long",
-                    dir, at);
-  at[target[0] == '/' ? 0 : parent_len] = '\0';
-  memcpy(todo, next, (size_t)len + 1);
-  return ECC_OK;
-}
-
-/* trust_open judges the canonical path, which realpath reaches by following
- * links whoever owns them: a link another user owns could send this process
- * (root's reaper, say) into any directory that passes the rule. So the path
- * as written is walked too: a link is followed only if root or this user
- * owns it, and every directory on the way must pass the rule, so that nobody
- * else can change where the path leads. */
-static int check_configured_path(const char *dir, struct ecc_log *log)
-{
-  char at[PATH_MAX] = "", todo[PATH_MAX];
-  snprintf(todo, sizeof(todo), "%s", dir);
-  const char *p = todo;
-  int links = 0;
-  int rc = check_component(dir, "/", log);
-  while (rc == ECC_OK) {
-    p += strspn(p, "/");
-    size_t len = strcspn(p, "/"), parent_len = strlen(at);
-    if (len == 0)
-      return ECC_OK;
-    const char *rest = p + len;
-    if (len == 1 && p[0] == '.') {
-      p = rest;
-      continue;
-    }
-    if (len == 2 && p[0] == '.' && p[1] == '.') {
-      char *slash = strrchr(at, '/');
-      if (slash != NULL)
-        *slash = '\0';
-      p = rest;
-      continue;
-    }
-    if (parent_len + 1 + len >= sizeof(at))
-      return ECC_OK; /* trust_open says the path is too long */
-    snprintf(at + parent_len, sizeof(at) - parent_len, "/%.*s", (int)len, p);
-    rc = check_component(dir, at, log);
-    if (rc == IS_LINK && ++links > MAX_LINKS)
-      return log_fail(log, ECC_ERR_REGION, "region.dir %s: more than %d symbolic links", dir,
-                      MAX_LINKS);
-    if (rc == IS_LINK) {
-      rc = follow_link(dir, at, parent_len, rest, todo, sizeof(todo), log);
-      p = todo;
-    } else {
-      p = rest;
-    }
-  }
-  return rc;
-}
-
 /* ---- opening ------------------------------------------------------------ */
 
 static int open_trusted(const char *dir, int *fd, char *canon, size_t cap, struct ecc_log *log)
 {
-  int rc = check_configured_path(dir, log);
-  if (rc != ECC_OK)
-    return rc;
   char why[1024];
   switch (trust_open(dir, TRUST_DIR, "region.dir", fd, canon, cap, why, sizeof(why))) {
   case TRUST_OK:

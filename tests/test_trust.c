@@ -177,3 +177,40 @@ Test(trust, the_root_directory_itself)
   close(fd);
   cr_assert_str_eq(canon, "/");
 }
+
+Test(trust, another_users_link_is_not_followed_even_to_a_safe_file)
+{
+  if (geteuid() != 0)
+    cr_skip_test("needs root to give a link to another user");
+  make_dir(at("st"), 01777);
+  make_file(at("safe"), 0644);
+  cr_assert_eq(symlink(at("safe"), at("st/theirs")), 0);
+  cr_assert_eq(lchown(at("st/theirs"), OTHER_UID, OTHER_UID), 0);
+  cr_assert_eq(check(at("st/theirs"), TRUST_FILE), TRUST_UNSAFE);
+  cr_assert(strstr(why, "symbolic link owned by uid 65534"), "%s", why);
+  /* The same link of our own leads to the same file and passes. */
+  cr_assert_eq(symlink(at("safe"), at("st/mine")), 0);
+  cr_assert_eq(check(at("st/mine"), TRUST_FILE), TRUST_OK, "%s", why);
+  cr_assert_str_eq(canon, at("safe"));
+}
+
+Test(trust, relative_paths_are_walked_from_the_working_directory)
+{
+  make_dir(at("open"), 0777);
+  make_dir(at("open/sub"), 0755);
+  make_file(at("open/sub/f"), 0644);
+  char cwd[4096];
+  cr_assert_not_null(getcwd(cwd, sizeof(cwd)));
+  cr_assert_eq(chdir(at("open")), 0);
+  int rc = check("sub/f", TRUST_FILE);
+  cr_assert_eq(chdir(cwd), 0);
+  /* The working directory itself is writable by others: refused. */
+  cr_assert_eq(rc, TRUST_UNSAFE);
+  cr_assert(strstr(why, at("open")), "%s", why);
+  cr_assert_eq(chmod(at("open"), 0755), 0);
+  cr_assert_eq(chdir(at("open")), 0);
+  rc = check("./sub/../sub/f", TRUST_FILE);
+  cr_assert_eq(chdir(cwd), 0);
+  cr_assert_eq(rc, TRUST_OK, "%s", why);
+  cr_assert_str_eq(canon, at("open/sub/f"));
+}

@@ -170,6 +170,115 @@ static int walk(const char *canon, int want_dir, const char *what, const char *p
   return rc;
 }
 
+/* ---- the path as written ---- */
+
+#define MAX_LINKS 40 /* the kernel's own bound on links in one lookup */
+#define IS_LINK (-1) /* written_component: a link, to be followed */
+
+/* One component of the path as written, at `at`. A directory must pass the
+ * rule; a link must belong to root or this user (its mode means nothing).
+ * Whatever else is there, or nothing, is left for the canonical walk. */
+static int written_component(const char *what, const char *path, const char *at, char *why,
+                             size_t why_cap)
+{
+  struct stat st;
+  if (lstat(at, &st) != 0)
+    return TRUST_OK;
+  uid_t me = geteuid();
+  if (S_ISLNK(st.st_mode)) {
+    if (st.st_uid != 0 && st.st_uid != me)
+      return fail(why, why_cap, TRUST_UNSAFE,
+                  "%s %s refused: %s is a symbolic link owned by uid %u, not by root or by "
+                  "this process's user (uid %u); refusing to follow it",
+                  what, path, at, (unsigned)st.st_uid, (unsigned)me);
+    return IS_LINK;
+  }
+  if (!S_ISDIR(st.st_mode))
+    return TRUST_OK;
+  char reason[512];
+  if (trust_stat(&st, at, reason, sizeof(reason)) != TRUST_OK)
+    return fail(why, why_cap, TRUST_UNSAFE, "%s %s refused: %s", what, path, reason);
+  return TRUST_OK;
+}
+
+/* Replaces the link at the end of `at` (whose parent is its first
+ * parent_len bytes) by its target, to be walked next, before `rest`. */
+static int follow_link(const char *what, const char *path, char *at, size_t parent_len,
+                       const char *rest, char *todo, size_t cap, char *why, size_t why_cap)
+{
+  char target[PATH_MAX], next[PATH_MAX];
+  ssize_t n = readlink(at, target, sizeof(target) - 1);
+  if (n < 0)
+    return fail(why, why_cap, TRUST_ERROR, "%s %s: cannot read the link %s: %s", what, path,
+                at, strerror(errno));
+  target[n] = '\0';
+  int len = snprintf(next, sizeof(next), "%s/%s", target, rest);
+  if (len < 0 || (size_t)len >= sizeof(next) || (size_t)len >= cap)
+    return fail(why, why_cap, TRUST_ERROR, "%s %s: the path through the link %s is too long",
+                what, path, at);
+  at[target[0] == '/' ? 0 : parent_len] = '\0';
+  memcpy(todo, next, (size_t)len + 1);
+  return TRUST_OK;
+}
+
+/* The starting point of the written walk: "" for an absolute path (the
+ * components append "/name"), the working directory for a relative one. */
+static int walk_start(const char *what, const char *path, char *at, size_t cap, char *why,
+                      size_t why_cap)
+{
+  at[0] = '\0';
+  if (path[0] == '/')
+    return TRUST_OK;
+  if (getcwd(at, cap) == NULL)
+    return fail(why, why_cap, TRUST_ERROR, "%s %s: cannot read the working directory: %s",
+                what, path, strerror(errno));
+  if (strcmp(at, "/") == 0)
+    at[0] = '\0';
+  return TRUST_OK;
+}
+
+/* The canonical walk judges where the path leads, which realpath reaches by
+ * following links whoever owns them: a link of another user's could point
+ * this process (root, say) at any object that passes the rule. So the path
+ * as written is walked first: a link is followed only if root or this user
+ * owns it, and each directory passed on the way must pass the rule, so that
+ * nobody else can change where the path leads. */
+static int check_written(const char *path, const char *what, char *why, size_t why_cap)
+{
+  char at[PATH_MAX], todo[PATH_MAX];
+  snprintf(todo, sizeof(todo), "%s", path);
+  const char *p = todo;
+  int links = 0;
+  int rc = walk_start(what, path, at, sizeof(at), why, why_cap);
+  while (rc == TRUST_OK) {
+    p += strspn(p, "/");
+    size_t len = strcspn(p, "/"), parent_len = strlen(at);
+    if (len == 0)
+      return TRUST_OK;
+    const char *rest = p + len;
+    if (len == 2 && p[0] == '.' && p[1] == '.') {
+      char *slash = strrchr(at, '/');
+      if (slash != NULL)
+        *slash = '\0';
+    } else if (!(len == 1 && p[0] == '.')) {
+      if (parent_len + 1 + len >= sizeof(at))
+        return TRUST_OK; /* the canonical walk says the path is too long */
+      snprintf(at + parent_len, sizeof(at) - parent_len, "/%.*s", (int)len, p);
+      rc = written_component(what, path, at, why, why_cap);
+    }
+    if (rc == IS_LINK && ++links > MAX_LINKS)
+      return fail(why, why_cap, TRUST_UNSAFE, "%s %s: more than %d symbolic links", what, path,
+                  MAX_LINKS);
+    if (rc == IS_LINK) {
+      rc = follow_link(what, path, at, parent_len, rest, todo, sizeof(todo), why, why_cap);
+      p = todo;
+    } else {
+      p = rest;
+    }
+  }
+  return rc;
+}
+
 int trust_open(const char *path, enum trust_kind kind, const char *what, int *fd_out,
                char *canon, size_t canon_cap, char *why, size_t why_cap)
 {
@@ -177,7 +286,9 @@ int trust_open(const char *path, enum trust_kind kind, const char *what, int *fd
     *fd_out = -1;
   if (path == NULL || path[0] == '\0')
     return fail(why, why_cap, TRUST_MISSING, "%s: empty path", what);
-  int rc = canonical(path, what, canon, canon_cap, why, why_cap);
+  int rc = check_written(path, what, why, why_cap);
+  if (rc == TRUST_OK)
+    rc = canonical(path, what, canon, canon_cap, why, why_cap);
   if (rc == TRUST_OK)
     rc = walk(canon, kind == TRUST_DIR, what, path, fd_out, why, why_cap);
   return rc;

@@ -35,9 +35,12 @@ enum trust_status {
  * object writable by its owner alone. `shown` names it in the reason. */
 int trust_stat(const struct stat *st, const char *shown, char *why, size_t why_cap);
 
-/* Canonicalise `path` (which must be absolute) and walk it from "/", one
- * component at a time without following links, checking each against the
- * rule, so that what is checked is what the path names at that moment.
+/* Walk `path` as written (relative to the working directory if it is
+ * relative): every symbolic link on the way must belong to root or this
+ * user, and every directory passed must pass the rule, so nobody else can
+ * change where it leads. Then canonicalise it and walk the canonical path
+ * from "/", one component at a time without following links, checking each
+ * against the rule, so that what is checked is what the path names then.
  * `what` ("plugin", "INI file", "region.dir") starts the reason.
  * On TRUST_OK: the canonical path is in canon (canon_cap bytes) and, if
  * fd_out is not NULL, *fd_out is a descriptor of the object opened from the
