@@ -15,12 +15,27 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A tag drawn once per process: other sessions may share /tmp and /dev/shm
+ * from another pid namespace, where the same pid means another process. */
+static unsigned process_tag(void)
+{
+  static unsigned tag;
+  static pid_t for_pid;
+  if (for_pid != getpid()) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    tag = (unsigned)((uint64_t)ts.tv_nsec * 2654435761u ^ (uint64_t)getpid() << 16) & 0xffffff;
+    for_pid = getpid();
+  }
+  return tag;
+}
+
 const char *th_region_name(void)
 {
   static char names[64][48];
   static unsigned counter;
   unsigned i = counter++ % 64;
-  snprintf(names[i], sizeof(names[i]), "t%ld-%u", (long)getpid(), counter);
+  snprintf(names[i], sizeof(names[i]), "t%ld-%06x-%u", (long)getpid(), process_tag(), counter);
   return names[i];
 }
 
@@ -48,12 +63,16 @@ const char *th_write_temp(const char *text, const char *suffix)
   char (*paths)[128] = temp_paths;
   static unsigned counter;
   unsigned i = counter++ % 64;
-  snprintf(paths[i], sizeof(paths[i]), "/tmp/ecc-test-%ld-%u%s", (long)getpid(),
-           counter, suffix);
-  FILE *f = fopen(paths[i], "w");
-  cr_assert_not_null(f, "cannot write %s", paths[i]);
-  fputs(text, f);
-  fclose(f);
+  if (paths[i][0] != '\0')
+    unlink(paths[i]); /* the slot's previous file */
+  int n = snprintf(paths[i], sizeof(paths[i]), "/tmp/ecc-test-%ld-XXXXXX%s", (long)getpid(),
+                   suffix);
+  cr_assert(n > 0 && (size_t)n < sizeof(paths[i]), "suffix %s is too long", suffix);
+  int fd = mkstemps(paths[i], (int)strlen(suffix));
+  cr_assert_geq(fd, 0, "cannot create %s", paths[i]);
+  size_t len = strlen(text);
+  cr_assert_eq(write(fd, text, len), (ssize_t)len, "cannot write %s", paths[i]);
+  close(fd);
   return paths[i];
 }
 
