@@ -621,6 +621,14 @@ static void check_region_once(struct conn *c, int *checked)
     c->region_dead = 1;
 }
 
+/* A copy that went through a region found dead is reported failed, and
+ * counted so: the stats agree with the completions (done_lock held). */
+static void count_dead_region(struct conn *c, const struct transfer *t)
+{
+  ecc_dir_stats_v1 *s = t->direction == ECC_DIR_SAVE ? &c->stats.save : &c->stats.load;
+  s->failed++;
+}
+
 /* The caller's record for one entry of a finished transfer. */
 static void report(const struct transfer *t, const struct done_rec *rec, int region_dead,
                    ecc_completion_v1 *out)
@@ -647,6 +655,8 @@ static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1 *out, size
   while (n < cap && f->head != NULL && head_finished(c, f->head)) {
     struct transfer *t = f->head;
     check_region_once(c, checked);
+    if (c->region_dead && t->status == ECC_OK && t->next_report == 0)
+      count_dead_region(c, t);
     while (n < cap && t->next_report < t->n_done)
       report(t, &t->done[t->next_report++], c->region_dead, &out[n++]);
     if (t->next_report == t->n_done)

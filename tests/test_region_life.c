@@ -788,6 +788,9 @@ static void gone_underneath(int replace)
   cr_expect_eq(done[0].status, ECC_ERR_REGION, "a save into a dead region was reported %d",
                done[0].status);
   cr_expect_eq(th_poll_until(c, done, 1, 50), 0, "a refused call was reported");
+  ecc_stats st = {.struct_size = sizeof(st)};
+  cr_assert_eq(ecc_get_stats(c, &st), ECC_OK);
+  cr_expect_eq(st.save.failed, 1, "the save reported failed is not counted failed");
   uint8_t block[BS], zero[BS] = {0};
   cr_assert_eq(pread(old, block, BS, REGION_HEADER_BYTES + BS), (ssize_t)BS);
   cr_expect_eq(memcmp(block, zero, BS), 0, "the queued save was copied into the dead file");
