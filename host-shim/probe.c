@@ -399,10 +399,10 @@ static int get_meta(in_buf *b, ecc_plugin_meta **out)
   return ECC_OK;
 }
 
-static int decode(const received *rx, const char *subject, int *status, ecc_plugin_meta **meta,
-                  char *err, size_t err_cap)
+int probe_decode(const unsigned char *payload, size_t len, const char *subject, int *status,
+                 ecc_plugin_meta **meta, char *err, size_t err_cap)
 {
-  in_buf b = {.p = rx->payload, .left = rx->len, .bad = NULL};
+  in_buf b = {.p = payload, .left = len, .bad = NULL};
   int32_t st = (int32_t)get_u32(&b, "the status");
   uint32_t msg_len;
   const unsigned char *msg = get_text(&b, PROBE_MESSAGE_MAX, false, "the message", &msg_len);
@@ -493,7 +493,7 @@ static int judge(pid_t pid, const received *rx, uint64_t deadline, uint64_t time
               rx->bad);
     return ECC_ERR_INCOMPATIBLE;
   }
-  return decode(rx, subject, status, meta, err, err_cap);
+  return probe_decode(rx->payload, rx->len, subject, status, meta, err, err_cap);
 }
 
 int probe_run(probe_job job, void *arg, uint64_t timeout_ms, const char *subject, int *status,

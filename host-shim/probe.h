@@ -44,4 +44,12 @@ typedef void (*probe_job)(void *arg, probe_report *out);
 int probe_run(probe_job job, void *arg, uint64_t timeout_ms, const char *subject, int *status,
               ecc_plugin_meta **meta, char *err, size_t err_cap);
 
+/* The parent's reading of a report's payload (the bytes after its magic
+ * and length words), as probe_run does it; on its own for the fuzz target.
+ * Returns ECC_OK with *status, the message in err and *meta (when meta is
+ * not NULL) as probe_run says; ECC_ERR_INCOMPATIBLE for a malformed
+ * payload (err names the field); ECC_ERR_NOMEM. */
+int probe_decode(const unsigned char *payload, size_t len, const char *subject, int *status,
+                 ecc_plugin_meta **meta, char *err, size_t err_cap);
+
 #endif /* ECC_PROBE_H */
