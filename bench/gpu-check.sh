@@ -4,7 +4,8 @@
 # compute-sanitizer memcheck and racecheck. Logs and the CSV go to OUT_DIR
 # (seven files: the device tool brings back at most eight);
 # the benchmark's table is printed last. BENCH_ARGS (e.g. --quick) goes to
-# ecc-bench; SANITIZE_TIMEOUT bounds each sanitizer run (seconds).
+# ecc-bench, BENCH=0 skips it; SANITIZE_TIMEOUT bounds each sanitizer run
+# (seconds).
 set -u -o pipefail
 out=${1:-gpu-check-out}
 build=${BUILD_DIR:-/tmp/ecc-gpu-build}
@@ -32,10 +33,14 @@ timeout 300 "$build/tests/test_cuda_engine" --verbose --jobs 2 > "$out/tests.log
 grep -E "^\[(FAIL|SKIP)|Synthesis" "$out/tests.log"
 grep -B2 -A8 -E "^\[FAIL" "$out/tests.log" | head -60
 
-echo "== benchmark"
-timeout 400 "$build/bin/ecc-bench" --csv "$out/bench.csv" ${BENCH_ARGS:-} \
-  2> "$out/bench.err" > "$out/bench.txt" || status=1
-tail -5 "$out/bench.err"
+if [ "${BENCH:-1}" != 0 ]; then
+  echo "== benchmark"
+  timeout 400 "$build/bin/ecc-bench" --csv "$out/bench.csv" ${BENCH_ARGS:-} \
+    2> "$out/bench.err" > "$out/bench.txt" || status=1
+  tail -5 "$out/bench.err"
+else
+  echo "(benchmark skipped: BENCH=0)" > "$out/bench.txt"
+fi
 
 echo "== demo (engine auto)"
 ECC_PLUGIN_DIR="$build/lib/ecc" timeout 120 "$build/bin/eccctl" demo conf/default.ini \
