@@ -263,3 +263,34 @@ void th_fill(void *buf, size_t n, uint64_t seed)
     p[i] = (uint8_t)(x | 1); /* never zero */
   }
 }
+
+/* Whether a line of /proc/locks ("1: FLOCK  ADVISORY  READ  4242 00:1a:17 0 EOF")
+ * names pid as the lock's owner. */
+static int locks_of(pid_t pid)
+{
+  FILE *f = fopen("/proc/locks", "r");
+  if (f == NULL)
+    return 0;
+  char line[256];
+  int found = 0;
+  while (!found && fgets(line, sizeof(line), f) != NULL) {
+    char kind[16], mode[16], access[16];
+    long owner = 0;
+    if (sscanf(line, "%*d: %15s %15s %15s %ld", kind, mode, access, &owner) == 4 &&
+        owner == (long)pid)
+      found = 1;
+  }
+  fclose(f);
+  return found;
+}
+
+int th_wait_locks_released(pid_t pid, int timeout_ms)
+{
+  for (int waited = 0; waited <= timeout_ms; waited++) {
+    if (!locks_of(pid))
+      return 1;
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return 0;
+}

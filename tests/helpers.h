@@ -59,6 +59,12 @@ pid_t th_spawn_self(const char *role, const char *ini, int fd0, int fd1);
  * th_spawn_self if this process is such a child, else 0. */
 int th_child_args(const char **role, const char **ini, int *fd0, int *fd1);
 
+/* Wait (at most timeout_ms) until /proc/locks lists no lock taken by pid;
+ * returns 1 when none is left. A killed process that had a file mapped can
+ * keep its flock for a while after waitpid returns (about 0.1 s was seen on
+ * one machine): its mapping, which holds the file, is torn down later. */
+int th_wait_locks_released(pid_t pid, int timeout_ms);
+
 /* Entries of a directory other than . and .. (-1 if it cannot be read). */
 int th_count_entries(const char *dir);
 

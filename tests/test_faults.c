@@ -402,6 +402,7 @@ Test(faults, producer_killed_mid_step_hands_over_only_completed_saves_and_next_p
   cr_assert_eq(kill(p1.pid, SIGKILL), 0);
   int status = reap(&p1);
   cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %d", status);
+  cr_assert(th_wait_locks_released(p1.pid, 5000), "the killed producer's lock stayed");
   cr_assert_eq(got, SMALL_ENTRIES);
 
   /* The consumer keeps working: every handed-over entry is still whole. */
@@ -448,6 +449,7 @@ Test(faults, region_of_a_creator_killed_while_alone_is_reaped_by_the_next_open)
   cr_assert_eq(next_note(&p1).creator, 1);
   kill(p1.pid, SIGKILL);
   reap(&p1);
+  cr_assert(th_wait_locks_released(p1.pid, 5000), "the killed creator's lock stayed");
   struct stat old;
   cr_assert_eq(stat(th_region_path(rdir, name), &old), 0, "the killed creator's file vanished");
   captured[0] = '\0';
@@ -479,6 +481,7 @@ Test(faults, joiner_rejoins_after_the_creator_is_killed_while_it_holds_the_regio
   cr_assert_eq(ecc_open(ini, &o, &cons, err, sizeof(err)), ECC_OK, "%s", err);
   kill(p1.pid, SIGKILL);
   reap(&p1);
+  cr_assert(th_wait_locks_released(p1.pid, 5000), "the killed creator's lock stayed");
   ecc_connector *again = NULL;
   cr_assert_eq(ecc_open(ini, &o, &again, err, sizeof(err)), ECC_OK, "%s", err);
   cr_expect_eq(describe(again).creator, 0);
