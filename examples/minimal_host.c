@@ -101,7 +101,7 @@ int main(int argc, char **argv)
   close(ready[1]);
   int status = 1;
   waitpid(pid, &status, 0);
-  ecc_close(producer); /* the creator unlinks the region: after the consumer is done */
+  ecc_close(producer); /* the last of the two to close removes the region */
   if (rc == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
     rc = 1;
   return rc;

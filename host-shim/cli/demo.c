@@ -271,7 +271,7 @@ static void judge_child(struct reasons *r, const struct child *ch,
     add_reason(r, "%s did not finish", ch->name);
 }
 
-/* The creator removes the region; if it could not (it was killed), remove
+/* The last holder removes the region; if none could (one was killed), remove
  * the orphan here, but only when no process holds it any more. */
 static void judge_region(struct reasons *r, const char *path)
 {

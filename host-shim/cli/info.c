@@ -30,8 +30,8 @@ void help_info(FILE *out)
                "options:\n"
                "  --open    also open a connector briefly and print what it built:\n"
                "            region file, blocks, engine, pinning, role, save rank.\n"
-               "            This creates (or joins) the region for a moment; the\n"
-               "            creator removes it again on close.\n"
+               "            This creates (or joins) the region for a moment; its\n"
+               "            last holder removes it again on close.\n"
                "  --timeout-ms N  how long the plugin may take to load and validate\n"
                "            before it is stopped (1 to 3600000; default 10000)\n"
                "  -h, --help  this text\n");
@@ -179,7 +179,7 @@ static void print_described(ecc_connector *c)
     printf("  describe:     not available (%s)\n", ecc_strerror(rc));
   } else {
     printf("  region:       %s (%s)\n", info.region_path,
-           info.creator ? "created by this process, removed on close"
+           info.creator ? "created by this process; its last holder removes it"
                         : "joined an existing region");
     printf("  blocks:       %" PRIu64 " x %" PRIu64 " B = %.1f MiB of block data\n",
            info.num_blocks, info.block_size, mib(info.num_blocks * info.block_size));
