@@ -14,15 +14,15 @@
 #define ECC_PLUGIN_SYMBOL ECC_PLUGIN_V1_SYMBOL
 
 typedef ecc_plugin_v1_t ecc_plugin_t;
-typedef ecc_kv_v1 ecc_kv;
-typedef ecc_param_v1 ecc_param;
-typedef ecc_host_services_v1 ecc_host_services;
-typedef ecc_create_args_v1 ecc_create_args;
-typedef ecc_save_entry_v1 ecc_save_entry;
-typedef ecc_load_entry_v1 ecc_load_entry;
-typedef ecc_completion_v1 ecc_completion;
-typedef ecc_dir_stats_v1 ecc_dir_stats;
-typedef ecc_stats_v1 ecc_stats;
-typedef ecc_info_v1 ecc_info;
+typedef ecc_kv_v1_t ecc_kv_t;
+typedef ecc_param_v1_t ecc_param_t;
+typedef ecc_host_services_v1_t ecc_host_services_t;
+typedef ecc_create_args_v1_t ecc_create_args_t;
+typedef ecc_save_entry_v1_t ecc_save_entry_t;
+typedef ecc_load_entry_v1_t ecc_load_entry_t;
+typedef ecc_completion_v1_t ecc_completion_t;
+typedef ecc_dir_stats_v1_t ecc_dir_stats_t;
+typedef ecc_stats_v1_t ecc_stats_t;
+typedef ecc_info_v1_t ecc_info_t;
 
 #endif /* ECC_PLUGIN_H */

@@ -42,7 +42,7 @@
  * Errors
  * ------
  * Every function returns ECC_OK (0) on success or one of the negative
- * ECC_ERR_* codes below; the set is closed. Each function lists the codes it
+ * ECC_ERR_* codes of ecc_common.h (ECC_STATUS_MAP); the set is closed. Each function lists the codes it
  * can return. A call that returns an error changes no state of the handle.
  * Human-readable text goes to the host's log callback and to the handle's
  * last-error string (see last_error).
@@ -85,6 +85,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ecc_common.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -94,79 +96,41 @@ extern "C" {
 /* Name of the exported table (type ecc_plugin_v1_t). */
 #define ECC_PLUGIN_V1_SYMBOL "ecc_plugin_v1"
 
-/* Longest key (content hash string) in bytes, without the terminating NUL. */
-#define ECC_KEY_MAX 127
-
-/* ---- Status codes: 0 success, a closed set of negatives for errors. ---- */
-#define ECC_OK 0                 /* success */
-#define ECC_ERR_INVALID (-1)     /* bad argument: NULL pointer, empty or over-long key, zero size... */
-#define ECC_ERR_RANGE (-2)       /* block id past the region, or data larger than its blocks */
-#define ECC_ERR_ROLE (-3)        /* save on a consumer, or load on a producer */
-#define ECC_ERR_BUSY (-4)        /* the in-flight bound is reached: poll, then retry */
-#define ECC_ERR_CONFIG (-5)      /* unknown configuration key or bad value (the key is named in the text) */
-#define ECC_ERR_INCOMPATIBLE (-6)/* the negotiated ABI version is not supported */
-#define ECC_ERR_REGION (-7)      /* the shared region is foreign, truncated, unsafe or has another layout */
-#define ECC_ERR_SYSTEM (-8)      /* an operating-system call failed (errno is named in the text) */
-#define ECC_ERR_NOMEM (-9)       /* out of host memory */
-#define ECC_ERR_DEVICE (-10)     /* the GPU runtime failed (its error is named in the text) */
-#define ECC_ERR_TRANSFER (-11)   /* a copy failed; reported in a completion's status */
-#define ECC_ERR_CLOSED (-12)     /* the handle was shut down, or never existed */
-#define ECC_ERR_UNSUPPORTED (-13)/* the feature is not built in or not available here */
-
-/* Log levels, most severe first. */
-#define ECC_LOG_ERROR 0
-#define ECC_LOG_WARN 1
-#define ECC_LOG_INFO 2
-#define ECC_LOG_DEBUG 3
-
-/* Capability bits (ecc_plugin_v1_t.caps). */
-#define ECC_CAP_SAVE (1u << 0)        /* implements the producer side */
-#define ECC_CAP_LOAD (1u << 1)        /* implements the consumer side */
-#define ECC_CAP_HOST_ENGINE (1u << 2) /* can copy to and from host memory (no GPU needed) */
-#define ECC_CAP_CUDA_ENGINE (1u << 3) /* built with the CUDA engine (a GPU may still be absent) */
-#define ECC_CAP_STATS (1u << 4)       /* the stats function is implemented */
-
-/* Opaque connector handle. 0 is never valid. After shutdown a handle's value
- * stays invalid for the life of the process, also after the plugin has been
- * closed and opened again: calls with it return ECC_ERR_CLOSED and never
- * touch freed memory. */
-typedef uint64_t ecc_handle_t;
-
 /* One configuration pair. Both strings are read during the call only. */
 typedef struct ecc_kv_v1 {
   const char *key;   /* "section.name", e.g. "region.block_size" */
   const char *value; /* the text as written, e.g. "3KiB" */
-} ecc_kv_v1;
+} ecc_kv_v1_t;
 
 /* A configuration key the plugin accepts, with its default. */
 typedef struct ecc_param_v1 {
   const char *key;           /* "section.name" */
   const char *default_value; /* text used when the key is absent; "" if none */
   const char *help;          /* one line: what it means and what values it takes */
-} ecc_param_v1;
+} ecc_param_v1_t;
 
 /* Services the host lends to the plugin for the life of the handle. */
 typedef struct ecc_host_services_v1 {
-  uint32_t struct_size; /* sizeof(ecc_host_services_v1) as the host compiled it */
+  uint32_t struct_size; /* sizeof(ecc_host_services_v1_t) as the host compiled it */
   int log_level;        /* the plugin drops messages above this level */
   /* Receives one line of text without a newline; may be NULL. Called from any
    * plugin thread; `msg` is valid during the call only. */
   void (*log)(void *user, int level, const char *msg);
   void *user; /* passed back to log unchanged */
-} ecc_host_services_v1;
+} ecc_host_services_v1_t;
 
 /* Arguments of create(). Everything pointed to is read during the call only,
  * except `host`, which must stay valid until shutdown returns. */
 typedef struct ecc_create_args_v1 {
-  uint32_t struct_size;                  /* sizeof(ecc_create_args_v1) as the host compiled it */
+  uint32_t struct_size;                  /* sizeof(ecc_create_args_v1_t) as the host compiled it */
   uint32_t abi_major;                    /* negotiated major: ECC_ABI_V1_MAJOR */
   uint32_t abi_minor;                    /* negotiated minor: min(host's, plugin's) */
-  const ecc_kv_v1 *config;               /* configuration pairs; a key may appear once */
+  const ecc_kv_v1_t *config;               /* configuration pairs; a key may appear once */
   size_t n_config;                       /* number of pairs */
-  const ecc_host_services_v1 *host;      /* may be NULL: then nothing is logged */
+  const ecc_host_services_v1_t *host;      /* may be NULL: then nothing is logged */
   char *err;                             /* if non-NULL, receives the reason a create failed */
   size_t err_cap;                        /* capacity of err in bytes, NUL included */
-} ecc_create_args_v1;
+} ecc_create_args_v1_t;
 
 /* Device addresses in entries (save `src`, load `dst`) must be memory the
  * connector's device can reach: its own, or pinned host memory. They are
@@ -181,7 +145,7 @@ typedef struct ecc_save_entry_v1 {
   uint64_t nbytes;          /* > 0 and <= n_blocks * block_size */
   const uint32_t *block_ids;/* region blocks in entry order; read during the call only */
   uint32_t n_blocks;        /* >= 1; blocks past ceil(nbytes / block_size) are not touched */
-} ecc_save_entry_v1;
+} ecc_save_entry_v1_t;
 
 /* One entry to load: blocks `block_ids` go to device address `dst`. */
 typedef struct ecc_load_entry_v1 {
@@ -192,11 +156,7 @@ typedef struct ecc_load_entry_v1 {
   uint64_t dst_capacity;    /* bytes writable at dst, > 0; the copy moves
                                min(dst_capacity, n_blocks * block_size) bytes and
                                blocks past that amount are not read */
-} ecc_load_entry_v1;
-
-/* Which direction a completion belongs to. */
-#define ECC_DIR_SAVE 1 /* device -> region */
-#define ECC_DIR_LOAD 2 /* region -> device */
+} ecc_load_entry_v1_t;
 
 /* One finished save (identified by key) or load (identified by transfer id). */
 typedef struct ecc_completion_v1 {
@@ -209,7 +169,7 @@ typedef struct ecc_completion_v1 {
   uint64_t nbytes;           /* bytes of this entry that the copy moved */
   uint64_t elapsed_ns;       /* duration of the whole batched transfer it was part of */
   char key[ECC_KEY_MAX + 1]; /* saves: the key, NUL-terminated; loads: "" */
-} ecc_completion_v1;
+} ecc_completion_v1_t;
 
 /* Histogram bucket upper bounds in bytes of a transfer (the last one is open). */
 #define ECC_HIST_BUCKETS 10 /* <0.5, <1, <2, <5, <10, <20, <50, <100, <250, >=250 MB */
@@ -223,21 +183,21 @@ typedef struct ecc_dir_stats_v1 {
   uint64_t busy_ns;     /* sum of transfer durations */
   uint64_t failed;      /* transfers that ended with an error */
   uint64_t hist[ECC_HIST_BUCKETS]; /* transfers by size (bucket bounds above) */
-} ecc_dir_stats_v1;
+} ecc_dir_stats_v1_t;
 
 /* Statistics of one handle since create. The caller sets struct_size. */
 typedef struct ecc_stats_v1 {
-  uint32_t struct_size;      /* in: sizeof(ecc_stats_v1) as the caller compiled it */
+  uint32_t struct_size;      /* in: sizeof(ecc_stats_v1_t) as the caller compiled it */
   uint32_t reserved;         /* zero */
-  ecc_dir_stats_v1 save;     /* device -> region */
-  ecc_dir_stats_v1 load;     /* region -> device */
+  ecc_dir_stats_v1_t save;     /* device -> region */
+  ecc_dir_stats_v1_t load;     /* region -> device */
   uint64_t saves_skipped;    /* saves ignored because this rank is not the save rank */
   uint64_t pin_ns;           /* time spent pinning the region (0 if not pinned) */
-} ecc_stats_v1;
+} ecc_stats_v1_t;
 
 /* What a handle is using. The caller sets struct_size. */
 typedef struct ecc_info_v1 {
-  uint32_t struct_size;   /* in: sizeof(ecc_info_v1) as the caller compiled it */
+  uint32_t struct_size;   /* in: sizeof(ecc_info_v1_t) as the caller compiled it */
   uint32_t creator;       /* 1 if this handle created the region (whoever closes it last unlinks it) */
   char region_path[256];  /* the region file, e.g. "/dev/shm/ecc-demo.region" */
   uint64_t block_size;    /* bytes per block */
@@ -249,7 +209,7 @@ typedef struct ecc_info_v1 {
   uint32_t save_rank;     /* 1 if saves are performed on this rank */
   uint32_t pinned;        /* 1 if the region is registered with the GPU driver */
   uint64_t max_inflight;  /* bound on in-flight transfers per direction */
-} ecc_info_v1;
+} ecc_info_v1_t;
 
 /*
  * The exported table. Header fields first, then required functions, then
@@ -262,7 +222,7 @@ typedef struct ecc_plugin_v1 {
   uint32_t caps;           /* ECC_CAP_* bits */
   const char *name;        /* short name, e.g. "shm" */
   const char *version;     /* implementation version, e.g. "1.0.0" */
-  const ecc_param_v1 *params; /* the configuration keys it accepts, with defaults */
+  const ecc_param_v1_t *params; /* the configuration keys it accepts, with defaults */
   size_t n_params;         /* number of params */
 
   /* create: open a connector. `args->abi_major` must be 1; a minor newer than
@@ -272,7 +232,7 @@ typedef struct ecc_plugin_v1 {
    * Returns ECC_OK, ECC_ERR_INVALID (NULL args/out), ECC_ERR_INCOMPATIBLE,
    * ECC_ERR_CONFIG, ECC_ERR_REGION, ECC_ERR_SYSTEM, ECC_ERR_NOMEM,
    * ECC_ERR_DEVICE, ECC_ERR_UNSUPPORTED (an engine that is not available). */
-  int (*create)(const ecc_create_args_v1 *args, ecc_handle_t *out);
+  int (*create)(const ecc_create_args_v1_t *args, ecc_handle_t *out);
 
   /* save: queue `n` entries for this step's flush. Fills descriptors only:
    * never copies, never waits. All entries are checked before any is queued.
@@ -285,7 +245,7 @@ typedef struct ecc_plugin_v1 {
    * ECC_ERR_NOMEM, ECC_ERR_CLOSED, ECC_ERR_REGION (checked when the call
    * starts a step's batch: the region file was removed, replaced or
    * truncated since create, so the handle can move no more data). */
-  int (*save)(ecc_handle_t h, const ecc_save_entry_v1 *entries, size_t n);
+  int (*save)(ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n);
 
   /* flush: submit everything queued since the last flush as ONE batched
    * transfer, ordered after all work already queued on `compute_stream`
@@ -312,7 +272,7 @@ typedef struct ecc_plugin_v1 {
    * ECC_ERR_BUSY, ECC_ERR_DEVICE, ECC_ERR_NOMEM, ECC_ERR_CLOSED, ECC_ERR_REGION
    * (the region file was removed, replaced or truncated since create: nothing
    * is copied, and the handle can move no more data). */
-  int (*load)(ecc_handle_t h, const ecc_load_entry_v1 *entries, size_t n,
+  int (*load)(ecc_handle_t h, const ecc_load_entry_v1_t *entries, size_t n,
               void *compute_stream);
 
   /* poll: never blocks. Writes up to `cap` finished entries to `out` and
@@ -322,7 +282,7 @@ typedef struct ecc_plugin_v1 {
    * a negative status in each of its entries. Entries that did not fit stay
    * for the next poll.
    * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
-  int (*poll)(ecc_handle_t h, ecc_completion_v1 *out, size_t cap, size_t *n_out);
+  int (*poll)(ecc_handle_t h, ecc_completion_v1_t *out, size_t cap, size_t *n_out);
 
   /* shutdown: wait for every in-flight transfer, free everything, clean up
    * the region (whoever closes it last, in any process, unlinks it).
@@ -337,17 +297,17 @@ typedef struct ecc_plugin_v1 {
    * anything. On failure err receives the reason (the key named); on success
    * a one-line summary of what create would build (region, layout, engine).
    * Returns ECC_OK, ECC_ERR_CONFIG, ECC_ERR_INVALID. */
-  int (*validate)(const ecc_kv_v1 *config, size_t n_config, char *err, size_t err_cap);
+  int (*validate)(const ecc_kv_v1_t *config, size_t n_config, char *err, size_t err_cap);
 
   /* stats: copy the handle's counters. Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
-  int (*stats)(ecc_handle_t h, ecc_stats_v1 *out);
+  int (*stats)(ecc_handle_t h, ecc_stats_v1_t *out);
 
   /* last_error: copy the text of the handle's most recent error ("" if none),
    * truncated to cap. Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
   int (*last_error)(ecc_handle_t h, char *buf, size_t cap);
 
   /* describe: the region and engine in use. Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
-  int (*describe)(ecc_handle_t h, ecc_info_v1 *out);
+  int (*describe)(ecc_handle_t h, ecc_info_v1_t *out);
 } ecc_plugin_v1_t;
 
 #ifdef __cplusplus

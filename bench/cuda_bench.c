@@ -70,9 +70,9 @@ struct set {
   uint32_t *ids;          /* n_entries * entry_blocks block ids, entry after entry */
   uint8_t *dev;           /* device buffer: entry i at i * stride */
   uint8_t *image;         /* host: what dev holds (save) or must receive (load) */
-  ecc_save_entry *saves;
+  ecc_save_entry_t *saves;
   char (*keys)[24];
-  ecc_load_entry *loads;
+  ecc_load_entry_t *loads;
   struct descs up;        /* the same copies as descriptors over our own mapping */
   uint64_t zone;          /* first block of its contiguous zone */
 };
@@ -95,7 +95,7 @@ typedef CUresult (*batch12_fn)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t,
 struct bench {
   struct opts o;
   struct geom g;
-  ecc_connector *conn[N_METHODS];
+  ecc_connector_t *conn[N_METHODS];
   uint8_t *map, *blocks;
   size_t map_bytes;
   cudaStream_t compute, copy[2];
@@ -239,7 +239,7 @@ static void geom_init(struct geom *g, uint64_t bs)
   g->region_blocks = (uint64_t)ZONES * g->step_blocks;
 }
 
-static ecc_connector *open_connector(struct bench *b, int m, const char *region)
+static ecc_connector_t *open_connector(struct bench *b, int m, const char *region)
 {
   char text[1024];
   snprintf(text, sizeof(text),
@@ -255,8 +255,8 @@ static ecc_connector *open_connector(struct bench *b, int m, const char *region)
   if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
     die("cannot write a temporary INI file: %s", strerror(errno));
   close(fd);
-  ecc_open_options opt = {.struct_size = sizeof(opt), .log = on_log, .log_level = -1};
-  ecc_connector *c = NULL;
+  ecc_open_options_t opt = {.struct_size = sizeof(opt), .log = on_log, .log_level = -1};
+  ecc_connector_t *c = NULL;
   char err[512] = "";
   int rc = ecc_open(path, &opt, &c, err, sizeof(err));
   unlink(path);
@@ -269,7 +269,7 @@ static ecc_connector *open_connector(struct bench *b, int m, const char *region)
  * the reference copies and for checking bytes. */
 static void map_region(struct bench *b)
 {
-  ecc_info info = {.struct_size = sizeof(info)};
+  ecc_info_t info = {.struct_size = sizeof(info)};
   if (ecc_describe(b->conn[M_AUTO], &info) != ECC_OK)
     die("ecc_describe failed");
   if (strcmp(info.engine, "cuda") != 0)
@@ -429,9 +429,9 @@ static void build_entries(struct bench *b, struct set *s, int load)
   for (uint32_t i = 0; i < g->n_entries; i++) {
     uint32_t *ids = s->ids + (size_t)i * g->entry_blocks;
     snprintf(s->keys[i], sizeof(s->keys[i]), "e%u", i);
-    s->saves[i] = (ecc_save_entry){s->keys[i], dev + i * g->stride, g->entry_bytes, ids,
+    s->saves[i] = (ecc_save_entry_t){s->keys[i], dev + i * g->stride, g->entry_bytes, ids,
                                    g->entry_blocks};
-    s->loads[i] = (ecc_load_entry){1000u + i, ids, g->entry_blocks, dev + i * g->stride,
+    s->loads[i] = (ecc_load_entry_t){1000u + i, ids, g->entry_blocks, dev + i * g->stride,
                                    g->entry_bytes};
   }
   uint32_t *order = xmalloc(g->n_entries * sizeof(uint32_t));
@@ -470,9 +470,9 @@ struct sample {
   int sms;
 };
 
-static void poll_all(struct bench *b, ecc_connector *c, size_t want, double *el_ms)
+static void poll_all(struct bench *b, ecc_connector_t *c, size_t want, double *el_ms)
 {
-  ecc_completion done[256];
+  ecc_completion_t done[256];
   size_t got = 0;
   double t0 = now_us();
   el_ms[0] = el_ms[1] = 0;
@@ -498,7 +498,7 @@ static void poll_all(struct bench *b, ecc_connector *c, size_t want, double *el_
 
 static void ours_step(struct bench *b, int m, int dirs, int si, struct sample *out)
 {
-  ecc_connector *c = b->conn[m];
+  ecc_connector_t *c = b->conn[m];
   struct set *sv = &b->sets[0][si], *ld = &b->sets[1][si];
   uint32_t n = b->g.n_entries;
   memset(out, 0, sizeof(*out));
@@ -654,9 +654,9 @@ static void check(struct bench *b, int layout, int dirs, int m, int si)
 }
 
 /* The plugin built as many descriptors as upstream's rules give. */
-static void check_descs(struct bench *b, int m, int dirs, int si, const ecc_stats *before)
+static void check_descs(struct bench *b, int m, int dirs, int si, const ecc_stats_t *before)
 {
-  ecc_stats after = {.struct_size = sizeof(after)};
+  ecc_stats_t after = {.struct_size = sizeof(after)};
   if (ecc_get_stats(b->conn[m], &after) != ECC_OK)
     die("ecc_get_stats failed");
   uint64_t ours = after.save.descriptors - before->save.descriptors + after.load.descriptors -
@@ -686,7 +686,7 @@ static void measure(struct bench *b, int layout, int dirs, int m, struct result 
   for (int it = 0; it < warm + iters; it++) {
     int si = it % SETS;
     int checked = it < warm || it == warm + iters - 1;
-    ecc_stats before = {.struct_size = sizeof(before)};
+    ecc_stats_t before = {.struct_size = sizeof(before)};
     if (checked)
       poison(b, m, dirs, si);
     if (checked && m != M_CONTIG && m != M_UPSTREAM && ecc_get_stats(b->conn[m], &before) != ECC_OK)
@@ -748,27 +748,27 @@ static void submit_4096(struct bench *b)
   struct set *sv = &b->sets[0][0], *ld = &b->sets[1][0];
   if (g->step_blocks < n)
     return;
-  ecc_save_entry *e = xmalloc(n * sizeof(*e));
-  ecc_load_entry *l = xmalloc(n * sizeof(*l));
-  ecc_load_entry *mixed = xmalloc(n * sizeof(*mixed));
+  ecc_save_entry_t *e = xmalloc(n * sizeof(*e));
+  ecc_load_entry_t *l = xmalloc(n * sizeof(*l));
+  ecc_load_entry_t *mixed = xmalloc(n * sizeof(*mixed));
   char (*keys)[24] = xmalloc(n * sizeof(*keys));
   for (uint32_t i = 0; i < n; i++) {
     snprintf(keys[i], sizeof(keys[i]), "one-%u", i);
-    e[i] = (ecc_save_entry){keys[i], (uint64_t)(uintptr_t)(sv->dev + (uint64_t)i * g->bs), g->bs,
+    e[i] = (ecc_save_entry_t){keys[i], (uint64_t)(uintptr_t)(sv->dev + (uint64_t)i * g->bs), g->bs,
                             &sv->ids[i], 1};
-    l[i] = (ecc_load_entry){i, &ld->ids[i], 1, (uint64_t)(uintptr_t)(ld->dev + (uint64_t)i * g->bs),
+    l[i] = (ecc_load_entry_t){i, &ld->ids[i], 1, (uint64_t)(uintptr_t)(ld->dev + (uint64_t)i * g->bs),
                             g->bs};
     mixed[i] = l[i];
   }
   /* Destinations out of order: the connector must sort by first block. */
   for (uint32_t i = n - 1; i > 0; i--) {
     uint32_t j = (uint32_t)(rnd(b) % (i + 1));
-    ecc_load_entry x = mixed[i];
+    ecc_load_entry_t x = mixed[i];
     mixed[i] = mixed[j];
     mixed[j] = x;
   }
   double sc[8], fl[8], lo[8], mx[8], el[2];
-  ecc_connector *c = b->conn[M_AUTO];
+  ecc_connector_t *c = b->conn[M_AUTO];
   for (int r = 0; r < 8; r++) {
     double t0 = now_us();
     if (ecc_save(c, e, n) != ECC_OK)

@@ -14,12 +14,12 @@
 
 enum { ROWS = 4, ROW_BYTES = 3072 };
 
-static ecc_connector *open_as(const char *ini, const char *role)
+static ecc_connector_t *open_as(const char *ini, const char *role)
 {
-  ecc_kv override = {"connector.role", role};
-  ecc_open_options opt = {.struct_size = sizeof(opt), .overrides = &override,
+  ecc_kv_t override = {"connector.role", role};
+  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = &override,
                           .n_overrides = 1, .log_level = -1};
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   char err[512];
   if (ecc_open(ini, &opt, &c, err, sizeof(err)) != ECC_OK)
     fprintf(stderr, "%s: %s\n", role, err);
@@ -27,7 +27,7 @@ static ecc_connector *open_as(const char *ini, const char *role)
 }
 
 /* Poll until one completion arrives; the host would do this once a step. */
-static int wait_one(ecc_connector *c, ecc_completion *done)
+static int wait_one(ecc_connector_t *c, ecc_completion_t *done)
 {
   size_t n = 0;
   while (n == 0) {
@@ -48,9 +48,9 @@ static int consume(const char *ini, int ready_fd, const unsigned char *expect,
   char go;
   if (read(ready_fd, &go, 1) != 1)
     return 1; /* the producer failed */
-  ecc_connector *consumer = open_as(ini, "consumer");
-  ecc_load_entry l = {1, blocks, ROWS, (uint64_t)(uintptr_t)back, sizeof(back)};
-  ecc_completion done;
+  ecc_connector_t *consumer = open_as(ini, "consumer");
+  ecc_load_entry_t l = {1, blocks, ROWS, (uint64_t)(uintptr_t)back, sizeof(back)};
+  ecc_completion_t done;
   if (consumer == NULL || ecc_load(consumer, &l, 1, NULL) != ECC_OK ||
       wait_one(consumer, &done) != ECC_OK)
     return 1;
@@ -89,9 +89,9 @@ int main(int argc, char **argv)
   close(ready[0]);
 
   int rc = 1;
-  ecc_connector *producer = open_as(argv[1], "producer");
-  ecc_save_entry e = {"sha256:4f2a", (uint64_t)(uintptr_t)out, sizeof(out), blocks, ROWS};
-  ecc_completion done;
+  ecc_connector_t *producer = open_as(argv[1], "producer");
+  ecc_save_entry_t e = {"sha256:4f2a", (uint64_t)(uintptr_t)out, sizeof(out), blocks, ROWS};
+  ecc_completion_t done;
   if (producer != NULL && ecc_save(producer, &e, 1) == ECC_OK &&
       ecc_flush(producer, NULL) == ECC_OK && wait_one(producer, &done) == ECC_OK) {
     printf("producer: saved %s (%llu bytes)\n", done.key, (unsigned long long)done.nbytes);

@@ -168,15 +168,15 @@ static void log_sink(void *user, int level, const char *msg)
   CHECK(msg != NULL && memchr(msg, '\0', 4096) != NULL, "log line is not a string");
 }
 
-static const ecc_host_services_v1 services = {
-  .struct_size = sizeof(ecc_host_services_v1),
+static const ecc_host_services_v1_t services = {
+  .struct_size = sizeof(ecc_host_services_v1_t),
   .log_level = ECC_LOG_DEBUG, /* formats every message, for coverage */
   .log = log_sink,
 };
 
 static void map_header(void)
 {
-  ecc_info_v1 info = {.struct_size = sizeof(info)};
+  ecc_info_v1_t info = {.struct_size = sizeof(info)};
   CHECK(T->describe(handle, &info) == ECC_OK, "describe failed");
   int fd = open(info.region_path, O_RDONLY | O_CLOEXEC);
   CHECK(fd >= 0, "cannot open %s", info.region_path);
@@ -194,14 +194,14 @@ static void create(const struct config *c)
   char inflight[16], rank[16];
   snprintf(inflight, sizeof(inflight), "%u", c->max_inflight);
   snprintf(rank, sizeof(rank), "%d", c->tp_rank);
-  ecc_kv_v1 kv[] = {
+  ecc_kv_v1_t kv[] = {
     {"region.dir", dir}, {"region.name", "fuzz"}, {"region.block_size", "64"},
     {"region.size", "2KiB"}, {"engine.type", "host"}, {"engine.host_threads", "2"},
     {"connector.role", roles[c->role]}, {"connector.tp_rank", rank},
     {"connector.max_inflight", inflight},
   };
   char err[512] = "";
-  ecc_create_args_v1 args = {sizeof(args), ECC_ABI_V1_MAJOR, ECC_ABI_V1_MINOR, kv,
+  ecc_create_args_v1_t args = {sizeof(args), ECC_ABI_V1_MAJOR, ECC_ABI_V1_MINOR, kv,
                              sizeof(kv) / sizeof(kv[0]), &services, err, sizeof(err)};
   int rc = T->create(&args, &handle);
   CHECK(rc == ECC_OK && handle != 0, "create failed: %d %s", rc, err);
@@ -267,7 +267,7 @@ static void expect_status(const char *what, int got, int want)
 /* ---- saves ----------------------------------------------------------- */
 
 struct save_case {
-  ecc_save_entry_v1 e;
+  ecc_save_entry_v1_t e;
   char key[ECC_KEY_MAX + 9]; /* room for a key with no NUL within ECC_KEY_MAX + 1 */
   uint32_t ids[MAX_BLOCKS];
 };
@@ -316,7 +316,7 @@ static void make_save(struct input *in, struct save_case *c)
     addr = (uint64_t)(uintptr_t)src + (nbytes > 0 ? u16(in) % (SRC_BYTES - nbytes + 1) : 0);
   uint32_t n_blocks = u8(in) % (MAX_BLOCKS + 1);
   make_ids(in, c->ids, n_blocks);
-  c->e = (ecc_save_entry_v1){null_key ? NULL : c->key, addr, nbytes,
+  c->e = (ecc_save_entry_v1_t){null_key ? NULL : c->key, addr, nbytes,
                              u8(in) % 32 == 0 ? NULL : c->ids, n_blocks};
 }
 
@@ -331,7 +331,7 @@ static int blocks_status(const uint32_t *ids, uint32_t n)
 }
 
 /* The ABI's rules for one save entry, in the order the header lists them. */
-static int save_entry_status(const ecc_save_entry_v1 *e)
+static int save_entry_status(const ecc_save_entry_v1_t *e)
 {
   if (e->key == NULL || e->key[0] == '\0' || strnlen(e->key, ECC_KEY_MAX + 1) > ECC_KEY_MAX)
     return ECC_ERR_INVALID;
@@ -346,7 +346,7 @@ static int save_entry_status(const ecc_save_entry_v1 *e)
 static void op_save(struct input *in)
 {
   static struct save_case cases[MAX_ENTRIES];
-  static ecc_save_entry_v1 entries[MAX_ENTRIES];
+  static ecc_save_entry_v1_t entries[MAX_ENTRIES];
   size_t n = u8(in) % (MAX_ENTRIES + 1);
   int want = ECC_OK;
   for (size_t i = 0; i < n; i++) {
@@ -405,7 +405,7 @@ static uint64_t load_bytes(uint64_t cap, uint32_t n_blocks)
 }
 
 struct load_case {
-  ecc_load_entry_v1 e;
+  ecc_load_entry_v1_t e;
   uint32_t ids[MAX_BLOCKS];
 };
 
@@ -423,10 +423,10 @@ static void make_load(struct input *in, struct load_case *c)
     addr = UINT64_MAX - u16(in) % moved; /* dst + bytes moved wraps */
   else
     addr = (uint64_t)(uintptr_t)dst + (cap > 0 ? u16(in) % (DST_BYTES - cap + 1) : 0);
-  c->e = (ecc_load_entry_v1){u32(in), u8(in) % 32 == 0 ? NULL : c->ids, n_blocks, addr, cap};
+  c->e = (ecc_load_entry_v1_t){u32(in), u8(in) % 32 == 0 ? NULL : c->ids, n_blocks, addr, cap};
 }
 
-static int load_entry_status(const ecc_load_entry_v1 *e)
+static int load_entry_status(const ecc_load_entry_v1_t *e)
 {
   if (e->dst == 0 || e->dst_capacity == 0)
     return ECC_ERR_INVALID;
@@ -439,7 +439,7 @@ static int load_entry_status(const ecc_load_entry_v1 *e)
 static void op_load(struct input *in)
 {
   static struct load_case cases[MAX_ENTRIES];
-  static ecc_load_entry_v1 entries[MAX_ENTRIES];
+  static ecc_load_entry_v1_t entries[MAX_ENTRIES];
   size_t n = u8(in) % (MAX_ENTRIES + 1);
   int want = ECC_OK;
   for (size_t i = 0; i < n; i++) {
@@ -471,7 +471,7 @@ static void op_load(struct input *in)
   }
 }
 
-static void check_completion(const ecc_completion_v1 *d)
+static void check_completion(const ecc_completion_v1_t *d)
 {
   CHECK(d->status == ECC_OK, "a copy failed: %d", d->status);
   CHECK(d->direction == ECC_DIR_SAVE || d->direction == ECC_DIR_LOAD, "direction %u", d->direction);
@@ -500,7 +500,7 @@ static void check_completion(const ecc_completion_v1 *d)
 
 static size_t poll_once(size_t cap)
 {
-  ecc_completion_v1 out[9];
+  ecc_completion_v1_t out[9];
   size_t n = 12345;
   int rc = T->poll(handle, out, cap, &n);
   CHECK(rc == ECC_OK, "poll returned %d", rc);
@@ -514,7 +514,7 @@ static void op_poll(struct input *in)
 {
   uint8_t mode = u8(in) % 16;
   size_t n;
-  ecc_completion_v1 one;
+  ecc_completion_v1_t one;
   if (mode == 0) {
     expect_status("poll without out", T->poll(handle, NULL, 3, &n), ECC_ERR_INVALID);
   } else if (mode == 1) {
@@ -529,8 +529,8 @@ static void op_poll(struct input *in)
 static void op_info(struct input *in)
 {
   uint8_t mode = u8(in) % 8;
-  ecc_stats_v1 st;
-  ecc_info_v1 info;
+  ecc_stats_v1_t st;
+  ecc_info_v1_t info;
   char text[64];
   switch (mode) {
   case 0:
@@ -576,7 +576,7 @@ static void op_dead(struct input *in)
   if (h == handle)
     return;
   size_t n;
-  ecc_completion_v1 one;
+  ecc_completion_v1_t one;
   CHECK(T->poll(h, &one, 1, &n) == ECC_ERR_CLOSED, "poll on a dead handle");
   CHECK(T->flush(h, NULL) == ECC_ERR_CLOSED, "flush on a dead handle");
   CHECK(T->save(h, NULL, 0) == ECC_ERR_CLOSED, "save on a dead handle");
@@ -613,7 +613,7 @@ static void drain(void)
       usleep(50);
   }
   CHECK(poll_once(9) == 0, "completions beyond those owed");
-  ecc_stats_v1 st = {.struct_size = sizeof(st)};
+  ecc_stats_v1_t st = {.struct_size = sizeof(st)};
   CHECK(T->stats(handle, &st) == ECC_OK, "stats");
   CHECK(st.save.entries == saves_reported && st.load.entries == loads_reported,
         "counters say %llu saves and %llu loads, %llu and %llu were reported",

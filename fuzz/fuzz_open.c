@@ -109,9 +109,9 @@ static int names_its_source(const char *err)
 }
 
 /* One entry saved and loaded back, where the role allows. */
-static void use(ecc_connector *c)
+static void use(ecc_connector_t *c)
 {
-  ecc_info info = {.struct_size = sizeof(info)};
+  ecc_info_t info = {.struct_size = sizeof(info)};
   if (ecc_describe(c, &info) != ECC_OK)
     abort();
   if (strncmp(info.region_path, region_dir, strlen(region_dir)) != 0)
@@ -120,9 +120,9 @@ static void use(ecc_connector *c)
   uint64_t n = info.block_size < sizeof(src) ? info.block_size : sizeof(src);
   memset(src, 0xa5, n);
   uint32_t block = (uint32_t)(info.num_blocks - 1);
-  ecc_save_entry s = {"fz", (uint64_t)(uintptr_t)src, n, &block, 1};
-  ecc_load_entry l = {1, &block, 1, (uint64_t)(uintptr_t)dst, n};
-  ecc_completion done[2];
+  ecc_save_entry_t s = {"fz", (uint64_t)(uintptr_t)src, n, &block, 1};
+  ecc_load_entry_t l = {1, &block, 1, (uint64_t)(uintptr_t)dst, n};
+  ecc_completion_t done[2];
   size_t got = 0;
   int saved = ecc_save(c, &s, 1) == ECC_OK && info.save_rank && ecc_flush(c, NULL) == ECC_OK;
   for (int i = 0; saved && got == 0 && i < 100000; i++)
@@ -144,12 +144,12 @@ static void use(ecc_connector *c)
 
 static void open_once(char *err)
 {
-  ecc_kv force[2] = {{"region.dir", region_dir}, {"region.size", "64KiB"}};
-  ecc_open_options o = {.struct_size = sizeof(o), .overrides = force,
+  ecc_kv_t force[2] = {{"region.dir", region_dir}, {"region.size", "64KiB"}};
+  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = force,
                         .n_overrides = small_tmpfs ? 1 : 2, .log = quiet,
                         .log_level = ECC_LOG_DEBUG};
   memset(err, 0x5a, ERR_CAP); /* no NUL anywhere unless the shim writes one */
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   int rc = ecc_open(ini_path, &o, &c, err, ERR_CAP);
   if (!known_status(rc) || memchr(err, '\0', ERR_CAP) == NULL)
     abort();

@@ -15,7 +15,7 @@
 
 #define ERR_CAP 9000
 
-static void check_meta(const ecc_plugin_meta *m, const uint8_t *data, size_t size)
+static void check_meta(const ecc_plugin_meta_t *m, const uint8_t *data, size_t size)
 {
   if (memchr(m->path, '\0', sizeof(m->path)) == NULL ||
       memchr(m->name, '\0', sizeof(m->name)) == NULL ||
@@ -25,7 +25,7 @@ static void check_meta(const ecc_plugin_meta *m, const uint8_t *data, size_t siz
     abort();
   size_t total = 0;
   for (size_t i = 0; i < m->n_params; i++) {
-    const ecc_param *p = &m->params[i];
+    const ecc_param_t *p = &m->params[i];
     if (p->key == NULL)
       abort(); /* a key is never NULL */
     const char *s[3] = {p->key, p->default_value, p->help};
@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
   static char err[ERR_CAP], again[ERR_CAP];
   int status = 1, status2 = 1;
-  ecc_plugin_meta *meta = NULL, *meta2 = NULL;
+  ecc_plugin_meta_t *meta = NULL, *meta2 = NULL;
   memset(err, 0x5a, sizeof(err));
   int rc = probe_decode(data, size, "fuzz", &status, &meta, err, sizeof(err));
   if (rc != ECC_OK && rc != ECC_ERR_INCOMPATIBLE && rc != ECC_ERR_NOMEM)

@@ -16,6 +16,7 @@
 
 #include "ecc_host.h"
 #include "shim_connector.h"
+#include "shim_names.h"
 
 /* ---- the process a connector belongs to ---- */
 
@@ -35,14 +36,14 @@ static void register_atfork(void)
   atomic_store(&atfork_ok, pthread_atfork(NULL, NULL, on_fork_child) == 0);
 }
 
-static bool in_forked_child(const ecc_connector *c)
+static bool in_forked_child(const ecc_connector_t *c)
 {
   if (atomic_load_explicit(&atfork_ok, memory_order_relaxed))
     return c->fork_gen != atomic_load_explicit(&process_gen, memory_order_relaxed);
   return getpid() != c->owner;
 }
 
-void shim_connector_init(ecc_connector *c)
+void shim_connector_init(ecc_connector_t *c)
 {
   pthread_once(&atfork_once, register_atfork);
   atomic_init(&c->closing, 0);
@@ -53,20 +54,20 @@ void shim_connector_init(ecc_connector *c)
   pthread_mutex_init(&c->err_lock, NULL);
 }
 
-void shim_connector_free(ecc_connector *c)
+void shim_connector_free(ecc_connector_t *c)
 {
   pthread_mutex_destroy(&c->err_lock);
   free(c);
 }
 
-static void log_line(const ecc_connector *c, int level, const char *text)
+static void log_line(const ecc_connector_t *c, int level, const char *text)
 {
-  const ecc_host_services *s = &c->services;
+  const ecc_host_services_t *s = &c->services;
   if (s->log != NULL && level <= s->log_level)
     s->log(s->user, level, text);
 }
 
-static void forked_text(const ecc_connector *c, char *buf, size_t cap)
+static void forked_text(const ecc_connector_t *c, char *buf, size_t cap)
 {
   snprintf(buf, cap,
            "this connector was opened by process %ld and cannot be used in process %ld, "
@@ -76,7 +77,7 @@ static void forked_text(const ecc_connector *c, char *buf, size_t cap)
 }
 
 /* No lock is taken here: a thread of the parent may have held one at fork. */
-static int refuse_forked(ecc_connector *c)
+static int refuse_forked(ecc_connector_t *c)
 {
   if (atomic_exchange(&c->fork_logged, 1) == 0) {
     char text[256];
@@ -88,7 +89,7 @@ static int refuse_forked(ecc_connector *c)
 
 /* ---- errors the shim finds in a plugin's answers ---- */
 
-__attribute__((format(printf, 3, 4))) static int shim_fail(ecc_connector *c, int code,
+__attribute__((format(printf, 3, 4))) static int shim_fail(ecc_connector_t *c, int code,
                                                            const char *fmt, ...)
 {
   char text[sizeof(c->shim_err)];
@@ -106,11 +107,11 @@ __attribute__((format(printf, 3, 4))) static int shim_fail(ecc_connector *c, int
 
 /* A status of the closed set passes; anything else is the plugin's fault. A
  * plugin error makes the plugin's own text the most recent one again. */
-static int checked(ecc_connector *c, const char *what, int raw)
+static int checked(ecc_connector_t *c, const char *what, int raw)
 {
   if (raw == ECC_OK)
     return ECC_OK;
-  if (raw < ECC_OK && raw >= ECC_ERR_UNSUPPORTED) {
+  if (shim_status_known(raw)) {
     pthread_mutex_lock(&c->err_lock);
     c->shim_err_set = 0;
     pthread_mutex_unlock(&c->err_lock);
@@ -125,7 +126,7 @@ static int checked(ecc_connector *c, const char *what, int raw)
 
 /* Counting in before looking at `closing` (both sequentially consistent)
  * means ecc_close either sees this call or this call sees it closing. */
-static int enter(ecc_connector *c)
+static int enter(ecc_connector_t *c)
 {
   if (in_forked_child(c))
     return refuse_forked(c);
@@ -137,14 +138,14 @@ static int enter(ecc_connector *c)
   return ECC_OK;
 }
 
-static void leave(ecc_connector *c)
+static void leave(ecc_connector_t *c)
 {
   atomic_fetch_sub(&c->inside, 1);
 }
 
 /* Calls never wait for a copy, so this is short; yield first, then sleep
  * so that a caller held up in its log callback does not cost a core. */
-static void wait_for_calls(ecc_connector *c)
+static void wait_for_calls(ecc_connector_t *c)
 {
   for (unsigned spins = 0; atomic_load(&c->inside) != 0; spins++) {
     if (spins < 1000) {
@@ -158,7 +159,7 @@ static void wait_for_calls(ecc_connector *c)
 
 /* ---- forwarding ---- */
 
-ECC_API int ecc_save(ecc_connector *c, const ecc_save_entry *entries, size_t n)
+ECC_API int ecc_save(ecc_connector_t *c, const ecc_save_entry_t *entries, size_t n)
 {
   if (c == NULL)
     return ECC_ERR_INVALID;
@@ -170,7 +171,7 @@ ECC_API int ecc_save(ecc_connector *c, const ecc_save_entry *entries, size_t n)
   return rc;
 }
 
-ECC_API int ecc_flush(ecc_connector *c, void *compute_stream)
+ECC_API int ecc_flush(ecc_connector_t *c, void *compute_stream)
 {
   if (c == NULL)
     return ECC_ERR_INVALID;
@@ -182,7 +183,7 @@ ECC_API int ecc_flush(ecc_connector *c, void *compute_stream)
   return rc;
 }
 
-ECC_API int ecc_load(ecc_connector *c, const ecc_load_entry *entries, size_t n,
+ECC_API int ecc_load(ecc_connector_t *c, const ecc_load_entry_t *entries, size_t n,
                      void *compute_stream)
 {
   if (c == NULL)
@@ -196,12 +197,12 @@ ECC_API int ecc_load(ecc_connector *c, const ecc_load_entry *entries, size_t n,
 }
 
 /* Every record poll returned must be one the host can read safely. */
-static int check_records(ecc_connector *c, const ecc_completion *out, size_t n)
+static int check_records(ecc_connector_t *c, const ecc_completion_t *out, size_t n)
 {
   for (size_t i = 0; i < n; i++) {
-    const ecc_completion *r = &out[i];
+    const ecc_completion_t *r = &out[i];
     bool dir_ok = r->direction == ECC_DIR_SAVE || r->direction == ECC_DIR_LOAD;
-    bool status_ok = r->status <= ECC_OK && r->status >= ECC_ERR_UNSUPPORTED;
+    bool status_ok = shim_status_known(r->status);
     bool key_ok = memchr(r->key, '\0', sizeof(r->key)) != NULL;
     if (!dir_ok || !status_ok || !key_ok)
       return shim_fail(c, ECC_ERR_INCOMPATIBLE,
@@ -213,7 +214,7 @@ static int check_records(ecc_connector *c, const ecc_completion *out, size_t n)
   return ECC_OK;
 }
 
-ECC_API int ecc_poll(ecc_connector *c, ecc_completion *out, size_t cap, size_t *n_out)
+ECC_API int ecc_poll(ecc_connector_t *c, ecc_completion_t *out, size_t cap, size_t *n_out)
 {
   if (c == NULL || n_out == NULL)
     return ECC_ERR_INVALID;
@@ -236,7 +237,7 @@ ECC_API int ecc_poll(ecc_connector *c, ecc_completion *out, size_t cap, size_t *
   return rc;
 }
 
-ECC_API int ecc_close(ecc_connector *c)
+ECC_API int ecc_close(ecc_connector_t *c)
 {
   if (c == NULL)
     return ECC_OK;
@@ -258,7 +259,7 @@ ECC_API int ecc_close(ecc_connector *c)
   return rc;
 }
 
-ECC_API int ecc_get_stats(ecc_connector *c, ecc_stats *out)
+ECC_API int ecc_get_stats(ecc_connector_t *c, ecc_stats_t *out)
 {
   if (c == NULL)
     return ECC_ERR_INVALID;
@@ -280,16 +281,16 @@ static void terminate(char *field, size_t field_size, size_t offset, uint32_t st
     field[field_size - 1] = '\0';
 }
 
-static void terminate_info(ecc_info *out, uint32_t size)
+static void terminate_info(ecc_info_t *out, uint32_t size)
 {
-  terminate(out->region_path, sizeof(out->region_path), offsetof(ecc_info, region_path), size);
-  terminate(out->engine, sizeof(out->engine), offsetof(ecc_info, engine), size);
-  terminate(out->engine_detail, sizeof(out->engine_detail), offsetof(ecc_info, engine_detail),
+  terminate(out->region_path, sizeof(out->region_path), offsetof(ecc_info_t, region_path), size);
+  terminate(out->engine, sizeof(out->engine), offsetof(ecc_info_t, engine), size);
+  terminate(out->engine_detail, sizeof(out->engine_detail), offsetof(ecc_info_t, engine_detail),
             size);
-  terminate(out->role, sizeof(out->role), offsetof(ecc_info, role), size);
+  terminate(out->role, sizeof(out->role), offsetof(ecc_info_t, role), size);
 }
 
-ECC_API int ecc_describe(ecc_connector *c, ecc_info *out)
+ECC_API int ecc_describe(ecc_connector_t *c, ecc_info_t *out)
 {
   if (c == NULL)
     return ECC_ERR_INVALID;
@@ -309,7 +310,7 @@ ECC_API int ecc_describe(ecc_connector *c, ecc_info *out)
 }
 
 /* The shim's own finding wins while it is the most recent error. */
-static int last_error_locked(ecc_connector *c, char *buf, size_t cap)
+static int last_error_locked(ecc_connector_t *c, char *buf, size_t cap)
 {
   pthread_mutex_lock(&c->err_lock);
   int mine = c->shim_err_set;
@@ -326,7 +327,7 @@ static int last_error_locked(ecc_connector *c, char *buf, size_t cap)
   return rc;
 }
 
-ECC_API int ecc_last_error(ecc_connector *c, char *buf, size_t cap)
+ECC_API int ecc_last_error(ecc_connector_t *c, char *buf, size_t cap)
 {
   if (c == NULL || (buf == NULL && cap > 0))
     return ECC_ERR_INVALID;

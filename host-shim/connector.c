@@ -16,7 +16,9 @@
 #include "loader.h"
 #include "probe.h"
 #include "shim_connector.h"
+#include "names.h"
 #include "shim_err.h"
+#include "shim_names.h"
 
 #define PLUGIN_ERR_MAX (PLUGIN_PATH_MAX + 1024)
 #define WHERE_MAX (PLUGIN_PATH_MAX + 32)
@@ -26,21 +28,14 @@
 
 /* ---- logging ---- */
 
-static const char *level_name(int level)
-{
-  static const char *const names[] = {"error", "warn", "info", "debug"};
-  if (level < ECC_LOG_ERROR || level > ECC_LOG_DEBUG)
-    return "log";
-  return names[level];
-}
-
 /* The default sink: one write per line so that lines from several threads
  * never interleave. */
 static void stderr_log(void *user, int level, const char *msg)
 {
   (void)user;
   char line[1024];
-  int n = snprintf(line, sizeof(line), "ecc[%s]: %s\n", level_name(level), msg);
+  const char *name = shim_level_name(level);
+  int n = snprintf(line, sizeof(line), "ecc[%s]: %s\n", name != NULL ? name : "log", msg);
   if (n < 0)
     return;
   size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
@@ -49,7 +44,7 @@ static void stderr_log(void *user, int level, const char *msg)
 }
 
 __attribute__((format(printf, 3, 4))) static void
-shim_log(const ecc_host_services *svc, int level, const char *fmt, ...)
+shim_log(const ecc_host_services_t *svc, int level, const char *fmt, ...)
 {
   if (svc->log == NULL || level > svc->log_level)
     return;
@@ -64,7 +59,7 @@ shim_log(const ecc_host_services *svc, int level, const char *fmt, ...)
 /* ---- options ---- */
 
 typedef struct open_settings {
-  const ecc_kv *overrides;
+  const ecc_kv_t *overrides;
   size_t n_overrides;
   void (*log)(void *user, int level, const char *msg);
   void *log_user;
@@ -72,20 +67,15 @@ typedef struct open_settings {
   uint64_t check_timeout_ms;
 } open_settings;
 
-static bool opt_covers(const ecc_open_options *opt, size_t end)
-{
-  return opt->struct_size >= end;
-}
-
 /* The check timeout: 0, or a field the caller's struct_size does not
  * reach, leaves the default. */
-static int read_timeout(const ecc_open_options *opt, open_settings *s, char *err, size_t err_cap)
+static int read_timeout(const ecc_open_options_t *opt, open_settings *s, char *err, size_t err_cap)
 {
-  if (opt_covers(opt, offsetof(ecc_open_options, check_timeout_ms) + sizeof(uint64_t)) &&
+  if (ECC_COVERS(opt, ecc_open_options_t, check_timeout_ms) &&
       opt->check_timeout_ms != 0)
     s->check_timeout_ms = opt->check_timeout_ms;
   if (s->check_timeout_ms > CHECK_TIMEOUT_MAX_MS) {
-    shim_errf(err, err_cap, "ecc_open_options.check_timeout_ms %llu is more than %d (an hour)",
+    shim_errf(err, err_cap, "ecc_open_options_t.check_timeout_ms %llu is more than %d (an hour)",
               (unsigned long long)s->check_timeout_ms, CHECK_TIMEOUT_MAX_MS);
     return ECC_ERR_INVALID;
   }
@@ -94,29 +84,29 @@ static int read_timeout(const ecc_open_options *opt, open_settings *s, char *err
 
 /* Reads only the fields the caller's struct_size covers, so a caller built
  * against an older ecc_host.h keeps working when fields are appended. */
-static int read_options(const ecc_open_options *opt, open_settings *s, char *err, size_t err_cap)
+static int read_options(const ecc_open_options_t *opt, open_settings *s, char *err, size_t err_cap)
 {
   *s = (open_settings){.log = stderr_log, .log_level = -1,
                        .check_timeout_ms = CHECK_TIMEOUT_DEFAULT_MS};
   if (opt == NULL)
     return ECC_OK;
   if (opt->struct_size < sizeof(uint32_t)) {
-    shim_errf(err, err_cap, "ecc_open_options.struct_size %u is too small", opt->struct_size);
+    shim_errf(err, err_cap, "ecc_open_options_t.struct_size %u is too small", opt->struct_size);
     return ECC_ERR_INVALID;
   }
-  if (opt_covers(opt, offsetof(ecc_open_options, n_overrides) + sizeof(size_t))) {
+  if (ECC_COVERS(opt, ecc_open_options_t, n_overrides)) {
     s->overrides = opt->overrides;
     s->n_overrides = opt->n_overrides;
   }
-  if (opt_covers(opt, offsetof(ecc_open_options, log_user) + sizeof(void *)) &&
+  if (ECC_COVERS(opt, ecc_open_options_t, log_user) &&
       opt->log != NULL) {
     s->log = opt->log;
     s->log_user = opt->log_user;
   }
-  if (opt_covers(opt, offsetof(ecc_open_options, log_level) + sizeof(int)))
+  if (ECC_COVERS(opt, ecc_open_options_t, log_level))
     s->log_level = opt->log_level;
   if (s->log_level < -1 || s->log_level > ECC_LOG_DEBUG) {
-    shim_errf(err, err_cap, "ecc_open_options.log_level %d is not -1 or ECC_LOG_*",
+    shim_errf(err, err_cap, "ecc_open_options_t.log_level %d is not -1 or ECC_LOG_*",
               s->log_level);
     return ECC_ERR_INVALID;
   }
@@ -301,28 +291,20 @@ static int prepare(const char *ini_path, const open_settings *s, ini_config *ini
 }
 
 /* The pairs as the ABI wants them; they point into ini. */
-static ecc_kv *make_kv(const ini_config *ini)
+static ecc_kv_t *make_kv(const ini_config *ini)
 {
-  ecc_kv *kv = calloc(ini->n_pairs != 0 ? ini->n_pairs : 1, sizeof(*kv));
+  ecc_kv_t *kv = calloc(ini->n_pairs != 0 ? ini->n_pairs : 1, sizeof(*kv));
   if (kv == NULL)
     return NULL;
   for (size_t i = 0; i < ini->n_pairs; i++)
-    kv[i] = (ecc_kv){.key = ini->pairs[i].key, .value = ini->pairs[i].value};
+    kv[i] = (ecc_kv_t){.key = ini->pairs[i].key, .value = ini->pairs[i].value};
   return kv;
 }
 
 /* A plugin may only return codes of the closed set. */
 static int plugin_status(int rc)
 {
-  if (rc > ECC_OK || rc < ECC_ERR_UNSUPPORTED)
-    return ECC_ERR_INCOMPATIBLE;
-  return rc;
-}
-
-static bool key_char(char ch)
-{
-  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-         (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+  return shim_status_known(rc) ? rc : ECC_ERR_INCOMPATIBLE;
 }
 
 /* Whether `key` appears in text as a whole word ("region.size." at the end
@@ -331,9 +313,9 @@ static bool names_key(const char *text, const char *key)
 {
   size_t len = strlen(key);
   for (const char *hit = strstr(text, key); hit != NULL; hit = strstr(hit + 1, key)) {
-    bool starts = hit == text || (!key_char(hit[-1]) && hit[-1] != '.');
+    bool starts = hit == text || (!ecc_name_char((unsigned char)hit[-1]) && hit[-1] != '.');
     const char *end = hit + len;
-    bool ends = !key_char(end[0]) && !(end[0] == '.' && key_char(end[1]));
+    bool ends = !ecc_name_char((unsigned char)end[0]) && !(end[0] == '.' && ecc_name_char((unsigned char)end[1]));
     if (starts && ends)
       return true;
   }
@@ -362,7 +344,7 @@ static void where_plugin_points(const ini_config *ini, const char *why, char *bu
     setting_where(ini, &(ini_setting){.value = p->value, .line = p->line}, buf, cap);
 }
 
-static void create_failed(const ecc_connector *c, const ini_config *ini, int raw, char *why,
+static void create_failed(const ecc_connector_t *c, const ini_config *ini, int raw, char *why,
                           char *err, size_t err_cap)
 {
   char where[WHERE_MAX + 2];
@@ -371,16 +353,16 @@ static void create_failed(const ecc_connector *c, const ini_config *ini, int raw
             c->plugin.ops.name, c->plugin.path, why[0] != '\0' ? why : ecc_strerror(raw));
 }
 
-static int create_connector(ecc_connector *c, const ini_config *ini, char *err, size_t err_cap)
+static int create_connector(ecc_connector_t *c, const ini_config *ini, char *err, size_t err_cap)
 {
   const plugin_ops *ops = &c->plugin.ops;
-  ecc_kv *kv = make_kv(ini);
+  ecc_kv_t *kv = make_kv(ini);
   if (kv == NULL) {
     shim_errf(err, err_cap, "out of memory");
     return ECC_ERR_NOMEM;
   }
   char why[PLUGIN_ERR_MAX] = "";
-  ecc_create_args args = {
+  ecc_create_args_t args = {
       .struct_size = sizeof(args),
       .abi_major = ECC_ABI_MAJOR,
       .abi_minor = ops->negotiated_minor,
@@ -421,7 +403,7 @@ static int effective_level(const open_settings *s, const ini_config *ini)
   return ECC_LOG_WARN;
 }
 
-ECC_API int ecc_open(const char *ini_path, const ecc_open_options *opt, ecc_connector **out,
+ECC_API int ecc_open(const char *ini_path, const ecc_open_options_t *opt, ecc_connector_t **out,
                      char *err, size_t err_cap)
 {
   shim_errf(err, err_cap, "%s", "");
@@ -434,7 +416,7 @@ ECC_API int ecc_open(const char *ini_path, const ecc_open_options *opt, ecc_conn
   int rc = read_options(opt, &s, err, err_cap);
   if (rc != ECC_OK)
     return rc;
-  ecc_connector *c = calloc(1, sizeof(*c));
+  ecc_connector_t *c = calloc(1, sizeof(*c));
   if (c == NULL) {
     shim_errf(err, err_cap, "out of memory");
     return ECC_ERR_NOMEM;
@@ -446,7 +428,7 @@ ECC_API int ecc_open(const char *ini_path, const ecc_open_options *opt, ecc_conn
     shim_connector_free(c);
     return rc;
   }
-  c->services = (ecc_host_services){.struct_size = sizeof(c->services),
+  c->services = (ecc_host_services_t){.struct_size = sizeof(c->services),
                                     .log_level = effective_level(&s, &ini),
                                     .log = s.log,
                                     .user = s.log_user};
@@ -472,7 +454,7 @@ static void copy_text(char *dst, size_t cap, const char *src)
   snprintf(dst, cap, "%s", src != NULL ? src : "");
 }
 
-static void fill_meta(const loaded_plugin *p, ecc_plugin_meta *m)
+static void fill_meta(const loaded_plugin *p, ecc_plugin_meta_t *m)
 {
   memset(m, 0, sizeof(*m));
   copy_text(m->path, sizeof(m->path), p->path);
@@ -486,7 +468,7 @@ static void fill_meta(const loaded_plugin *p, ecc_plugin_meta *m)
   m->n_params = p->ops.n_params;
 }
 
-ECC_API int ecc_plugin_info(ecc_connector *c, ecc_plugin_meta *out)
+ECC_API int ecc_plugin_info(ecc_connector_t *c, ecc_plugin_meta_t *out)
 {
   if (c == NULL || out == NULL)
     return ECC_ERR_INVALID;
@@ -506,7 +488,7 @@ static int validate_config(const loaded_plugin *p, const ini_config *ini, char *
               ops->name, ops->version);
     return ECC_OK;
   }
-  ecc_kv *kv = make_kv(ini);
+  ecc_kv_t *kv = make_kv(ini);
   if (kv == NULL) {
     shim_errf(err, err_cap, "out of memory");
     return ECC_ERR_NOMEM;
@@ -563,7 +545,7 @@ static void run_check_job(void *arg, probe_report *out)
 /* The plugin's code runs only in a child process: whatever it does there
  * (exit, crash, hang) is reported, and nothing of it is ever mapped here. */
 static int check_in_child(const ini_config *ini, const char *file, uint64_t timeout_ms,
-                            ecc_plugin_meta **meta, char *err, size_t err_cap)
+                            ecc_plugin_meta_t **meta, char *err, size_t err_cap)
 {
   char where[WHERE_MAX], subject[WHERE_MAX + PLUGIN_PATH_MAX + 16];
   plugin_line(ini, where, sizeof(where));
@@ -584,8 +566,8 @@ static int check_in_child(const ini_config *ini, const char *file, uint64_t time
 /* ecc_check and ecc_check_params: the INI is read here, the plugin is
  * loaded and judged in a child. On success *meta (if meta is not NULL) is
  * the probe's block, which the caller frees. */
-static int check_config(const char *ini_path, const ecc_open_options *opt,
-                        ecc_plugin_meta **meta, char *err, size_t err_cap)
+static int check_config(const char *ini_path, const ecc_open_options_t *opt,
+                        ecc_plugin_meta_t **meta, char *err, size_t err_cap)
 {
   shim_errf(err, err_cap, "%s", "");
   open_settings s;
@@ -608,10 +590,10 @@ static int check_config(const char *ini_path, const ecc_open_options *opt,
   return rc;
 }
 
-ECC_API int ecc_check(const char *ini_path, const ecc_open_options *opt, ecc_plugin_meta *meta,
+ECC_API int ecc_check(const char *ini_path, const ecc_open_options_t *opt, ecc_plugin_meta_t *meta,
                       char *err, size_t err_cap)
 {
-  ecc_plugin_meta *found = NULL;
+  ecc_plugin_meta_t *found = NULL;
   int rc = check_config(ini_path, opt, meta != NULL ? &found : NULL, err, err_cap);
   if (rc == ECC_OK && meta != NULL) {
     *meta = *found;
@@ -622,8 +604,8 @@ ECC_API int ecc_check(const char *ini_path, const ecc_open_options *opt, ecc_plu
   return rc;
 }
 
-ECC_API int ecc_check_params(const char *ini_path, const ecc_open_options *opt,
-                             ecc_plugin_meta **out, char *err, size_t err_cap)
+ECC_API int ecc_check_params(const char *ini_path, const ecc_open_options_t *opt,
+                             ecc_plugin_meta_t **out, char *err, size_t err_cap)
 {
   if (out == NULL) {
     shim_errf(err, err_cap, "ecc_check_params: out is NULL");

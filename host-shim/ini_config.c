@@ -22,7 +22,9 @@
 #include <unistd.h>
 
 #include "key_index.h"
+#include "names.h"
 #include "shim_err.h"
+#include "shim_names.h"
 #include "trust.h"
 
 /* A line number never passes the number of bytes plus one. */
@@ -34,7 +36,6 @@ _Static_assert(INI_CONFIG_MAX_BYTES < INT_MAX - 1, "INI line numbers are ints");
 #define PARSE_ERR_MAX 512
 
 static const char k_plugin_keys[] = "name, path, dir, log_level";
-static const char *const k_level_names[] = {"error", "warn", "info", "debug"};
 
 /* Everything the reader and the handler share while inih runs. Only the
  * first error (by line) is kept: later ones are often caused by it. */
@@ -85,10 +86,10 @@ static char *blank_line(char *str)
   return str;
 }
 
+/* A section name is names joined by dots ("engine", "my-plugin.opts"). */
 static bool section_char_ok(char ch)
 {
-  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-         (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.';
+  return ecc_name_char((unsigned char)ch) || ch == '.';
 }
 
 /* A "[name]" line: refuse names inih would mangle or that could never form a
@@ -232,15 +233,6 @@ static char *read_line(char *str, int num, void *stream)
 
 /* ---- the handler: [plugin] settings and plugin pairs ---- */
 
-static int level_from_name(const char *text)
-{
-  for (int i = 0; i < (int)(sizeof(k_level_names) / sizeof(k_level_names[0])); i++) {
-    if (strcmp(text, k_level_names[i]) == 0)
-      return i;
-  }
-  return -1;
-}
-
 static ini_setting *plugin_setting(ini_config *cfg, const char *name)
 {
   if (strcmp(name, "name") == 0)
@@ -262,8 +254,8 @@ static int on_plugin_key(parse_state *st, const char *name, const char *value)
   if (s->value != NULL)
     return parse_fail(st, "duplicate key '%s' in [plugin] (first set on line %d)", name,
                       s->line);
-  if (s == &st->cfg->log_level_text && level_from_name(value) < 0)
-    return parse_fail(st, "bad log_level '%s' (error, warn, info or debug)", value);
+  if (s == &st->cfg->log_level_text && shim_level_from_name(value) < 0)
+    return parse_fail(st, "bad log_level '%s' (%s)", value, shim_level_names());
   s->value = strdup(value);
   if (s->value == NULL)
     return parse_nomem(st);
@@ -499,9 +491,9 @@ static int set_plugin_override(ini_config *cfg, const char *name, const char *va
     shim_errf(err, err_cap, "override: key 'plugin.%s' has an empty value", name);
     return ECC_ERR_CONFIG;
   }
-  if (s == &cfg->log_level_text && level_from_name(value) < 0) {
-    shim_errf(err, err_cap, "override: bad plugin.log_level '%s' (error, warn, info or debug)",
-              value);
+  if (s == &cfg->log_level_text && shim_level_from_name(value) < 0) {
+    shim_errf(err, err_cap, "override: bad plugin.log_level '%s' (%s)", value,
+              shim_level_names());
     return ECC_ERR_CONFIG;
   }
   char *copy = strdup(value);
@@ -518,7 +510,7 @@ static int set_plugin_override(ini_config *cfg, const char *name, const char *va
   return ECC_OK;
 }
 
-static int apply_override(ini_config *cfg, key_index *keys, const ecc_kv *kv, size_t index,
+static int apply_override(ini_config *cfg, key_index *keys, const ecc_kv_t *kv, size_t index,
                           char *err, size_t err_cap)
 {
   if (kv->key == NULL || kv->key[0] == '\0' || kv->value == NULL) {
@@ -570,7 +562,7 @@ static int check_plugin_section(const ini_config *cfg, const parse_state *st, ch
   return ECC_ERR_CONFIG;
 }
 
-int ini_config_load(const char *file, const ecc_kv *overrides, size_t n_overrides,
+int ini_config_load(const char *file, const ecc_kv_t *overrides, size_t n_overrides,
                     ini_config *out, char *err, size_t err_cap)
 {
   *out = (ini_config){.log_level = -1};
@@ -602,7 +594,7 @@ int ini_config_load(const char *file, const ecc_kv *overrides, size_t n_override
     return rc;
   }
   if (out->log_level_text.value != NULL)
-    out->log_level = level_from_name(out->log_level_text.value);
+    out->log_level = shim_level_from_name(out->log_level_text.value);
   return ECC_OK;
 }
 

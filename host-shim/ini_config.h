@@ -59,7 +59,7 @@ typedef struct ini_config {
  * ECC_ERR_SYSTEM when a system call fails (errno named); ECC_ERR_INVALID for
  * a malformed override; ECC_ERR_NOMEM. On error *out holds nothing that
  * needs freeing. */
-int ini_config_load(const char *file, const ecc_kv *overrides, size_t n_overrides,
+int ini_config_load(const char *file, const ecc_kv_t *overrides, size_t n_overrides,
                     ini_config *out, char *err, size_t err_cap);
 
 /* "<file>:<line>" for a line of the file, or "override" for line 0. */

@@ -16,31 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "names.h"
 #include "shim_err.h"
 #include "trust.h"
 
 /* ---- resolving a name or path to a file ---- */
 
-static bool name_char_ok(char ch)
-{
-  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-         (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
-}
-
 /* Letters, digits, '-' and '_' only: a short name can never climb out of
  * the plugin directory ('/', "..") or pick another file name. */
-static bool name_ok(const char *name)
-{
-  size_t len = strlen(name);
-  if (len == 0 || len > PLUGIN_NAME_MAX)
-    return false;
-  for (size_t i = 0; i < len; i++) {
-    if (!name_char_ok(name[i]))
-      return false;
-  }
-  return true;
-}
-
 static int copy_dir(const char *dir, char *out, size_t cap, const char *what, char *err,
                     size_t err_cap)
 {
@@ -122,11 +105,11 @@ int plugin_resolve(const char *name, const char *path, const char *dir, char *fi
     return ECC_OK;
   }
   *culprit = PLUGIN_INPUT_NAME;
-  if (name == NULL || !name_ok(name)) {
+  if (name == NULL || !ecc_name_ok(name)) {
     shim_errf(err, err_cap,
               "bad plugin name '%s': use 1 to %d letters, digits, '-' or '_' "
               "(or give an absolute 'path')",
-              name != NULL ? name : "", PLUGIN_NAME_MAX);
+              name != NULL ? name : "", ECC_NAME_MAX);
     return ECC_ERR_CONFIG;
   }
   char folder[PLUGIN_PATH_MAX];
@@ -257,11 +240,6 @@ static size_t symbol_size(const void *addr)
   return (size_t)sym->st_size;
 }
 
-static bool v1_covers(const ecc_plugin_v1_t *t, size_t end)
-{
-  return t->struct_size >= end;
-}
-
 /* Bytes of the v1 table the shim cannot work without: up to `shutdown`. */
 static const size_t k_v1_required =
     offsetof(ecc_plugin_v1_t, shutdown) + sizeof(((ecc_plugin_v1_t *)0)->shutdown);
@@ -300,7 +278,7 @@ static int v1_check(const ecc_plugin_v1_t *t, size_t sym_size, const char *path,
               ECC_PLUGIN_V1_SYMBOL, t->abi_major, ECC_ABI_V1_MAJOR);
     return ECC_ERR_INCOMPATIBLE;
   }
-  if (!v1_covers(t, k_v1_required)) {
+  if (!ECC_COVERS(t, ecc_plugin_v1_t, shutdown)) {
     shim_errf(err, err_cap,
               "plugin %s: table struct_size %u is smaller than the %zu bytes of the "
               "required v1 fields",
@@ -360,13 +338,13 @@ static void v1_fill_ops(const ecc_plugin_v1_t *t, plugin_ops *ops)
       .shutdown = t->shutdown,
   };
   /* Optional fields exist only if the plugin's struct_size reaches them. */
-  if (v1_covers(t, offsetof(ecc_plugin_v1_t, validate) + sizeof(t->validate)))
+  if (ECC_COVERS(t, ecc_plugin_v1_t, validate))
     ops->validate = t->validate;
-  if (v1_covers(t, offsetof(ecc_plugin_v1_t, stats) + sizeof(t->stats)))
+  if (ECC_COVERS(t, ecc_plugin_v1_t, stats))
     ops->stats = t->stats;
-  if (v1_covers(t, offsetof(ecc_plugin_v1_t, last_error) + sizeof(t->last_error)))
+  if (ECC_COVERS(t, ecc_plugin_v1_t, last_error))
     ops->last_error = t->last_error;
-  if (v1_covers(t, offsetof(ecc_plugin_v1_t, describe) + sizeof(t->describe)))
+  if (ECC_COVERS(t, ecc_plugin_v1_t, describe))
     ops->describe = t->describe;
 }
 
@@ -424,7 +402,7 @@ static int strings_in_object(const plugin_ops *ops, const object_map *m, const c
 }
 
 /* Which string of one param is missing or outside the plugin, or NULL. */
-static const char *param_fault(const ecc_param *p, const object_map *m)
+static const char *param_fault(const ecc_param_t *p, const object_map *m)
 {
   if (p->key == NULL || !string_in_object(m, p->key))
     return "key";
@@ -441,7 +419,7 @@ static int params_in_object(const plugin_ops *ops, const object_map *m, const ch
   size_t n = ops->n_params;
   if (n == 0)
     return ECC_OK;
-  if (n > SIZE_MAX / sizeof(ecc_param) || !in_object(m, ops->params, n * sizeof(ecc_param), PF_R)) {
+  if (n > SIZE_MAX / sizeof(ecc_param_t) || !in_object(m, ops->params, n * sizeof(ecc_param_t), PF_R)) {
     shim_errf(err, err_cap, "plugin %s: its %zu params do not lie inside the plugin's readable "
               "segments", path, n);
     return ECC_ERR_INCOMPATIBLE;

@@ -12,8 +12,6 @@
 
 /* Longest plugin file path the shim handles, NUL included. */
 #define PLUGIN_PATH_MAX 4096
-/* Longest short plugin name, in characters. */
-#define PLUGIN_NAME_MAX 64
 
 /* The plugin's functions in the shape of the newest ABI this shim knows.
  * A plugin exporting an older table version is adapted into this shape, so
@@ -26,18 +24,18 @@ typedef struct plugin_ops {
   uint32_t caps;
   const char *name;
   const char *version;
-  const ecc_param *params;
+  const ecc_param_t *params;
   size_t n_params;
-  int (*create)(const ecc_create_args *args, ecc_handle_t *out);
-  int (*save)(ecc_handle_t h, const ecc_save_entry *entries, size_t n);
+  int (*create)(const ecc_create_args_t *args, ecc_handle_t *out);
+  int (*save)(ecc_handle_t h, const ecc_save_entry_t *entries, size_t n);
   int (*flush)(ecc_handle_t h, void *compute_stream);
-  int (*load)(ecc_handle_t h, const ecc_load_entry *entries, size_t n, void *compute_stream);
-  int (*poll)(ecc_handle_t h, ecc_completion *out, size_t cap, size_t *n_out);
+  int (*load)(ecc_handle_t h, const ecc_load_entry_t *entries, size_t n, void *compute_stream);
+  int (*poll)(ecc_handle_t h, ecc_completion_t *out, size_t cap, size_t *n_out);
   int (*shutdown)(ecc_handle_t h);
-  int (*validate)(const ecc_kv *config, size_t n_config, char *err, size_t err_cap);
-  int (*stats)(ecc_handle_t h, ecc_stats *out);
+  int (*validate)(const ecc_kv_t *config, size_t n_config, char *err, size_t err_cap);
+  int (*stats)(ecc_handle_t h, ecc_stats_t *out);
   int (*last_error)(ecc_handle_t h, char *buf, size_t cap);
-  int (*describe)(ecc_handle_t h, ecc_info *out);
+  int (*describe)(ecc_handle_t h, ecc_info_t *out);
 } plugin_ops;
 
 typedef struct loaded_plugin {

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "shim_err.h"
+#include "shim_names.h"
 
 /* "ECC1": the first word of every report. */
 #define REPORT_MAGIC 0x31434345u
@@ -77,7 +78,7 @@ static void put_text(out_buf *b, const char *s, size_t max)
   put_bytes(b, s, len);
 }
 
-static void put_meta(out_buf *b, const ecc_plugin_meta *m)
+static void put_meta(out_buf *b, const ecc_plugin_meta_t *m)
 {
   put_text(b, m->path, sizeof(m->path));
   put_text(b, m->name, sizeof(m->name));
@@ -350,7 +351,7 @@ static const char *pool_add(char **pool, const unsigned char *s, uint32_t len)
   return out;
 }
 
-static void get_params(in_buf *b, uint32_t n, ecc_param *params, char *pool)
+static void get_params(in_buf *b, uint32_t n, ecc_param_t *params, char *pool)
 {
   for (uint32_t i = 0; i < n && b->bad == NULL; i++) {
     uint32_t kl, dl, hl;
@@ -367,9 +368,9 @@ static void get_params(in_buf *b, uint32_t n, ecc_param *params, char *pool)
 
 /* The meta, its params and their strings in one block: the strings take
  * no more than the bytes left in the payload, plus a NUL each. */
-static int get_meta(in_buf *b, ecc_plugin_meta **out)
+static int get_meta(in_buf *b, ecc_plugin_meta_t **out)
 {
-  ecc_plugin_meta head;
+  ecc_plugin_meta_t head;
   memset(&head, 0, sizeof(head));
   get_into(b, head.path, sizeof(head.path), "the plugin's path");
   get_into(b, head.name, sizeof(head.name), "the plugin's name");
@@ -384,11 +385,11 @@ static int get_meta(in_buf *b, ecc_plugin_meta **out)
   if (b->bad != NULL)
     return ECC_OK;
   size_t pool = b->left + 3 * (size_t)n;
-  ecc_plugin_meta *m = malloc(sizeof(*m) + n * sizeof(ecc_param) + pool);
+  ecc_plugin_meta_t *m = malloc(sizeof(*m) + n * sizeof(ecc_param_t) + pool);
   if (m == NULL)
     return ECC_ERR_NOMEM;
   *m = head;
-  ecc_param *params = (ecc_param *)(m + 1);
+  ecc_param_t *params = (ecc_param_t *)(m + 1);
   m->params = n != 0 ? params : NULL;
   m->n_params = n;
   get_params(b, n, params, (char *)(params + n));
@@ -400,18 +401,18 @@ static int get_meta(in_buf *b, ecc_plugin_meta **out)
 }
 
 int probe_decode(const unsigned char *payload, size_t len, const char *subject, int *status,
-                 ecc_plugin_meta **meta, char *err, size_t err_cap)
+                 ecc_plugin_meta_t **meta, char *err, size_t err_cap)
 {
   in_buf b = {.p = payload, .left = len, .bad = NULL};
   int32_t st = (int32_t)get_u32(&b, "the status");
   uint32_t msg_len;
   const unsigned char *msg = get_text(&b, PROBE_MESSAGE_MAX, false, "the message", &msg_len);
   uint32_t has_meta = get_u32(&b, "the meta flag");
-  if (b.bad == NULL && (st > ECC_OK || st < ECC_ERR_UNSUPPORTED))
+  if (b.bad == NULL && !shim_status_known(st))
     b.bad = "the status";
   if (b.bad == NULL && has_meta > 1)
     b.bad = "the meta flag";
-  ecc_plugin_meta *m = NULL;
+  ecc_plugin_meta_t *m = NULL;
   if (b.bad == NULL && has_meta == 1 && get_meta(&b, &m) != ECC_OK) {
     shim_errf(err, err_cap, "%s: out of memory for the check process's report", subject);
     return ECC_ERR_NOMEM;
@@ -454,7 +455,7 @@ static void describe_end(int wstatus, char *buf, size_t cap)
 }
 
 static int judge(pid_t pid, const received *rx, uint64_t deadline, uint64_t timeout_ms,
-                 const char *subject, int *status, ecc_plugin_meta **meta, char *err,
+                 const char *subject, int *status, ecc_plugin_meta_t **meta, char *err,
                  size_t err_cap)
 {
   int wstatus = 0;
@@ -497,7 +498,7 @@ static int judge(pid_t pid, const received *rx, uint64_t deadline, uint64_t time
 }
 
 int probe_run(probe_job job, void *arg, uint64_t timeout_ms, const char *subject, int *status,
-              ecc_plugin_meta **meta, char *err, size_t err_cap)
+              ecc_plugin_meta_t **meta, char *err, size_t err_cap)
 {
   *status = ECC_OK;
   if (meta != NULL)

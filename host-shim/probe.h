@@ -23,7 +23,7 @@ typedef struct probe_report {
   int status;                      /* ECC_OK or an ECC_ERR_* code */
   char message[PROBE_MESSAGE_MAX]; /* the job's error, or its summary */
   int has_meta;                    /* 1 when meta is filled */
-  ecc_plugin_meta meta;
+  ecc_plugin_meta_t meta;
 } probe_report;
 
 typedef void (*probe_job)(void *arg, probe_report *out);
@@ -34,7 +34,7 @@ typedef void (*probe_job)(void *arg, probe_report *out);
  * Returns ECC_OK when the child sent a well-formed report and exited with
  * status 0: *status is the report's, err receives its message and, when
  * meta is not NULL, *meta is one block from malloc holding the
- * ecc_plugin_meta, its params and their strings (NULL if the report had no
+ * ecc_plugin_meta_t, its params and their strings (NULL if the report had no
  * meta), which the caller frees.
  * Otherwise err says how the child ended, after `subject`:
  * ECC_ERR_INCOMPATIBLE when it exited without a report, was killed by a
@@ -42,7 +42,7 @@ typedef void (*probe_job)(void *arg, probe_report *out);
  * report; ECC_ERR_SYSTEM when pipe, fork or waitpid failed; ECC_ERR_NOMEM.
  * In every case the child has been reaped when this returns. */
 int probe_run(probe_job job, void *arg, uint64_t timeout_ms, const char *subject, int *status,
-              ecc_plugin_meta **meta, char *err, size_t err_cap);
+              ecc_plugin_meta_t **meta, char *err, size_t err_cap);
 
 /* The parent's reading of a report's payload (the bytes after its magic
  * and length words), as probe_run does it; on its own for the fuzz target.
@@ -50,6 +50,6 @@ int probe_run(probe_job job, void *arg, uint64_t timeout_ms, const char *subject
  * not NULL) as probe_run says; ECC_ERR_INCOMPATIBLE for a malformed
  * payload (err names the field); ECC_ERR_NOMEM. */
 int probe_decode(const unsigned char *payload, size_t len, const char *subject, int *status,
-                 ecc_plugin_meta **meta, char *err, size_t err_cap);
+                 ecc_plugin_meta_t **meta, char *err, size_t err_cap);
 
 #endif /* ECC_PROBE_H */

@@ -19,7 +19,7 @@ struct ecc_connector {
   loaded_plugin plugin;
   ecc_handle_t handle;
   /* Lent to the plugin by create: must outlive its shutdown. */
-  ecc_host_services services;
+  ecc_host_services_t services;
   atomic_int closing;         /* set once by ecc_close: later arrivals are turned away */
   atomic_int inside;          /* calls currently inside the plugin */
   unsigned fork_gen;          /* the process generation at open (see calls.c) */
@@ -31,10 +31,10 @@ struct ecc_connector {
 };
 
 /* After calloc, before anything else: the guard, the owner, the error text. */
-void shim_connector_init(ecc_connector *c);
+void shim_connector_init(ecc_connector_t *c);
 
 /* Frees what shim_connector_init set up and c itself (the plugin must be
  * unloaded or never loaded). */
-void shim_connector_free(ecc_connector *c);
+void shim_connector_free(ecc_connector_t *c);
 
 #endif /* ECC_SHIM_CONNECTOR_H */

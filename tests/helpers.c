@@ -117,11 +117,11 @@ const char *th_default_dir(void)
   return dir;
 }
 
-ecc_connector *th_open(const char *role, const char *region, uint64_t block_size,
+ecc_connector_t *th_open(const char *role, const char *region, uint64_t block_size,
                        uint64_t num_blocks, const char *extra)
 {
   char err[512] = "";
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   const char *ini = th_ini(role, region, block_size, num_blocks, extra);
   int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
   cr_assert_eq(rc, ECC_OK, "ecc_open(%s) failed: %d %s", ini, rc, err);
@@ -129,7 +129,7 @@ ecc_connector *th_open(const char *role, const char *region, uint64_t block_size
   return c;
 }
 
-size_t th_poll_until(ecc_connector *c, ecc_completion *out, size_t want, int timeout_ms)
+size_t th_poll_until(ecc_connector_t *c, ecc_completion_t *out, size_t want, int timeout_ms)
 {
   size_t got = 0;
   struct timespec t0, now;

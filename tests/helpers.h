@@ -40,12 +40,12 @@ const char *th_default_dir(void);
 
 /* Open a connector from th_ini(...), failing the test with the shim's
  * message if it cannot. */
-ecc_connector *th_open(const char *role, const char *region, uint64_t block_size,
+ecc_connector_t *th_open(const char *role, const char *region, uint64_t block_size,
                        uint64_t num_blocks, const char *extra);
 
 /* Poll until `want` completions arrived or `timeout_ms` passed; returns how
  * many arrived (stored in out[0..]). */
-size_t th_poll_until(ecc_connector *c, ecc_completion *out, size_t want, int timeout_ms);
+size_t th_poll_until(ecc_connector_t *c, ecc_completion_t *out, size_t want, int timeout_ms);
 
 /* Run a role of this test binary as a fresh process (fork, then exec of
  * /proc/self/exe): the forked copy of a Criterion test process already has

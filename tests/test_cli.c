@@ -415,7 +415,7 @@ Test(cli, demo_does_not_join_a_region_someone_else_uses)
   const char *name = th_region_name();
   char path[256];
   snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
-  ecc_connector *mine = th_open("both", name, 3072, 2048, NULL);
+  ecc_connector_t *mine = th_open("both", name, 3072, 2048, NULL);
   cr_assert(th_exists(path));
   const char *ini = th_ini("both", name, 3072, 2048, NULL);
   struct run *r = cli("demo '%s' --entries 4 --rows 100", ini);

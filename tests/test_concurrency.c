@@ -58,12 +58,12 @@ static int64_t now_ms(void)
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static ecc_connector *open_ini(const char *ini, const char *role)
+static ecc_connector_t *open_ini(const char *ini, const char *role)
 {
-  ecc_kv kv = {"connector.role", role};
-  ecc_open_options o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
+  ecc_kv_t kv = {"connector.role", role};
+  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
                         .log_level = -1};
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   char err[1024] = "";
   int rc = ecc_open(ini, &o, &c, err, sizeof(err));
   cr_assert_eq(rc, ECC_OK, "ecc_open as %s: %s", role, err);
@@ -81,7 +81,7 @@ static ecc_connector *open_ini(const char *ini, const char *role)
 enum { RUNNING, STOPPED, DRAINED };
 
 struct shared {
-  ecc_connector *c;
+  ecc_connector_t *c;
   atomic_int phase;            /* RUNNING; STOPPED: producers stop; DRAINED: all submitted */
   atomic_int give_up;          /* the poller and the stats reader stop now */
   atomic_int poller_finished;  /* it saw every accepted save and load */
@@ -138,7 +138,7 @@ static void *saver_main(void *arg)
     uint32_t ids[4];
     for (int b = 0; b < 4; b++)
       ids[b] = (uint32_t)(a->id * (NB / 4) + (n * 4 + (uint64_t)b) % (NB / 4)); /* own quarter */
-    ecc_save_entry e = {key, (uint64_t)(uintptr_t)src[a->id], 1 + rand_r(&seed) % (4 * BS),
+    ecc_save_entry_t e = {key, (uint64_t)(uintptr_t)src[a->id], 1 + rand_r(&seed) % (4 * BS),
                         ids, 4};
     int rc = ecc_save(s->c, &e, 1);
     if (rc != ECC_OK) {
@@ -165,7 +165,7 @@ static void *loader_main(void *arg)
     uint32_t ids[4];
     for (int b = 0; b < 4; b++)
       ids[b] = NB / 2 + rand_r(&seed) % (NB / 2); /* the half no saver writes */
-    ecc_load_entry e = {n, ids, 4, (uint64_t)(uintptr_t)dst, 1 + rand_r(&seed) % sizeof(dst)};
+    ecc_load_entry_t e = {n, ids, 4, (uint64_t)(uintptr_t)dst, 1 + rand_r(&seed) % sizeof(dst)};
     int rc = ecc_load(s->c, &e, 1, NULL);
     if (rc == ECC_OK)
       atomic_store(&s->loaded, ++n);
@@ -178,7 +178,7 @@ static void *loader_main(void *arg)
 }
 
 /* Each saver's keys and the loads' ids must arrive once each, in order. */
-static void check_completion(struct shared *s, const ecc_completion *d)
+static void check_completion(struct shared *s, const ecc_completion_t *d)
 {
   if (d->status != ECC_OK)
     violation(s, __LINE__, "completion status %d", d->status);
@@ -209,7 +209,7 @@ static int all_seen(struct shared *s);
 static void *poller_main(void *arg)
 {
   struct shared *s = arg;
-  ecc_completion done[7]; /* odd cap: batches split across polls */
+  ecc_completion_t done[7]; /* odd cap: batches split across polls */
   while (!atomic_load(&s->give_up)) {
     int drained = atomic_load(&s->phase) == DRAINED;
     size_t n = 0;
@@ -233,10 +233,10 @@ static void *poller_main(void *arg)
 static void *stats_main(void *arg)
 {
   struct shared *s = arg;
-  ecc_stats prev = {.struct_size = sizeof(prev)};
+  ecc_stats_t prev = {.struct_size = sizeof(prev)};
   while (!atomic_load(&s->give_up)) {
-    ecc_stats st = {.struct_size = sizeof(st)};
-    ecc_info info = {.struct_size = sizeof(info)};
+    ecc_stats_t st = {.struct_size = sizeof(st)};
+    ecc_info_t info = {.struct_size = sizeof(info)};
     char text[256];
     if (ecc_get_stats(s->c, &st) != ECC_OK || ecc_describe(s->c, &info) != ECC_OK ||
         ecc_last_error(s->c, text, sizeof(text)) != ECC_OK) {
@@ -306,11 +306,11 @@ Test(concurrency, savers_loader_poller_and_stats_reader_share_one_handle)
 
   cr_assert_eq(atomic_load(&s.bad), 0, "line %d: %s", atomic_load(&s.bad), s.why);
   cr_assert(atomic_load(&s.poller_finished), "not every accepted save or load was reported");
-  ecc_completion extra[4];
+  ecc_completion_t extra[4];
   size_t n = 7;
   cr_assert_eq(ecc_poll(s.c, extra, 4, &n), ECC_OK);
   cr_expect_eq(n, 0, "completions reported twice");
-  ecc_stats st = {.struct_size = sizeof(st)};
+  ecc_stats_t st = {.struct_size = sizeof(st)};
   cr_assert_eq(ecc_get_stats(s.c, &st), ECC_OK);
   cr_expect_eq(st.save.entries, total_saved(&s));
   cr_expect_eq(st.load.entries, atomic_load(&s.loaded));
@@ -337,7 +337,7 @@ struct own_arg {
   char why[200];
 };
 
-static int wait_done(ecc_connector *c, ecc_completion *d)
+static int wait_done(ecc_connector_t *c, ecc_completion_t *d)
 {
   int64_t give_up = now_ms() + 10000;
   while (now_ms() < give_up) {
@@ -355,10 +355,10 @@ static int wait_done(ecc_connector *c, ecc_completion *d)
 static void *own_main(void *arg)
 {
   struct own_arg *a = arg;
-  ecc_kv kv = {"connector.role", "both"};
-  ecc_open_options o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
+  ecc_kv_t kv = {"connector.role", "both"};
+  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
                         .log_level = -1};
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   if (ecc_open(a->ini, &o, &c, a->why, sizeof(a->why)) != ECC_OK)
     return NULL;
   uint8_t src[ROWS * PBS], dst[ROWS * PBS];
@@ -371,9 +371,9 @@ static void *own_main(void *arg)
       ids[b] = (uint32_t)((a->rounds * 5 + b * 3) % 64);
     char key[32];
     snprintf(key, sizeof(key), "own%d-%llu", a->id, (unsigned long long)a->rounds);
-    ecc_save_entry s = {key, (uint64_t)(uintptr_t)src, sizeof(src), ids, ROWS};
-    ecc_load_entry l = {a->rounds, ids, ROWS, (uint64_t)(uintptr_t)dst, sizeof(dst)};
-    ecc_completion d;
+    ecc_save_entry_t s = {key, (uint64_t)(uintptr_t)src, sizeof(src), ids, ROWS};
+    ecc_load_entry_t l = {a->rounds, ids, ROWS, (uint64_t)(uintptr_t)dst, sizeof(dst)};
+    ecc_completion_t d;
     if (ecc_save(c, &s, 1) != ECC_OK || ecc_flush(c, NULL) != ECC_OK || wait_done(c, &d) != 0 ||
         strcmp(d.key, key) != 0) {
       snprintf(a->why, sizeof(a->why), "save round %llu failed", (unsigned long long)a->rounds);
@@ -418,12 +418,12 @@ static void slot_ids(uint64_t index, uint32_t *ids)
 }
 
 /* open_ini for threads other than the test's: no assertion, reason kept. */
-static ecc_connector *pair_open(struct pair *p, const char *role)
+static ecc_connector_t *pair_open(struct pair *p, const char *role)
 {
-  ecc_kv kv = {"connector.role", role};
-  ecc_open_options o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
+  ecc_kv_t kv = {"connector.role", role};
+  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
                         .log_level = -1};
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   char err[512];
   if (ecc_open(p->ini, &o, &c, err, sizeof(err)) == ECC_OK)
     return c;
@@ -438,7 +438,7 @@ static ecc_connector *pair_open(struct pair *p, const char *role)
 static void *pair_producer(void *arg)
 {
   struct pair *p = arg;
-  ecc_connector *c = pair_open(p, "producer");
+  ecc_connector_t *c = pair_open(p, "producer");
   if (c == NULL)
     return NULL;
   static uint8_t src[ROWS * PBS];
@@ -456,8 +456,8 @@ static void *pair_producer(void *arg)
     slot_ids(i, ids);
     char key[32];
     snprintf(key, sizeof(key), "pair-%llu", (unsigned long long)i);
-    ecc_save_entry s = {key, (uint64_t)(uintptr_t)src, sizeof(src), ids, ROWS};
-    ecc_completion d;
+    ecc_save_entry_t s = {key, (uint64_t)(uintptr_t)src, sizeof(src), ids, ROWS};
+    ecc_completion_t d;
     if (ecc_save(c, &s, 1) != ECC_OK || ecc_flush(c, NULL) != ECC_OK || wait_done(c, &d) != 0) {
       pthread_mutex_lock(&p->lock);
       snprintf(p->why, sizeof(p->why), "pair save %llu failed", (unsigned long long)i);
@@ -485,7 +485,7 @@ static void *pair_producer(void *arg)
 static void *pair_consumer(void *arg)
 {
   struct pair *p = arg;
-  ecc_connector *c = pair_open(p, "consumer");
+  ecc_connector_t *c = pair_open(p, "consumer");
   if (c == NULL)
     return NULL;
   static uint8_t got[ROWS * PBS], want[ROWS * PBS];
@@ -499,8 +499,8 @@ static void *pair_consumer(void *arg)
       break;
     uint32_t ids[ROWS];
     slot_ids(i, ids);
-    ecc_load_entry l = {i, ids, ROWS, (uint64_t)(uintptr_t)got, sizeof(got)};
-    ecc_completion d;
+    ecc_load_entry_t l = {i, ids, ROWS, (uint64_t)(uintptr_t)got, sizeof(got)};
+    ecc_completion_t d;
     fill_entry(want, i);
     if (ecc_load(c, &l, 1, NULL) != ECC_OK || wait_done(c, &d) != 0 ||
         memcmp(got, want, sizeof(got)) != 0) {
@@ -590,14 +590,14 @@ static int one_call(const ecc_plugin_v1_t *t, ecc_handle_t h, unsigned k, uint8_
                     const char **what)
 {
   uint32_t ids[] = {k % 16, (k + 1) % 16};
-  ecc_completion done[4];
+  ecc_completion_t done[4];
   size_t n;
   char text[128];
   switch (k % 7) {
   case 0: {
     char key[24];
     snprintf(key, sizeof(key), "r%u", k);
-    ecc_save_entry e = {key, (uint64_t)(uintptr_t)buf, 100, ids, 2};
+    ecc_save_entry_t e = {key, (uint64_t)(uintptr_t)buf, 100, ids, 2};
     *what = "save";
     return t->save(h, &e, 1);
   }
@@ -605,7 +605,7 @@ static int one_call(const ecc_plugin_v1_t *t, ecc_handle_t h, unsigned k, uint8_
     *what = "flush";
     return t->flush(h, NULL);
   case 2: {
-    ecc_load_entry e = {k, ids, 2, (uint64_t)(uintptr_t)buf, 128};
+    ecc_load_entry_t e = {k, ids, 2, (uint64_t)(uintptr_t)buf, 128};
     *what = "load";
     return t->load(h, &e, 1, NULL);
   }
@@ -613,7 +613,7 @@ static int one_call(const ecc_plugin_v1_t *t, ecc_handle_t h, unsigned k, uint8_
     *what = "poll";
     return t->poll(h, done, 4, &n);
   case 4: {
-    ecc_stats st = {.struct_size = sizeof(st)};
+    ecc_stats_t st = {.struct_size = sizeof(st)};
     *what = "stats";
     return t->stats(h, &st);
   }
@@ -621,7 +621,7 @@ static int one_call(const ecc_plugin_v1_t *t, ecc_handle_t h, unsigned k, uint8_
     *what = "last_error";
     return t->last_error(h, text, sizeof(text));
   default: {
-    ecc_info info = {.struct_size = sizeof(info)};
+    ecc_info_t info = {.struct_size = sizeof(info)};
     *what = "describe";
     return t->describe(h, &info);
   }
@@ -667,11 +667,11 @@ static const ecc_plugin_v1_t *raw_table(void **lib)
 
 static ecc_handle_t raw_create(const ecc_plugin_v1_t *t, const char *name)
 {
-  ecc_kv_v1 kv[] = {{"region.dir", cdir}, {"region.name", name}, {"region.block_size", "64"},
+  ecc_kv_v1_t kv[] = {{"region.dir", cdir}, {"region.name", name}, {"region.block_size", "64"},
                     {"region.size", "1KiB"}, {"engine.type", "host"},
                     {"engine.host_threads", "2"}, {"connector.max_inflight", "4"}};
   char err[256] = "";
-  ecc_create_args_v1 args = {sizeof(args), 1, 0, kv, sizeof(kv) / sizeof(kv[0]), NULL, err,
+  ecc_create_args_v1_t args = {sizeof(args), 1, 0, kv, sizeof(kv) / sizeof(kv[0]), NULL, err,
                              sizeof(err)};
   ecc_handle_t h = 0;
   cr_assert_eq(t->create(&args, &h), ECC_OK, "%s", err);

@@ -8,15 +8,16 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "region.h"
 
-static int parse(const ecc_kv_v1 *kv, size_t n, struct plugin_config *c, char *err)
+static int parse(const ecc_kv_v1_t *kv, size_t n, struct plugin_config *c, char *err)
 {
   return config_parse(kv, n, c, err, 256);
 }
 
 Test(config, defaults_with_block_size)
 {
-  ecc_kv_v1 kv[] = {{"region.block_size", "4KiB"}};
+  ecc_kv_v1_t kv[] = {{"region.block_size", "4KiB"}};
   struct plugin_config c;
   char err[256] = "";
   cr_assert_eq(parse(kv, 1, &c, err), ECC_OK, "%s", err);
@@ -40,7 +41,7 @@ Test(config, defaults_with_block_size)
 
 Test(config, block_size_from_hidden_size_and_dtype)
 {
-  ecc_kv_v1 kv[] = {{"region.hidden_size", "1536"}, {"region.dtype", "float16"},
+  ecc_kv_v1_t kv[] = {{"region.hidden_size", "1536"}, {"region.dtype", "float16"},
                     {"region.size", "10MB"}};
   struct plugin_config c;
   char err[256] = "";
@@ -52,7 +53,7 @@ Test(config, block_size_from_hidden_size_and_dtype)
 
 Test(config, every_choice_parses)
 {
-  ecc_kv_v1 kv[] = {{"region.block_size", "16"}, {"connector.role", "consumer"},
+  ecc_kv_v1_t kv[] = {{"region.block_size", "16"}, {"connector.role", "consumer"},
                     {"engine.type", "host"}, {"engine.method", "kernel"},
                     {"pinning.enabled", "off"}, {"region.mode", "join"},
                     {"region.reap_orphans", "false"}, {"engine.device", "3"},
@@ -82,7 +83,7 @@ struct bad_case {
 
 static void expect_rejected(const struct bad_case *bc)
 {
-  ecc_kv_v1 kv[2] = {{"region.block_size", "16"}, {bc->key, bc->value}};
+  ecc_kv_v1_t kv[2] = {{"region.block_size", "16"}, {bc->key, bc->value}};
   size_t n = strcmp(bc->key, "region.block_size") == 0 ? 1 : 2;
   if (n == 1)
     kv[0].value = bc->value;
@@ -141,10 +142,10 @@ Test(config, dtype_without_hidden_size_and_unknown_dtype)
 {
   struct plugin_config c;
   char err[256] = "";
-  ecc_kv_v1 a[] = {{"region.dtype", "float16"}};
+  ecc_kv_v1_t a[] = {{"region.dtype", "float16"}};
   cr_expect_eq(parse(a, 1, &c, err), ECC_ERR_CONFIG);
   cr_expect(strstr(err, "region.hidden_size") != NULL, "%s", err);
-  ecc_kv_v1 b[] = {{"region.hidden_size", "8"}, {"region.dtype", "float12"}};
+  ecc_kv_v1_t b[] = {{"region.hidden_size", "8"}, {"region.dtype", "float12"}};
   cr_expect_eq(parse(b, 2, &c, err), ECC_ERR_CONFIG);
   cr_expect(strstr(err, "region.dtype") != NULL, "%s", err);
 }
@@ -153,10 +154,10 @@ Test(config, duplicate_key_and_null_pairs)
 {
   struct plugin_config c;
   char err[256] = "";
-  ecc_kv_v1 dup[] = {{"region.block_size", "16"}, {"region.block_size", "32"}};
+  ecc_kv_v1_t dup[] = {{"region.block_size", "16"}, {"region.block_size", "32"}};
   cr_expect_eq(parse(dup, 2, &c, err), ECC_ERR_CONFIG);
   cr_expect(strstr(err, "twice") != NULL, "%s", err);
-  ecc_kv_v1 null_value[] = {{"region.block_size", NULL}};
+  ecc_kv_v1_t null_value[] = {{"region.block_size", NULL}};
   cr_expect_eq(parse(null_value, 1, &c, err), ECC_ERR_CONFIG);
   cr_expect_eq(parse(NULL, 3, &c, err), ECC_ERR_CONFIG);
 }

@@ -19,14 +19,14 @@
 #define BS 64u
 #define NB 256u
 
-static ecc_stats stats_of(ecc_connector *c)
+static ecc_stats_t stats_of(ecc_connector_t *c)
 {
-  ecc_stats s = {.struct_size = sizeof(s)};
+  ecc_stats_t s = {.struct_size = sizeof(s)};
   cr_assert_eq(ecc_get_stats(c, &s), ECC_OK);
   return s;
 }
 
-static void expect_error(ecc_connector *c, int got, int want, const char *must_say)
+static void expect_error(ecc_connector_t *c, int got, int want, const char *must_say)
 {
   char text[512] = "";
   cr_expect_eq(got, want, "returned %d (%s), expected %d", got, ecc_strerror(got), want);
@@ -36,14 +36,14 @@ static void expect_error(ecc_connector *c, int got, int want, const char *must_s
 
 /* After a rejected call nothing may have been queued: a flush moves only
  * the good entry saved afterwards. */
-static void expect_nothing_queued(ecc_connector *c)
+static void expect_nothing_queued(ecc_connector_t *c)
 {
   static uint8_t src[BS];
   th_fill(src, sizeof(src), 1);
-  ecc_save_entry good = {"good", (uint64_t)(uintptr_t)src, BS, (uint32_t[]){0}, 1};
+  ecc_save_entry_t good = {"good", (uint64_t)(uintptr_t)src, BS, (uint32_t[]){0}, 1};
   cr_assert_eq(ecc_save(c, &good, 1), ECC_OK);
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
-  ecc_completion done[4];
+  ecc_completion_t done[4];
   size_t n = th_poll_until(c, done, 1, 5000);
   cr_assert_eq(n, 1);
   cr_expect_str_eq(done[0].key, "good");
@@ -53,7 +53,7 @@ static void expect_nothing_queued(ecc_connector *c)
 
 Test(connector, bad_saves_are_rejected_and_change_nothing)
 {
-  ecc_connector *c = th_open("both", th_region_name(), BS, NB, NULL);
+  ecc_connector_t *c = th_open("both", th_region_name(), BS, NB, NULL);
   static uint8_t src[4 * BS];
   uint64_t s = (uint64_t)(uintptr_t)src;
   char long_key[ECC_KEY_MAX + 2];
@@ -62,8 +62,8 @@ Test(connector, bad_saves_are_rejected_and_change_nothing)
   uint32_t ok_ids[] = {1, 2};
   uint32_t far_ids[] = {1, NB};
 
-  ecc_save_entry good = {"a", s, BS, ok_ids, 1};
-  ecc_save_entry bad[] = {
+  ecc_save_entry_t good = {"a", s, BS, ok_ids, 1};
+  ecc_save_entry_t bad[] = {
     {"b", s, BS, far_ids, 2},            /* block id out of range */
     {"c", s, 2 * BS + 1, ok_ids, 2},     /* larger than its blocks */
     {"", s, BS, ok_ids, 1},              /* empty key */
@@ -81,7 +81,7 @@ Test(connector, bad_saves_are_rejected_and_change_nothing)
                        "NULL key", "NULL source", "no block ids", "0 bytes", "wraps"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     /* A good entry first in the same call: it must not be queued either. */
-    ecc_save_entry pair[2] = {good, bad[i]};
+    ecc_save_entry_t pair[2] = {good, bad[i]};
     expect_error(c, ecc_save(c, pair, 2), want[i], say[i]);
   }
   expect_error(c, ecc_save(c, NULL, 3), ECC_ERR_INVALID, "NULL");
@@ -91,13 +91,13 @@ Test(connector, bad_saves_are_rejected_and_change_nothing)
 
 Test(connector, bad_loads_are_rejected_and_change_nothing)
 {
-  ecc_connector *c = th_open("consumer", th_region_name(), BS, NB, NULL);
+  ecc_connector_t *c = th_open("consumer", th_region_name(), BS, NB, NULL);
   static uint8_t dst[4 * BS];
   uint64_t d = (uint64_t)(uintptr_t)dst;
   uint32_t ok_ids[] = {1, 2};
   uint32_t far_ids[] = {7, 4096};
-  ecc_load_entry good = {1, ok_ids, 2, d, sizeof(dst)};
-  ecc_load_entry bad[] = {
+  ecc_load_entry_t good = {1, ok_ids, 2, d, sizeof(dst)};
+  ecc_load_entry_t bad[] = {
     {2, far_ids, 2, d, sizeof(dst)},
     {3, ok_ids, 2, 0, sizeof(dst)},
     {4, ok_ids, 2, d, 0},
@@ -109,10 +109,10 @@ Test(connector, bad_loads_are_rejected_and_change_nothing)
   const char *say[] = {"block id 4096", "NULL destination", "capacity of 0", "no block ids",
                        "no block ids"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-    ecc_load_entry pair[2] = {good, bad[i]};
+    ecc_load_entry_t pair[2] = {good, bad[i]};
     expect_error(c, ecc_load(c, pair, 2, NULL), want[i], say[i]);
   }
-  ecc_completion done[2];
+  ecc_completion_t done[2];
   cr_expect_eq(th_poll_until(c, done, 1, 50), 0, "a rejected load was transferred");
   cr_expect_eq(stats_of(c).load.transfers, 0);
   cr_assert_eq(ecc_close(c), ECC_OK);
@@ -122,29 +122,29 @@ Test(connector, roles_are_enforced)
 {
   static uint8_t buf[BS];
   uint32_t ids[] = {0};
-  ecc_save_entry s = {"k", (uint64_t)(uintptr_t)buf, BS, ids, 1};
-  ecc_load_entry l = {1, ids, 1, (uint64_t)(uintptr_t)buf, BS};
-  ecc_connector *cons = th_open("consumer", th_region_name(), BS, NB, NULL);
+  ecc_save_entry_t s = {"k", (uint64_t)(uintptr_t)buf, BS, ids, 1};
+  ecc_load_entry_t l = {1, ids, 1, (uint64_t)(uintptr_t)buf, BS};
+  ecc_connector_t *cons = th_open("consumer", th_region_name(), BS, NB, NULL);
   expect_error(cons, ecc_save(cons, &s, 1), ECC_ERR_ROLE, "consumer");
   cr_assert_eq(ecc_close(cons), ECC_OK);
-  ecc_connector *prod = th_open("producer", th_region_name(), BS, NB, NULL);
+  ecc_connector_t *prod = th_open("producer", th_region_name(), BS, NB, NULL);
   expect_error(prod, ecc_load(prod, &l, 1, NULL), ECC_ERR_ROLE, "producer");
   cr_assert_eq(ecc_close(prod), ECC_OK);
 }
 
 Test(connector, host_engine_refuses_a_stream)
 {
-  ecc_connector *c = th_open("both", th_region_name(), BS, NB, NULL);
+  ecc_connector_t *c = th_open("both", th_region_name(), BS, NB, NULL);
   static uint8_t buf[BS];
   uint32_t ids[] = {0};
-  ecc_save_entry s = {"k", (uint64_t)(uintptr_t)buf, BS, ids, 1};
+  ecc_save_entry_t s = {"k", (uint64_t)(uintptr_t)buf, BS, ids, 1};
   cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
   expect_error(c, ecc_flush(c, (void *)0x1234), ECC_ERR_INVALID, "no compute stream");
   /* The queue survived the refused flush. */
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
-  ecc_completion done[1];
+  ecc_completion_t done[1];
   cr_expect_eq(th_poll_until(c, done, 1, 5000), 1);
-  ecc_load_entry l = {1, ids, 1, (uint64_t)(uintptr_t)buf, BS};
+  ecc_load_entry_t l = {1, ids, 1, (uint64_t)(uintptr_t)buf, BS};
   expect_error(c, ecc_load(c, &l, 1, (void *)0x1234), ECC_ERR_INVALID, "no compute stream");
   cr_expect_eq(th_poll_until(c, done, 1, 50), 0);
   cr_assert_eq(ecc_close(c), ECC_OK);
@@ -152,20 +152,20 @@ Test(connector, host_engine_refuses_a_stream)
 
 Test(connector, inflight_bound_returns_busy_then_recovers)
 {
-  ecc_connector *c = th_open("both", th_region_name(), BS, NB, "\n[connector]\nmax_inflight = 2\n");
+  ecc_connector_t *c = th_open("both", th_region_name(), BS, NB, "\n[connector]\nmax_inflight = 2\n");
   static uint8_t buf[BS];
   uint32_t ids[] = {0};
   char key[16];
   for (int i = 0; i < 2; i++) {
     snprintf(key, sizeof(key), "k%d", i);
-    ecc_save_entry s = {key, (uint64_t)(uintptr_t)buf, BS, ids, 1};
+    ecc_save_entry_t s = {key, (uint64_t)(uintptr_t)buf, BS, ids, 1};
     cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
     cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
   }
-  ecc_save_entry s = {"k2", (uint64_t)(uintptr_t)buf, BS, ids, 1};
+  ecc_save_entry_t s = {"k2", (uint64_t)(uintptr_t)buf, BS, ids, 1};
   cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
   expect_error(c, ecc_flush(c, NULL), ECC_ERR_BUSY, "max_inflight");
-  ecc_completion done[3];
+  ecc_completion_t done[3];
   cr_assert_eq(th_poll_until(c, done, 2, 5000), 2);
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK, "the queued save was lost after BUSY");
   cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
@@ -176,25 +176,25 @@ Test(connector, inflight_bound_returns_busy_then_recovers)
 Test(connector, fifo_exactly_once_over_many_steps)
 {
   enum { STEPS = 400, PER = 5 };
-  ecc_connector *c = th_open("both", th_region_name(), BS, NB, "\n[connector]\nmax_inflight = 16\n");
+  ecc_connector_t *c = th_open("both", th_region_name(), BS, NB, "\n[connector]\nmax_inflight = 16\n");
   static uint8_t src[PER][8 * BS], dst[16][PER][4 * BS]; /* 16 = max_inflight */
   for (int e = 0; e < PER; e++)
     th_fill(src[e], sizeof(src[e]), (uint64_t)e + 1);
   int next_save = 0, next_load = 0, saved = 0, loaded = 0, flush_pending = 0;
-  ecc_completion done[64];
+  ecc_completion_t done[64];
   srand(7);
   while (next_save < STEPS * PER || next_load < STEPS * PER) {
     if (saved < STEPS) {
       /* After BUSY the step stays queued: retry its flush, queue nothing. */
       if (!flush_pending) {
-        ecc_save_entry e[PER];
+        ecc_save_entry_t e[PER];
         char keys[PER][24];
         uint32_t ids[PER][8];
         for (int k = 0; k < PER; k++) {
           snprintf(keys[k], sizeof(keys[k]), "s%d", saved * PER + k);
           for (int b = 0; b < 8; b++)
             ids[k][b] = (uint32_t)(rand() % (NB / 2)); /* saves: lower half */
-          e[k] = (ecc_save_entry){keys[k], (uint64_t)(uintptr_t)src[k],
+          e[k] = (ecc_save_entry_t){keys[k], (uint64_t)(uintptr_t)src[k],
                                   1 + (uint64_t)(rand() % (8 * BS)), ids[k], 8};
         }
         cr_assert_eq(ecc_save(c, e, PER), ECC_OK);
@@ -206,12 +206,12 @@ Test(connector, fifo_exactly_once_over_many_steps)
         saved++;
     }
     if (loaded < STEPS) {
-      ecc_load_entry e[PER];
+      ecc_load_entry_t e[PER];
       uint32_t ids[PER][4];
       for (int k = 0; k < PER; k++) {
         for (int b = 0; b < 4; b++)
           ids[k][b] = (uint32_t)(NB / 2 + rand() % (NB / 2)); /* loads: upper half */
-        e[k] = (ecc_load_entry){(uint64_t)(loaded * PER + k), ids[k], 4,
+        e[k] = (ecc_load_entry_t){(uint64_t)(loaded * PER + k), ids[k], 4,
                                 (uint64_t)(uintptr_t)dst[loaded % 16][k], 4 * BS};
       }
       int rc = ecc_load(c, e, PER, NULL);
@@ -235,14 +235,14 @@ Test(connector, fifo_exactly_once_over_many_steps)
   size_t n = 0;
   cr_assert_eq(ecc_poll(c, done, 64, &n), ECC_OK);
   cr_expect_eq(n, 0, "completions reported after all were seen");
-  ecc_stats s = stats_of(c);
+  ecc_stats_t s = stats_of(c);
   cr_expect_eq(s.save.entries, STEPS * PER);
   cr_expect_eq(s.load.entries, STEPS * PER);
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
 
 struct poller {
-  ecc_connector *c;
+  ecc_connector_t *c;
   int want;
   int got;
   int in_order;
@@ -251,7 +251,7 @@ struct poller {
 static void *poll_thread(void *arg)
 {
   struct poller *p = arg;
-  ecc_completion done[16];
+  ecc_completion_t done[16];
   p->in_order = 1;
   time_t give_up = time(NULL) + 60;
   while (p->got < p->want && time(NULL) < give_up) {
@@ -271,7 +271,7 @@ static void *poll_thread(void *arg)
 Test(connector, poll_from_another_thread_than_save)
 {
   enum { N = 2000 };
-  ecc_connector *c = th_open("producer", th_region_name(), BS, NB, "\n[connector]\nmax_inflight = 8\n");
+  ecc_connector_t *c = th_open("producer", th_region_name(), BS, NB, "\n[connector]\nmax_inflight = 8\n");
   struct poller p = {c, N, 0, 0};
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, poll_thread, &p), 0);
@@ -280,7 +280,7 @@ Test(connector, poll_from_another_thread_than_save)
   for (int i = 0; i < N;) {
     char key[24];
     snprintf(key, sizeof(key), "k%d", i);
-    ecc_save_entry s = {key, (uint64_t)(uintptr_t)src, BS, ids, 1};
+    ecc_save_entry_t s = {key, (uint64_t)(uintptr_t)src, BS, ids, 1};
     cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
     int rc;
     time_t give_up = time(NULL) + 60;
@@ -307,10 +307,10 @@ static const ecc_plugin_v1_t *raw_table(void **lib)
 
 static ecc_handle_t raw_create(const ecc_plugin_v1_t *t, const char *region)
 {
-  ecc_kv_v1 kv[] = {{"region.name", region}, {"region.block_size", "64"},
+  ecc_kv_v1_t kv[] = {{"region.name", region}, {"region.block_size", "64"},
                     {"region.size", "64KiB"}, {"engine.type", "host"}};
   char err[256] = "";
-  ecc_create_args_v1 args = {sizeof(args), 1, 0, kv, 4, NULL, err, sizeof(err)};
+  ecc_create_args_v1_t args = {sizeof(args), 1, 0, kv, 4, NULL, err, sizeof(err)};
   ecc_handle_t h = 0;
   cr_assert_eq(t->create(&args, &h), ECC_OK, "%s", err);
   cr_assert_neq(h, 0);
@@ -324,19 +324,19 @@ Test(connector, shutdown_twice_and_calls_after_shutdown)
   ecc_handle_t h = raw_create(t, th_region_name());
   static uint8_t buf[64];
   uint32_t ids[] = {0};
-  ecc_save_entry s = {"k", (uint64_t)(uintptr_t)buf, 64, ids, 1};
+  ecc_save_entry_t s = {"k", (uint64_t)(uintptr_t)buf, 64, ids, 1};
   cr_assert_eq(t->save(h, &s, 1), ECC_OK);
   cr_assert_eq(t->flush(h, NULL), ECC_OK);
   cr_assert_eq(t->shutdown(h), ECC_OK, "shutdown with a transfer in flight");
   cr_expect_eq(t->shutdown(h), ECC_ERR_CLOSED);
   cr_expect_eq(t->save(h, &s, 1), ECC_ERR_CLOSED);
   cr_expect_eq(t->flush(h, NULL), ECC_ERR_CLOSED);
-  ecc_load_entry l = {1, ids, 1, (uint64_t)(uintptr_t)buf, 64};
+  ecc_load_entry_t l = {1, ids, 1, (uint64_t)(uintptr_t)buf, 64};
   cr_expect_eq(t->load(h, &l, 1, NULL), ECC_ERR_CLOSED);
   size_t n;
-  ecc_completion done[1];
+  ecc_completion_t done[1];
   cr_expect_eq(t->poll(h, done, 1, &n), ECC_ERR_CLOSED);
-  ecc_stats st = {.struct_size = sizeof(st)};
+  ecc_stats_t st = {.struct_size = sizeof(st)};
   cr_expect_eq(t->stats(h, &st), ECC_ERR_CLOSED);
   char text[64];
   cr_expect_eq(t->last_error(h, text, sizeof(text)), ECC_ERR_CLOSED);
@@ -357,10 +357,10 @@ Test(connector, create_refuses_newer_minor_and_other_major)
 {
   void *lib;
   const ecc_plugin_v1_t *t = raw_table(&lib);
-  ecc_kv_v1 kv[] = {{"region.block_size", "64"}};
+  ecc_kv_v1_t kv[] = {{"region.block_size", "64"}};
   char err[256] = "";
   ecc_handle_t h = 7;
-  ecc_create_args_v1 args = {sizeof(args), 1, ECC_ABI_V1_MINOR + 1, kv, 1, NULL, err, sizeof(err)};
+  ecc_create_args_v1_t args = {sizeof(args), 1, ECC_ABI_V1_MINOR + 1, kv, 1, NULL, err, sizeof(err)};
   cr_expect_eq(t->create(&args, &h), ECC_ERR_INCOMPATIBLE);
   cr_expect_eq(h, 0);
   cr_expect(strstr(err, "ABI") != NULL, "%s", err);
@@ -380,11 +380,11 @@ Test(connector, failed_create_leaves_no_file)
   snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
   /* Valid config, but engine.type = cuda fails after the region opened
    * when the CUDA engine is absent or has no GPU. */
-  ecc_kv_v1 kv[] = {{"region.name", name}, {"region.block_size", "64"},
+  ecc_kv_v1_t kv[] = {{"region.name", name}, {"region.block_size", "64"},
                     {"region.size", "64KiB"}, {"engine.type", "cuda"},
                     {"engine.device", "1023"}};
   char err[256] = "";
-  ecc_create_args_v1 args = {sizeof(args), 1, 0, kv, 5, NULL, err, sizeof(err)};
+  ecc_create_args_v1_t args = {sizeof(args), 1, 0, kv, 5, NULL, err, sizeof(err)};
   ecc_handle_t h = 0;
   int rc = t->create(&args, &h);
   cr_expect_neq(rc, ECC_OK);
@@ -408,34 +408,34 @@ static void shuffled(uint32_t *perm, uint32_t n, unsigned seed)
 
 /* Fills src with pattern `seed`, saves it as one entry over every block of
  * the region in order (ids[i] = i) and waits for the save. */
-static void save_every_block(ecc_connector *c, uint8_t src[NB * BS], uint32_t ids[NB], uint64_t seed)
+static void save_every_block(ecc_connector_t *c, uint8_t src[NB * BS], uint32_t ids[NB], uint64_t seed)
 {
   th_fill(src, NB * BS, seed);
   for (uint32_t i = 0; i < NB; i++)
     ids[i] = i;
-  ecc_save_entry s = {"all", (uint64_t)(uintptr_t)src, (uint64_t)NB * BS, ids, NB};
+  ecc_save_entry_t s = {"all", (uint64_t)(uintptr_t)src, (uint64_t)NB * BS, ids, NB};
   cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
-  ecc_completion done[1];
+  ecc_completion_t done[1];
   cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
 }
 
 Test(connector, load_sorts_many_entries_so_neighbours_coalesce)
 {
   enum { N = NB }; /* every block once, one entry each, given in random order */
-  ecc_connector *c = th_open("both", th_region_name(), BS, NB, NULL);
+  ecc_connector_t *c = th_open("both", th_region_name(), BS, NB, NULL);
   static uint8_t src[NB * BS], dst[NB * BS];
   uint32_t ids[NB];
   save_every_block(c, src, ids, 31);
-  ecc_completion done[N];
+  ecc_completion_t done[N];
 
   uint32_t perm[N];
   shuffled(perm, N, 11);
   /* Entry k loads block perm[k] to where that block sits in dst: sorted by
    * first block, consecutive entries continue each other on both sides. */
-  ecc_load_entry e[N];
+  ecc_load_entry_t e[N];
   for (uint32_t k = 0; k < N; k++)
-    e[k] = (ecc_load_entry){k, &ids[perm[k]], 1, (uint64_t)(uintptr_t)(dst + perm[k] * BS), BS};
+    e[k] = (ecc_load_entry_t){k, &ids[perm[k]], 1, (uint64_t)(uintptr_t)(dst + perm[k] * BS), BS};
   cr_assert_eq(ecc_load(c, e, N, NULL), ECC_OK);
   cr_assert_eq(th_poll_until(c, done, N, 5000), N);
   for (uint32_t k = 0; k < N; k++)
@@ -449,21 +449,21 @@ Test(connector, load_sorts_many_entries_so_neighbours_coalesce)
 Test(connector, load_sort_spans_several_bytes_of_block_ids)
 {
   enum { N = 4096, FIRST = 61000, SMALL = 16 }; /* ids 61000..65095 cross byte boundaries */
-  ecc_connector *c = th_open("both", th_region_name(), SMALL, 65536, NULL);
+  ecc_connector_t *c = th_open("both", th_region_name(), SMALL, 65536, NULL);
   static uint8_t src[N * SMALL], dst[N * SMALL];
   static uint32_t ids[N], perm[N];
   th_fill(src, sizeof(src), 32);
   for (uint32_t i = 0; i < N; i++)
     ids[i] = FIRST + i;
-  ecc_save_entry s = {"all", (uint64_t)(uintptr_t)src, sizeof(src), ids, N};
+  ecc_save_entry_t s = {"all", (uint64_t)(uintptr_t)src, sizeof(src), ids, N};
   cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
-  static ecc_completion done[N];
+  static ecc_completion_t done[N];
   cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
   shuffled(perm, N, 12);
-  static ecc_load_entry e[N];
+  static ecc_load_entry_t e[N];
   for (uint32_t k = 0; k < N; k++)
-    e[k] = (ecc_load_entry){k, &ids[perm[k]], 1, (uint64_t)(uintptr_t)(dst + perm[k] * SMALL), SMALL};
+    e[k] = (ecc_load_entry_t){k, &ids[perm[k]], 1, (uint64_t)(uintptr_t)(dst + perm[k] * SMALL), SMALL};
   cr_assert_eq(ecc_load(c, e, N, NULL), ECC_OK);
   cr_assert_eq(th_poll_until(c, done, N, 5000), N);
   cr_expect_eq(memcmp(dst, src, sizeof(src)), 0);
@@ -477,11 +477,11 @@ Test(connector, load_in_host_order_when_destinations_ascend)
    * entries that are neighbours in the host's order, so no sort is needed
    * and the descriptors are exactly the breaks in that order. */
   enum { N = NB };
-  ecc_connector *c = th_open("both", th_region_name(), BS, NB, NULL);
+  ecc_connector_t *c = th_open("both", th_region_name(), BS, NB, NULL);
   static uint8_t src[NB * BS], dst[NB * BS];
   uint32_t ids[NB];
   save_every_block(c, src, ids, 33);
-  ecc_completion done[N];
+  ecc_completion_t done[N];
 
   uint32_t perm[N];
   shuffled(perm, N, 13);
@@ -489,9 +489,9 @@ Test(connector, load_in_host_order_when_destinations_ascend)
   for (uint32_t k = 0; k + 1 < N; k += 16)
     perm[k + 1] = perm[k] + 1 < NB ? perm[k] + 1 : perm[k + 1];
   uint64_t breaks = 0;
-  ecc_load_entry e[N];
+  ecc_load_entry_t e[N];
   for (uint32_t k = 0; k < N; k++) {
-    e[k] = (ecc_load_entry){k, &ids[perm[k]], 1, (uint64_t)(uintptr_t)(dst + k * BS), BS};
+    e[k] = (ecc_load_entry_t){k, &ids[perm[k]], 1, (uint64_t)(uintptr_t)(dst + k * BS), BS};
     if (k == 0 || perm[k] != perm[k - 1] + 1)
       breaks++;
   }
@@ -512,11 +512,11 @@ Test(connector, save_completions_carry_each_key_exactly)
   /* Keys of every length from 1 to the maximum, reported back byte for byte
    * (completions keep the keys packed until poll writes the records). */
   enum { N = ECC_KEY_MAX };
-  ecc_connector *c = th_open("both", th_region_name(), BS, NB, NULL);
+  ecc_connector_t *c = th_open("both", th_region_name(), BS, NB, NULL);
   static uint8_t src[N * BS];
   static char keys[N][ECC_KEY_MAX + 1];
   uint32_t ids[N];
-  ecc_save_entry e[N];
+  ecc_save_entry_t e[N];
   th_fill(src, sizeof(src), 34);
   for (uint32_t i = 0; i < N; i++) {
     size_t len = (size_t)i + 1;
@@ -524,11 +524,11 @@ Test(connector, save_completions_carry_each_key_exactly)
       keys[i][j] = (char)('a' + (i + j) % 26);
     keys[i][len] = '\0';
     ids[i] = NB - 1 - i;
-    e[i] = (ecc_save_entry){keys[i], (uint64_t)(uintptr_t)(src + i * BS), BS, &ids[i], 1};
+    e[i] = (ecc_save_entry_t){keys[i], (uint64_t)(uintptr_t)(src + i * BS), BS, &ids[i], 1};
   }
   cr_assert_eq(ecc_save(c, e, N), ECC_OK);
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
-  static ecc_completion done[N];
+  static ecc_completion_t done[N];
   cr_assert_eq(th_poll_until(c, done, N, 5000), N);
   for (uint32_t i = 0; i < N; i++) {
     cr_assert_str_eq(done[i].key, keys[i]);
@@ -546,21 +546,21 @@ Test(connector, rejected_save_leaves_the_queued_batch_as_it_was)
    * whose second is bad, then a good entry elsewhere: the batch must move
    * the two good entries, to their blocks, and nothing of the rejected call. */
   const char *name = th_region_name();
-  ecc_connector *c = th_open("both", name, BS, NB, NULL);
+  ecc_connector_t *c = th_open("both", name, BS, NB, NULL);
   static uint8_t src[3 * BS];
   th_fill(src, sizeof(src), 35);
   uint32_t first[] = {0}, next[] = {1}, wild[] = {NB}, far[] = {10};
-  ecc_save_entry a = {"a", (uint64_t)(uintptr_t)src, BS, first, 1};
+  ecc_save_entry_t a = {"a", (uint64_t)(uintptr_t)src, BS, first, 1};
   cr_assert_eq(ecc_save(c, &a, 1), ECC_OK);
-  ecc_save_entry call[2] = {
+  ecc_save_entry_t call[2] = {
     {"b", (uint64_t)(uintptr_t)(src + BS), BS, next, 1}, /* continues a on both sides */
     {"c", (uint64_t)(uintptr_t)src, BS, wild, 1},       /* block id out of range */
   };
   cr_assert_eq(ecc_save(c, call, 2), ECC_ERR_RANGE);
-  ecc_save_entry d = {"d", (uint64_t)(uintptr_t)(src + 2 * BS), BS, far, 1};
+  ecc_save_entry_t d = {"d", (uint64_t)(uintptr_t)(src + 2 * BS), BS, far, 1};
   cr_assert_eq(ecc_save(c, &d, 1), ECC_OK);
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
-  ecc_completion done[4];
+  ecc_completion_t done[4];
   cr_assert_eq(th_poll_until(c, done, 2, 5000), 2);
   cr_expect_str_eq(done[0].key, "a");
   cr_expect_str_eq(done[1].key, "d");

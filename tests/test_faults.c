@@ -61,27 +61,27 @@ static void capture(void *user, int level, const char *msg)
   snprintf(captured + used, sizeof(captured) - used, "[%d] %s\n", level, msg);
 }
 
-static ecc_open_options capture_options(const ecc_kv *overrides, size_t n, int level)
+static ecc_open_options_t capture_options(const ecc_kv_t *overrides, size_t n, int level)
 {
-  ecc_open_options o = {.struct_size = sizeof(o), .overrides = overrides,
+  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = overrides,
                         .n_overrides = n, .log = capture, .log_level = level};
   return o;
 }
 
-static ecc_connector *open_role(const char *ini, const char *role, int level)
+static ecc_connector_t *open_role(const char *ini, const char *role, int level)
 {
-  ecc_kv kv = {"connector.role", role};
-  ecc_open_options o = capture_options(&kv, 1, level);
-  ecc_connector *c = NULL;
+  ecc_kv_t kv = {"connector.role", role};
+  ecc_open_options_t o = capture_options(&kv, 1, level);
+  ecc_connector_t *c = NULL;
   char err[1024] = "";
   int rc = ecc_open(ini, &o, &c, err, sizeof(err));
   cr_assert_eq(rc, ECC_OK, "ecc_open(%s) as %s: %d %s", ini, role, rc, err);
   return c;
 }
 
-static ecc_info describe(ecc_connector *c)
+static ecc_info_t describe(ecc_connector_t *c)
 {
-  ecc_info info = {.struct_size = sizeof(info)};
+  ecc_info_t info = {.struct_size = sizeof(info)};
   cr_assert_eq(ecc_describe(c, &info), ECC_OK);
   return info;
 }
@@ -93,7 +93,7 @@ static int64_t ms_since(const struct timespec *t0)
   return (int64_t)(now.tv_sec - t0->tv_sec) * 1000 + (now.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
-static int wait_one(ecc_connector *c, ecc_completion *out)
+static int wait_one(ecc_connector_t *c, ecc_completion_t *out)
 {
   for (int spins = 0; spins < 200000; spins++) {
     size_t n = 0;
@@ -154,7 +154,7 @@ static uint64_t entry_bytes(uint32_t index)
 }
 
 /* Saves one entry and hands it over once its completion arrived. */
-static void save_and_hand_over(ecc_connector *c, int note_fd, const char *key,
+static void save_and_hand_over(ecc_connector_t *c, int note_fd, const char *key,
                                uint32_t index, uint32_t first, uint64_t seed, uint8_t *src)
 {
   struct note n = {.type = NOTE_SAVED, .index = index, .first_block = first,
@@ -163,11 +163,11 @@ static void save_and_hand_over(ecc_connector *c, int note_fd, const char *key,
   for (uint32_t b = 0; b < SMALL_ROWS; b++)
     ids[b] = first + b;
   th_fill(src, n.nbytes, seed);
-  ecc_save_entry e = {key, (uint64_t)(uintptr_t)src, n.nbytes, ids, SMALL_ROWS};
+  ecc_save_entry_t e = {key, (uint64_t)(uintptr_t)src, n.nbytes, ids, SMALL_ROWS};
   int rc = ecc_save(c, &e, 1);
   if (rc == ECC_OK)
     rc = ecc_flush(c, NULL);
-  ecc_completion done;
+  ecc_completion_t done;
   if (rc != ECC_OK || wait_one(c, &done) != 0 || strcmp(done.key, key) != 0)
     fail_note(note_fd, "save", rc);
   send_note(note_fd, &n);
@@ -181,12 +181,12 @@ static void wait_go(int cmd_fd)
     _exit(0);
 }
 
-static ecc_connector *child_open(const char *ini, int note_fd)
+static ecc_connector_t *child_open(const char *ini, int note_fd)
 {
-  ecc_kv kv = {"connector.role", "producer"};
-  ecc_open_options o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
+  ecc_kv_t kv = {"connector.role", "producer"};
+  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
                         .log_level = ECC_LOG_ERROR};
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   char err[512];
   int rc = ecc_open(ini, &o, &c, err, sizeof(err));
   if (rc != ECC_OK) {
@@ -195,7 +195,7 @@ static ecc_connector *child_open(const char *ini, int note_fd)
     send_note(note_fd, &n);
     _exit(92);
   }
-  ecc_info info = {.struct_size = sizeof(info)};
+  ecc_info_t info = {.struct_size = sizeof(info)};
   if (ecc_describe(c, &info) != ECC_OK)
     fail_note(note_fd, "describe", -1);
   struct note n = {.type = NOTE_OPENED, .creator = (int)info.creator};
@@ -208,7 +208,7 @@ static ecc_connector *child_open(const char *ini, int note_fd)
 static void first_producer(const char *ini, int cmd_fd, int note_fd)
 {
   wait_go(cmd_fd);
-  ecc_connector *c = child_open(ini, note_fd);
+  ecc_connector_t *c = child_open(ini, note_fd);
   static uint8_t src[SMALL_ENTRIES][SMALL_ROWS * KBS];
   for (uint32_t i = 0; i < SMALL_ENTRIES; i++) {
     char key[32];
@@ -222,7 +222,7 @@ static void first_producer(const char *ini, int cmd_fd, int note_fd)
   th_fill(big, (size_t)BIG_ROWS * KBS, 999);
   for (uint32_t b = 0; b < BIG_ROWS; b++)
     ids[b] = BIG_FIRST + b;
-  ecc_save_entry e = {"p1-big", (uint64_t)(uintptr_t)big, (uint64_t)BIG_ROWS * KBS, ids,
+  ecc_save_entry_t e = {"p1-big", (uint64_t)(uintptr_t)big, (uint64_t)BIG_ROWS * KBS, ids,
                       BIG_ROWS};
   int rc = ecc_save(c, &e, 1);
   if (rc == ECC_OK)
@@ -239,7 +239,7 @@ static void first_producer(const char *ini, int cmd_fd, int note_fd)
 static void second_producer(const char *ini, int cmd_fd, int note_fd)
 {
   wait_go(cmd_fd);
-  ecc_connector *c = child_open(ini, note_fd);
+  ecc_connector_t *c = child_open(ini, note_fd);
   static uint8_t src[P2_ENTRIES][SMALL_ROWS * KBS];
   for (uint32_t i = 0; i < P2_ENTRIES; i++) {
     char key[32];
@@ -330,16 +330,16 @@ static int reap(struct child *ch)
 }
 
 /* Loads a handed-over entry and checks every byte. */
-static void load_and_check(ecc_connector *c, const struct note *n, uint64_t id)
+static void load_and_check(ecc_connector_t *c, const struct note *n, uint64_t id)
 {
   static uint8_t got[SMALL_ROWS * KBS], want[SMALL_ROWS * KBS];
   uint32_t ids[SMALL_ROWS];
   for (uint32_t b = 0; b < n->rows; b++)
     ids[b] = n->first_block + b;
   memset(got, 0, sizeof(got));
-  ecc_load_entry e = {id, ids, n->rows, (uint64_t)(uintptr_t)got, n->nbytes};
+  ecc_load_entry_t e = {id, ids, n->rows, (uint64_t)(uintptr_t)got, n->nbytes};
   cr_assert_eq(ecc_load(c, &e, 1, NULL), ECC_OK);
-  ecc_completion done;
+  ecc_completion_t done;
   cr_assert_eq(wait_one(c, &done), 0, "load %llu did not complete", (unsigned long long)id);
   cr_assert_eq(done.transfer_id, id);
   th_fill(want, n->nbytes, n->seed);
@@ -349,7 +349,7 @@ static void load_and_check(ecc_connector *c, const struct note *n, uint64_t id)
 }
 
 /* Bytes of the 64 MiB entry that reached the region before the kill. */
-static uint64_t big_bytes_present(ecc_connector *c, uint64_t id)
+static uint64_t big_bytes_present(ecc_connector_t *c, uint64_t id)
 {
   uint64_t total = (uint64_t)BIG_ROWS * KBS;
   uint8_t *got = malloc(total), *want = malloc(total);
@@ -357,9 +357,9 @@ static uint64_t big_bytes_present(ecc_connector *c, uint64_t id)
   cr_assert(got != NULL && want != NULL && ids != NULL);
   for (uint32_t b = 0; b < BIG_ROWS; b++)
     ids[b] = BIG_FIRST + b;
-  ecc_load_entry e = {id, ids, BIG_ROWS, (uint64_t)(uintptr_t)got, total};
+  ecc_load_entry_t e = {id, ids, BIG_ROWS, (uint64_t)(uintptr_t)got, total};
   cr_assert_eq(ecc_load(c, &e, 1, NULL), ECC_OK);
-  ecc_completion done;
+  ecc_completion_t done;
   cr_assert_eq(wait_one(c, &done), 0);
   th_fill(want, total, 999);
   uint64_t same = 0;
@@ -383,7 +383,7 @@ Test(faults, producer_killed_mid_step_hands_over_only_completed_saves_and_next_p
   struct note n = next_note(&p1);
   cr_assert_eq(n.type, NOTE_OPENED);
   cr_assert_eq(n.creator, 1, "the first producer should have created the region");
-  ecc_connector *cons = open_role(ini, "consumer", ECC_LOG_WARN);
+  ecc_connector_t *cons = open_role(ini, "consumer", ECC_LOG_WARN);
   cr_assert_eq(describe(cons).creator, 0);
 
   /* Entries are checked as they are handed over, while the producer runs. */
@@ -429,7 +429,7 @@ Test(faults, producer_killed_mid_step_hands_over_only_completed_saves_and_next_p
   for (uint32_t i = 0; i < got; i++)
     load_and_check(cons, &handed[i], id++); /* untouched by the second producer */
 
-  ecc_stats s = {.struct_size = sizeof(s)};
+  ecc_stats_t s = {.struct_size = sizeof(s)};
   cr_assert_eq(ecc_get_stats(cons, &s), ECC_OK);
   cr_expect_eq(s.load.failed, 0);
   cr_expect_eq(s.load.entries, id - 1);
@@ -453,7 +453,7 @@ Test(faults, region_of_a_creator_killed_while_alone_is_reaped_by_the_next_open)
   struct stat old;
   cr_assert_eq(stat(th_region_path(rdir, name), &old), 0, "the killed creator's file vanished");
   captured[0] = '\0';
-  ecc_connector *next = open_role(ini, "producer", ECC_LOG_INFO);
+  ecc_connector_t *next = open_role(ini, "producer", ECC_LOG_INFO);
   cr_expect_eq(describe(next).creator, 1,
                "the orphan should have been reaped and a new region created");
   cr_expect_not_null(strstr(captured, "removed orphaned region"), "log: %s", captured);
@@ -474,15 +474,15 @@ Test(faults, joiner_rejoins_after_the_creator_is_killed_while_it_holds_the_regio
   start(&p1);
   struct note n = next_note(&p1);
   cr_assert_eq(n.creator, 1);
-  ecc_kv kv[] = {{"connector.role", "consumer"}, {"region.mode", "join"}};
-  ecc_open_options o = capture_options(kv, 2, ECC_LOG_WARN);
-  ecc_connector *cons = NULL;
+  ecc_kv_t kv[] = {{"connector.role", "consumer"}, {"region.mode", "join"}};
+  ecc_open_options_t o = capture_options(kv, 2, ECC_LOG_WARN);
+  ecc_connector_t *cons = NULL;
   char err[512];
   cr_assert_eq(ecc_open(ini, &o, &cons, err, sizeof(err)), ECC_OK, "%s", err);
   kill(p1.pid, SIGKILL);
   reap(&p1);
   cr_assert(th_wait_locks_released(p1.pid, 5000), "the killed creator's lock stayed");
-  ecc_connector *again = NULL;
+  ecc_connector_t *again = NULL;
   cr_assert_eq(ecc_open(ini, &o, &again, err, sizeof(err)), ECC_OK, "%s", err);
   cr_expect_eq(describe(again).creator, 0);
   cr_assert_eq(ecc_close(again), ECC_OK);
@@ -510,7 +510,7 @@ Test(faults, unheld_files_of_a_creator_that_died_before_sizing_are_reaped)
   make_file(th_region_path(rdir, name), 0);
   const char *ini = th_ini_at(rdir, "both", name, 64, 16, "join_timeout_ms = 300\n", NULL);
   captured[0] = '\0';
-  ecc_connector *c = open_role(ini, "both", ECC_LOG_INFO);
+  ecc_connector_t *c = open_role(ini, "both", ECC_LOG_INFO);
   cr_expect_eq(describe(c).creator, 1);
   cr_expect(!th_exists(tmp), "the stale temporary file was not reaped");
   cr_expect_not_null(strstr(captured, "removed orphaned region"), "log: %s", captured);
@@ -518,11 +518,11 @@ Test(faults, unheld_files_of_a_creator_that_died_before_sizing_are_reaped)
   cr_expect_eq(th_count_entries(rdir), 0);
 }
 
-static void expect_open_fails(const char *ini, const ecc_kv *kv, size_t n, int want,
+static void expect_open_fails(const char *ini, const ecc_kv_t *kv, size_t n, int want,
                               const char *needle, int64_t min_ms, int64_t max_ms)
 {
-  ecc_open_options o = capture_options(kv, n, ECC_LOG_ERROR);
-  ecc_connector *c = (ecc_connector *)&o; /* any non-NULL value: ecc_open must clear it */
+  ecc_open_options_t o = capture_options(kv, n, ECC_LOG_ERROR);
+  ecc_connector_t *c = (ecc_connector_t *)&o; /* any non-NULL value: ecc_open must clear it */
   char err[1024] = "";
   int fds = th_count_fds();
   struct timespec t0;
@@ -552,7 +552,7 @@ Test(faults, held_zero_length_region_makes_joiners_time_out_and_stays_untouched)
   expect_open_fails(ini, NULL, 0, ECC_ERR_REGION,
                     "truncated: 0 bytes, less than its 4096-byte header (waited 300 ms)", 290,
                     5000);
-  ecc_kv join = {"region.mode", "join"};
+  ecc_kv_t join = {"region.mode", "join"};
   expect_open_fails(ini, &join, 1, ECC_ERR_REGION, "truncated: 0 bytes", 290, 5000);
   cr_assert_eq(stat(th_region_path(rdir, name), &after), 0);
   cr_expect_eq(after.st_ino, before.st_ino);
@@ -602,13 +602,13 @@ Test(faults, tmpfs_too_small_fails_with_enospc_and_leaves_nothing)
   char path[160];
   snprintf(path, sizeof(path), "%s", th_region_path(mnt, name));
   int fds = th_count_fds();
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   char err[1024] = "";
   int rc = ecc_open(big, NULL, &c, err, sizeof(err));
   int left = th_count_entries(mnt);
   /* A control: a region that fits is created in the same tmpfs. */
   const char *small = th_ini_at(mnt, "both", name, 4096, 128, NULL, NULL); /* 512 KiB */
-  ecc_connector *ok = NULL;
+  ecc_connector_t *ok = NULL;
   char err2[1024] = "";
   int rc2 = ecc_open(small, NULL, &ok, err2, sizeof(err2));
   if (rc2 == ECC_OK)
@@ -634,16 +634,16 @@ Test(faults, inflight_bound_refuses_each_direction_alone_and_quietly)
   const char *name = th_region_name();
   const char *ini = th_ini_at(rdir, "both", name, 64, 64, "[connector]\nmax_inflight = 3\n", NULL);
   captured[0] = '\0';
-  ecc_connector *c = open_role(ini, "both", ECC_LOG_WARN);
+  ecc_connector_t *c = open_role(ini, "both", ECC_LOG_WARN);
   static uint8_t buf[64], dst[8][64];
   th_fill(buf, sizeof(buf), 3);
   uint32_t ids[] = {1};
   /* Completions count against the bound until polled, so no timing matters. */
   for (uint64_t i = 0; i < 3; i++) {
-    ecc_load_entry l = {i, ids, 1, (uint64_t)(uintptr_t)dst[i], 64};
+    ecc_load_entry_t l = {i, ids, 1, (uint64_t)(uintptr_t)dst[i], 64};
     cr_assert_eq(ecc_load(c, &l, 1, NULL), ECC_OK);
   }
-  ecc_load_entry l = {3, ids, 1, (uint64_t)(uintptr_t)dst[3], 64};
+  ecc_load_entry_t l = {3, ids, 1, (uint64_t)(uintptr_t)dst[3], 64};
   cr_assert_eq(ecc_load(c, &l, 1, NULL), ECC_ERR_BUSY);
   char text[256] = "";
   ecc_last_error(c, text, sizeof(text));
@@ -652,16 +652,16 @@ Test(faults, inflight_bound_refuses_each_direction_alone_and_quietly)
   for (int i = 0; i < 3; i++) {
     char key[16];
     snprintf(key, sizeof(key), "s%d", i);
-    ecc_save_entry s = {key, (uint64_t)(uintptr_t)buf, 64, ids, 1};
+    ecc_save_entry_t s = {key, (uint64_t)(uintptr_t)buf, 64, ids, 1};
     cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
     cr_assert_eq(ecc_flush(c, NULL), ECC_OK, "saves were refused by the loads' bound");
   }
-  ecc_save_entry s = {"s3", (uint64_t)(uintptr_t)buf, 64, ids, 1};
+  ecc_save_entry_t s = {"s3", (uint64_t)(uintptr_t)buf, 64, ids, 1};
   cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
   cr_assert_eq(ecc_flush(c, NULL), ECC_ERR_BUSY);
   cr_expect_eq(ecc_load(c, &l, 1, NULL), ECC_ERR_BUSY, "BUSY must persist until poll");
 
-  ecc_completion done[16];
+  ecc_completion_t done[16];
   size_t got = th_poll_until(c, done, 6, 5000);
   cr_assert_eq(got, 6);
   for (size_t i = 0; i < got; i++)
@@ -671,8 +671,8 @@ Test(faults, inflight_bound_refuses_each_direction_alone_and_quietly)
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK, "the queued save was lost after BUSY");
   got = th_poll_until(c, done, 2, 5000);
   cr_assert_eq(got, 2);
-  const ecc_completion *sv = done[0].direction == ECC_DIR_SAVE ? &done[0] : &done[1];
-  const ecc_completion *ld = done[0].direction == ECC_DIR_SAVE ? &done[1] : &done[0];
+  const ecc_completion_t *sv = done[0].direction == ECC_DIR_SAVE ? &done[0] : &done[1];
+  const ecc_completion_t *ld = done[0].direction == ECC_DIR_SAVE ? &done[1] : &done[0];
   cr_expect_str_eq(sv->key, "s3");
   cr_expect_eq(ld->direction, ECC_DIR_LOAD);
   cr_expect_eq(ld->transfer_id, 3);
@@ -692,7 +692,7 @@ Test(faults, shutdown_with_large_transfers_in_flight_waits_frees_and_unlinks)
   const char *name = th_region_name();
   const char *ini = th_ini_at(rdir, "both", name, SBS, SROWS * SENTRIES, "[engine]\nhost_threads = 1\n", NULL);
   int fds = th_count_fds(), threads = count_threads();
-  ecc_connector *c = open_role(ini, "both", ECC_LOG_WARN);
+  ecc_connector_t *c = open_role(ini, "both", ECC_LOG_WARN);
   char path[256];
   snprintf(path, sizeof(path), "%s", describe(c).region_path);
   size_t bytes = (size_t)SBS * SROWS;
@@ -707,17 +707,17 @@ Test(faults, shutdown_with_large_transfers_in_flight_waits_frees_and_unlinks)
       ids[e][b] = e * SROWS + (SROWS - 1 - b); /* descending: one descriptor per block */
     char key[16];
     snprintf(key, sizeof(key), "big%u", e);
-    ecc_save_entry s = {key, (uint64_t)(uintptr_t)src[e], bytes, ids[e], SROWS};
+    ecc_save_entry_t s = {key, (uint64_t)(uintptr_t)src[e], bytes, ids[e], SROWS};
     cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
     cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
   }
   /* Loads of the same blocks queue behind the saves (FIFO), and one save
    * stays queued, never flushed. */
   for (uint32_t e = 0; e < SENTRIES; e++) {
-    ecc_load_entry l = {e, ids[e], SROWS, (uint64_t)(uintptr_t)dst[e], bytes};
+    ecc_load_entry_t l = {e, ids[e], SROWS, (uint64_t)(uintptr_t)dst[e], bytes};
     cr_assert_eq(ecc_load(c, &l, 1, NULL), ECC_OK);
   }
-  ecc_save_entry s = {"never-flushed", (uint64_t)(uintptr_t)src[0], 64, ids[0], 1};
+  ecc_save_entry_t s = {"never-flushed", (uint64_t)(uintptr_t)src[0], 64, ids[0], 1};
   cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
 
   cr_assert_eq(ecc_close(c), ECC_OK);

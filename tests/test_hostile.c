@@ -114,7 +114,7 @@ static void expect_refused(const char *ini, const char *path, const char *victim
 {
   struct snap before = snap_of(victim);
   int entries = th_count_entries(hdir);
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   char err[1024] = "";
   int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
   cr_assert_eq(rc, ECC_ERR_REGION, "rc %d (%s): %s", rc, ecc_strerror(rc), err);
@@ -266,10 +266,10 @@ Test(hostile, region_files_are_refused_and_left_alone_when_reaping_is_off)
     expect_refused(ini, path, victim, needle);
     if (victim != path)
       expect_refused(ini, path, path, needle);
-    ecc_kv join = {"region.mode", "join"};
-    ecc_open_options o = {.struct_size = sizeof(o), .overrides = &join, .n_overrides = 1,
+    ecc_kv_t join = {"region.mode", "join"};
+    ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &join, .n_overrides = 1,
                           .log_level = -1};
-    ecc_connector *c = NULL;
+    ecc_connector_t *c = NULL;
     char err[1024];
     cr_expect_eq(ecc_open(ini, &o, &c, err, sizeof(err)), ECC_ERR_REGION,
                  "%s: mode join accepted it", kinds[i].what);
@@ -308,12 +308,12 @@ Test(hostile, unheld_hostile_file_of_our_own_user_is_reaped_as_an_orphan)
     const char *path = th_region_path(hdir, name);
     const char *needle = NULL;
     kinds[i].make(path, &needle);
-    ecc_connector *c = NULL;
+    ecc_connector_t *c = NULL;
     char err[1024] = "";
     int rc = ecc_open(region_ini(name, NULL), NULL, &c, err, sizeof(err));
     if (kinds[i].regular) {
       cr_expect_eq(rc, ECC_OK, "%s: %s", kinds[i].what, err);
-      ecc_info info = {.struct_size = sizeof(info)};
+      ecc_info_t info = {.struct_size = sizeof(info)};
       if (rc == ECC_OK) {
         cr_expect_eq(ecc_describe(c, &info), ECC_OK);
         cr_expect_eq(info.creator, 1, "%s: the orphan was joined, not replaced", kinds[i].what);
@@ -425,7 +425,7 @@ static void expect_plugin_refused(const char *lines, int line, int want, const c
   cr_expect_not_null(strstr(err, needle), "'%s': error '%s' lacks '%s'", lines, err, needle);
   cr_expect_not_null(strstr(err, where), "'%s': error '%s' does not point at %s", lines, err,
                      where);
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   rc = ecc_open(ini, NULL, &c, err, sizeof(err));
   cr_expect_eq(rc, want, "ecc_open(%s): rc %d: %s", lines, rc, err);
   cr_expect_null(c);
@@ -515,7 +515,7 @@ __attribute__((constructor)) static void setuid_probe(void)
   if (ini == NULL)
     return;
   char err[2048] = "";
-  ecc_plugin_meta meta;
+  ecc_plugin_meta_t meta;
   memset(&meta, 0, sizeof(meta));
   int rc = ecc_check(ini, NULL, &meta, err, sizeof(err));
   printf("rc=%d euid=%u uid=%u name=%s err=%s\n", rc, (unsigned)geteuid(), (unsigned)getuid(),
@@ -625,7 +625,7 @@ static void expect_ini_refused(const char *text, int line, const char *needle)
   cr_expect_eq(rc, ECC_ERR_CONFIG, "ecc_check: rc %d: %s", rc, err);
   cr_expect_not_null(strstr(err, needle), "error '%s' lacks '%s'", err, needle);
   cr_expect_not_null(strstr(err, where), "error '%s' does not start at '%s'", err, where);
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   rc = ecc_open(ini, NULL, &c, err, sizeof(err));
   cr_expect_eq(rc, ECC_ERR_CONFIG, "ecc_open: rc %d: %s", rc, err);
   cr_expect_null(c);
@@ -701,7 +701,7 @@ Test(hostile, ini_out_of_range_and_overflowing_sizes_are_refused_at_their_line)
     {"join_timeout_ms = 99999999999", "region.join_timeout_ms = '99999999999' is out of range"},
     {"reap_orphans = yes", "region.reap_orphans = 'yes' is not one of"},
     {"mode = steal", "region.mode = 'steal' is not one of"},
-    {"name = ../../etc", "region.name = '../../etc' may hold only"},
+    {"name = ../../etc", "region.name = '../../etc' must be 1 to 63 letters"},
   };
   for (size_t i = 0; i < sizeof(numbers) / sizeof(numbers[0]); i++)
     expect_ini_refused(with_line5(numbers[i].line), 5, numbers[i].needle);

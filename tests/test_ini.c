@@ -30,7 +30,7 @@ __attribute__((format(printf, 1, 2))) static const char *ini_text(const char *fm
 
 /* ecc_check and ecc_open must both refuse `ini` with `code` and exactly the
  * text "<ini>:<line>: <what>" (or "<ini>: <what>" for line 0). */
-static void expect_error(const char *ini, const ecc_open_options *opt, int code, int line,
+static void expect_error(const char *ini, const ecc_open_options_t *opt, int code, int line,
                          const char *what)
 {
   char want[2048], err[2048] = "";
@@ -42,7 +42,7 @@ static void expect_error(const char *ini, const ecc_open_options *opt, int code,
   cr_assert_eq(rc, code, "ecc_check: %d (%s)", rc, err);
   cr_assert_str_eq(err, want);
 
-  ecc_connector *c = (ecc_connector *)err;
+  ecc_connector_t *c = (ecc_connector_t *)err;
   err[0] = '\0';
   rc = ecc_open(ini, opt, &c, err, sizeof(err));
   cr_assert_eq(rc, code, "ecc_open: %d (%s)", rc, err);
@@ -72,10 +72,10 @@ static char *read_all(const char *path)
   return buf;
 }
 
-static void open_and_close(const char *ini, const ecc_open_options *opt)
+static void open_and_close(const char *ini, const ecc_open_options_t *opt)
 {
   char err[1024] = "";
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   int rc = ecc_open(ini, opt, &c, err, sizeof(err));
   cr_assert_eq(rc, ECC_OK, "ecc_open: %d %s", rc, err);
   cr_assert_eq(ecc_close(c), ECC_OK);
@@ -184,7 +184,7 @@ Test(ini, unknown_plugin_section_key)
 Test(ini, bad_log_level)
 {
   const char *ini = ini_text("[plugin]\npath = %s\nlog_level = loud\n", GOOD);
-  expect_error(ini, NULL, ECC_ERR_CONFIG, 3, "bad log_level 'loud' (error, warn, info or debug)");
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 3, "bad log_level 'loud' (error | warn | info | debug)");
 }
 
 /* ---- the [plugin] section ---- */
@@ -314,7 +314,7 @@ Test(ini, comment_characters_in_plugin_keys)
 {
   for (size_t i = 0; i < sizeof(k_comment_chars); i++) {
     char c = k_comment_chars[i];
-    ecc_plugin_meta m;
+    ecc_plugin_meta_t m;
     char err[1024] = "";
     const char *ini = ini_text("%c whole line\n  %c indented\n[plugin] %c header\n"
                                "path = %s %c which plugin\nlog_level = info\t%c note\n",
@@ -326,7 +326,7 @@ Test(ini, comment_characters_in_plugin_keys)
     snprintf(text, sizeof(text), "info%cnote", c);
     ini = ini_text("[plugin]\npath = %s\nlog_level = %s\n", GOOD, text);
     char want[128];
-    snprintf(want, sizeof(want), "bad log_level '%s' (error, warn, info or debug)", text);
+    snprintf(want, sizeof(want), "bad log_level '%s' (error | warn | info | debug)", text);
     expect_error(ini, NULL, ECC_ERR_CONFIG, 3, want);
 
     ini = ini_text("[plugin]\npath = %s%cx\n", GOOD, c);
@@ -365,12 +365,12 @@ Test(ini, comments_after_values_of_the_real_plugin)
   const char *ini = ini_text("[plugin]\npath = %s\n[region]\ndir = %s #note\nname = %s ; x\n"
                              "block_size = 64\nsize = 4KiB ; note\n[engine]\ntype = host\n",
                              ECC_PLUGIN_PATH, dir, name);
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   char err[1024] = "";
   int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
   cr_expect_eq(rc, ECC_OK, "%s", err);
   cr_expect(th_exists(th_region_path(dir, name)), "no region file in %s", dir);
-  ecc_info info = {.struct_size = sizeof(info)};
+  ecc_info_t info = {.struct_size = sizeof(info)};
   if (rc == ECC_OK) {
     cr_expect_eq(ecc_describe(c, &info), ECC_OK);
     cr_expect_eq(info.num_blocks, 64, "4KiB of 64-byte blocks: %llu blocks",
@@ -418,8 +418,8 @@ Test(ini, override_replaces_and_adds_keys)
   const char *in_file = trace_path();
   const char *overridden = trace_path();
   const char *ini = ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n", GOOD, in_file);
-  ecc_kv kv[2] = {{"good.trace", overridden}, {"good.tag", "from-override"}};
-  ecc_open_options opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = 2,
+  ecc_kv_t kv[2] = {{"good.trace", overridden}, {"good.tag", "from-override"}};
+  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = 2,
                           .log_level = -1};
   open_and_close(ini, &opt);
   cr_assert_not(th_exists(in_file), "the INI's good.trace must be replaced");
@@ -431,10 +431,10 @@ Test(ini, override_replaces_and_adds_keys)
 Test(ini, override_of_plugin_path_replaces_name)
 {
   const char *ini = ini_text("[plugin]\nname = not-installed\nlog_level = error\n");
-  ecc_kv kv[1] = {{"plugin.path", GOOD}};
-  ecc_open_options opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = 1,
+  ecc_kv_t kv[1] = {{"plugin.path", GOOD}};
+  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = 1,
                           .log_level = -1};
-  ecc_plugin_meta m;
+  ecc_plugin_meta_t m;
   char err[1024];
   cr_assert_eq(ecc_check(ini, &opt, &m, err, sizeof(err)), ECC_OK, "err: %s", err);
   cr_assert_str_eq(m.name, "good");
@@ -447,25 +447,25 @@ Test(ini, bad_overrides)
 {
   char err[1024];
   const char *ini = ini_text("[plugin]\npath = %s\n", GOOD);
-  ecc_kv unknown[1] = {{"region.nmae", "x"}};
-  ecc_open_options opt = {.struct_size = sizeof(opt), .overrides = unknown, .n_overrides = 1,
+  ecc_kv_t unknown[1] = {{"region.nmae", "x"}};
+  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = unknown, .n_overrides = 1,
                           .log_level = -1};
   cr_assert_eq(ecc_check(ini, &opt, NULL, err, sizeof(err)), ECC_ERR_CONFIG);
   cr_assert_eq(strncmp(err, "override: unknown key 'region.nmae' (the plugin 'good' accepts: ",
                        strlen("override: unknown key 'region.nmae' (the plugin 'good' accepts: ")),
                0, "err: %s", err);
 
-  ecc_kv no_key[1] = {{NULL, "x"}};
+  ecc_kv_t no_key[1] = {{NULL, "x"}};
   opt.overrides = no_key;
   cr_assert_eq(ecc_check(ini, &opt, NULL, err, sizeof(err)), ECC_ERR_INVALID);
   cr_assert_str_eq(err, "override 0 has no key or no value");
 
-  ecc_kv no_dot[1] = {{"nodot", "x"}};
+  ecc_kv_t no_dot[1] = {{"nodot", "x"}};
   opt.overrides = no_dot;
   cr_assert_eq(ecc_check(ini, &opt, NULL, err, sizeof(err)), ECC_ERR_INVALID);
   cr_assert_str_eq(err, "override 'nodot' is not of the form 'section.key'");
 
-  ecc_kv plugin_key[1] = {{"plugin.pth", "x"}};
+  ecc_kv_t plugin_key[1] = {{"plugin.pth", "x"}};
   opt.overrides = plugin_key;
   cr_assert_eq(ecc_check(ini, &opt, NULL, err, sizeof(err)), ECC_ERR_CONFIG);
   cr_assert_str_eq(err, "override: unknown key 'plugin.pth' (accepted: name, path, dir, log_level)");

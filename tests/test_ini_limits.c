@@ -68,7 +68,7 @@ static void write_file(const char *path, const char *text, size_t len, mode_t mo
 }
 
 /* ecc_check of path must give code and an error containing each needle. */
-static void expect_check(const char *path, const ecc_open_options *opt, int code,
+static void expect_check(const char *path, const ecc_open_options_t *opt, int code,
                          const char *needle1, const char *needle2)
 {
   char err[2048] = "";
@@ -119,14 +119,14 @@ Test(ini_limits, a_duplicate_after_100000_keys_names_both_lines)
 Test(ini_limits, overrides_replace_each_of_100000_keys)
 {
   const char *ini = many_keys_ini("");
-  ecc_kv *kv = calloc(MANY, sizeof(*kv));
+  ecc_kv_t *kv = calloc(MANY, sizeof(*kv));
   char (*names)[16] = calloc(MANY, sizeof(*names));
   cr_assert(kv != NULL && names != NULL);
   for (int i = 0; i < MANY; i++) {
     snprintf(names[MANY - 1 - i], sizeof(names[0]), "s.k%07d", i);
-    kv[MANY - 1 - i] = (ecc_kv){.key = names[MANY - 1 - i], .value = "replaced"};
+    kv[MANY - 1 - i] = (ecc_kv_t){.key = names[MANY - 1 - i], .value = "replaced"};
   }
-  ecc_open_options opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = MANY,
+  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = MANY,
                           .log_level = -1};
   expect_check(ini, &opt, ECC_ERR_CONFIG, "override: unknown key 's.k0000000'", NULL);
   free(kv);

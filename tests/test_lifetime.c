@@ -49,32 +49,32 @@ static const char *fixture(const char *name)
   return p;
 }
 
-static ecc_connector *open_fixture(const char *name, const char *tag,
-                                   const ecc_open_options *opt)
+static ecc_connector_t *open_fixture(const char *name, const char *tag,
+                                   const ecc_open_options_t *opt)
 {
   char text[1024];
   snprintf(text, sizeof(text), "[plugin]\npath = %s\nlog_level = error\n[good]\ntag = %s\n",
            fixture(name), tag);
   char err[512] = "";
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   int rc = ecc_open(th_write_temp(text, ".ini"), opt, &c, err, sizeof(err));
   cr_assert_eq(rc, ECC_OK, "open %s: %s", name, err);
   return c;
 }
 
-static ecc_connector *open_real(const char *region, const ecc_open_options *opt)
+static ecc_connector_t *open_real(const char *region, const ecc_open_options_t *opt)
 {
   const char *ini = th_ini_at(dir, "both", region, BS, NB, NULL, NULL);
   char err[512] = "";
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   int rc = ecc_open(ini, opt, &c, err, sizeof(err));
   cr_assert_eq(rc, ECC_OK, "open: %s", err);
   return c;
 }
 
-static ecc_save_entry one_save(const char *key, const void *src, const uint32_t *block)
+static ecc_save_entry_t one_save(const char *key, const void *src, const uint32_t *block)
 {
-  return (ecc_save_entry){key, (uint64_t)(uintptr_t)src, BS, block, 1};
+  return (ecc_save_entry_t){key, (uint64_t)(uintptr_t)src, BS, block, 1};
 }
 
 /* ---- ecc_close racing with calls on other threads ---- */
@@ -87,7 +87,7 @@ struct fx_gate {
 #define RACERS 4
 
 struct racer {
-  ecc_connector *c;
+  ecc_connector_t *c;
   atomic_int *turned_away;
   atomic_int *release;
   atomic_int calls;
@@ -99,9 +99,9 @@ static void *race(void *arg)
   struct racer *r = arg;
   uint32_t block = 0;
   char src[BS] = {0};
-  ecc_save_entry e = one_save("k", src, &block);
+  ecc_save_entry_t e = one_save("k", src, &block);
   for (unsigned i = 0;; i++) {
-    ecc_completion done[4];
+    ecc_completion_t done[4];
     size_t n = 0;
     int rc = (i % 2) ? ecc_save(r->c, &e, 1) : ecc_poll(r->c, done, 4, &n);
     atomic_fetch_add(&r->calls, 1);
@@ -116,7 +116,7 @@ static void *race(void *arg)
 
 Test(lifetime, close_waits_for_calls_inside_and_turns_away_later_ones)
 {
-  ecc_connector *c = open_fixture("gate", "race", NULL);
+  ecc_connector_t *c = open_fixture("gate", "race", NULL);
   void *dl = dlopen(fixture("gate"), RTLD_NOW | RTLD_NOLOAD);
   cr_assert_not_null(dl, "the fixture is loaded: %s", dlerror());
   struct fx_gate *gate = dlsym(dl, "fx_gate");
@@ -149,7 +149,7 @@ Test(lifetime, close_waits_for_calls_inside_and_turns_away_later_ones)
 /* ---- a log callback that calls back ---- */
 
 struct calls_back {
-  ecc_connector *_Atomic c;
+  ecc_connector_t *_Atomic c;
   atomic_int stats_ok;   /* ecc_get_stats from inside the callback succeeded */
   atomic_int flush_rc;   /* what ecc_flush returned from inside it (1: not tried) */
 };
@@ -160,11 +160,11 @@ static void calling_back(void *user, int level, const char *msg)
 {
   (void)level;
   struct calls_back *cb = user;
-  ecc_connector *c = atomic_load(&cb->c);
+  ecc_connector_t *c = atomic_load(&cb->c);
   if (c == NULL || in_callback)
     return;
   in_callback = 1;
-  ecc_stats st = {.struct_size = sizeof(st)};
+  ecc_stats_t st = {.struct_size = sizeof(st)};
   if (ecc_get_stats(c, &st) == ECC_OK)
     atomic_fetch_add(&cb->stats_ok, 1);
   if (strstr(msg, "out of range") != NULL)
@@ -175,26 +175,26 @@ static void calling_back(void *user, int level, const char *msg)
 Test(lifetime, log_callback_may_call_back_into_the_connector)
 {
   struct calls_back cb = {.flush_rc = 1};
-  ecc_open_options opt = {.struct_size = sizeof(opt), .log = calling_back, .log_user = &cb,
+  ecc_open_options_t opt = {.struct_size = sizeof(opt), .log = calling_back, .log_user = &cb,
                           .log_level = ECC_LOG_DEBUG};
-  ecc_connector *c = open_real(th_region_name(), &opt);
+  ecc_connector_t *c = open_real(th_region_name(), &opt);
   atomic_store(&cb.c, c);
 
   /* The plugin logs each finished batch at debug level from inside poll. */
   char src[BS];
   th_fill(src, sizeof(src), 1);
   uint32_t block = 3;
-  ecc_save_entry e = one_save("called-back", src, &block);
+  ecc_save_entry_t e = one_save("called-back", src, &block);
   cr_assert_eq(ecc_save(c, &e, 1), ECC_OK);
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
-  ecc_completion done[1];
+  ecc_completion_t done[1];
   cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
   cr_assert_gt(atomic_load(&cb.stats_ok), 0, "stats from the callback never succeeded");
 
   /* A refused load logs its reason while the step is being checked. */
   uint32_t bad = NB + 5;
   char dst[BS];
-  ecc_load_entry l = {1, &bad, 1, (uint64_t)(uintptr_t)dst, BS};
+  ecc_load_entry_t l = {1, &bad, 1, (uint64_t)(uintptr_t)dst, BS};
   cr_assert_eq(ecc_load(c, &l, 1, NULL), ECC_ERR_RANGE);
   cr_assert_eq(atomic_load(&cb.flush_rc), ECC_OK, "flush from the callback returned %d",
                atomic_load(&cb.flush_rc));
@@ -209,16 +209,16 @@ struct child_report {
   char last_error[256];
 };
 
-static void child_uses(ecc_connector *c, int fd)
+static void child_uses(ecc_connector_t *c, int fd)
 {
   struct child_report rep;
   memset(&rep, 0, sizeof(rep));
   char src[BS] = {0};
   uint32_t block = 1;
-  ecc_save_entry e = one_save("from-child", src, &block);
-  ecc_completion done[4];
+  ecc_save_entry_t e = one_save("from-child", src, &block);
+  ecc_completion_t done[4];
   size_t n = 0;
-  ecc_stats st = {.struct_size = sizeof(st)};
+  ecc_stats_t st = {.struct_size = sizeof(st)};
   rep.save_rc = ecc_save(c, &e, 1);
   rep.flush_rc = ecc_flush(c, NULL);
   rep.poll_rc = ecc_poll(c, done, 4, &n);
@@ -249,11 +249,11 @@ static int reap_within(pid_t pid)
 Test(lifetime, forked_child_is_turned_away_and_touches_nothing_shared)
 {
   const char *name = th_region_name();
-  ecc_connector *c = open_real(name, NULL);
+  ecc_connector_t *c = open_real(name, NULL);
   char src[BS];
   th_fill(src, sizeof(src), 7);
   uint32_t block = 5;
-  ecc_save_entry e = one_save("parent", src, &block);
+  ecc_save_entry_t e = one_save("parent", src, &block);
   cr_assert_eq(ecc_save(c, &e, 1), ECC_OK); /* queued, not flushed, at the fork */
 
   int p[2];
@@ -281,7 +281,7 @@ Test(lifetime, forked_child_is_turned_away_and_touches_nothing_shared)
   /* The parent's region and its queued save are untouched. */
   cr_assert(th_exists(th_region_path(dir, name)), "the child removed the parent's region");
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
-  ecc_completion done[1];
+  ecc_completion_t done[1];
   cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
   cr_assert_str_eq(done[0].key, "parent");
   cr_assert_eq(done[0].status, ECC_OK);
@@ -303,10 +303,10 @@ static ecc_handle_t create_direct(const ecc_plugin_t *t, const char *region)
 {
   char size[32];
   snprintf(size, sizeof(size), "%u", BS * NB);
-  ecc_kv kv[] = {{"connector.role", "both"}, {"region.name", region}, {"region.dir", dir},
+  ecc_kv_t kv[] = {{"connector.role", "both"}, {"region.name", region}, {"region.dir", dir},
                  {"region.block_size", "256"}, {"region.size", size}, {"engine.type", "host"}};
   char err[512] = "";
-  ecc_create_args args = {.struct_size = sizeof(args), .abi_major = ECC_ABI_MAJOR,
+  ecc_create_args_t args = {.struct_size = sizeof(args), .abi_major = ECC_ABI_MAJOR,
                           .abi_minor = ECC_ABI_MINOR, .config = kv,
                           .n_config = sizeof(kv) / sizeof(kv[0]), .err = err,
                           .err_cap = sizeof(err)};
@@ -326,7 +326,7 @@ Test(lifetime, plugin_refuses_a_handle_of_the_parent_in_a_forked_child)
   if (pid == 0) {
     char src[BS] = {0};
     uint32_t block = 0;
-    ecc_save_entry e = one_save("child", src, &block);
+    ecc_save_entry_t e = one_save("child", src, &block);
     int ok = t->save(h, &e, 1) == ECC_ERR_CLOSED && t->shutdown(h) == ECC_ERR_CLOSED;
     _exit(ok ? 0 : 1);
   }
@@ -353,7 +353,7 @@ Test(lifetime, handle_stays_invalid_after_the_plugin_is_loaded_again)
   cr_assert_neq(fresh, old, "a new connector got the value of one shut down before");
   char src[BS] = {0};
   uint32_t block = 0;
-  ecc_save_entry e = one_save("stale", src, &block);
+  ecc_save_entry_t e = one_save("stale", src, &block);
   cr_assert_eq(t->save(old, &e, 1), ECC_ERR_CLOSED);
   cr_assert_eq(t->shutdown(fresh), ECC_OK);
   dlclose(dl);
@@ -378,12 +378,12 @@ static void note_log(void *user, int level, const char *msg)
 Test(lifetime, status_outside_the_closed_set_is_an_error)
 {
   struct log_seen seen = {0};
-  ecc_open_options opt = {.struct_size = sizeof(opt), .log = note_log, .log_user = &seen,
+  ecc_open_options_t opt = {.struct_size = sizeof(opt), .log = note_log, .log_user = &seen,
                           .log_level = ECC_LOG_ERROR};
-  ecc_connector *c = open_fixture("liar", "status", &opt);
+  ecc_connector_t *c = open_fixture("liar", "status", &opt);
   char src[BS] = {0};
   uint32_t block = 0;
-  ecc_save_entry e = one_save("k", src, &block);
+  ecc_save_entry_t e = one_save("k", src, &block);
   cr_assert_eq(ecc_save(c, &e, 1), ECC_ERR_INCOMPATIBLE);
   cr_assert_eq(ecc_flush(c, NULL), ECC_ERR_INCOMPATIBLE);
   char text[512] = "";
@@ -396,13 +396,13 @@ Test(lifetime, status_outside_the_closed_set_is_an_error)
 
 static void saved_then_polled(const char *mode, size_t cap, const char *want)
 {
-  ecc_connector *c = open_fixture("liar", mode, NULL);
+  ecc_connector_t *c = open_fixture("liar", mode, NULL);
   char src[BS] = {0};
   uint32_t block = 0;
-  ecc_save_entry e[2] = {one_save("a", src, &block), one_save("b", src, &block)};
+  ecc_save_entry_t e[2] = {one_save("a", src, &block), one_save("b", src, &block)};
   cr_assert_eq(ecc_save(c, e, 2), ECC_OK);
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
-  ecc_completion out[8];
+  ecc_completion_t out[8];
   size_t n = 12345;
   cr_assert_eq(ecc_poll(c, out, cap, &n), ECC_ERR_INCOMPATIBLE, "mode %s", mode);
   cr_assert_eq(n, 0, "mode %s passed on %zu completions", mode, n);

@@ -116,7 +116,7 @@ static void expect_refused(const char *lines, const char *plugin, const char *co
   int rc = ecc_check(ini, NULL, NULL, err, sizeof(err));
   cr_expect_eq(rc, ECC_ERR_CONFIG, "ecc_check: rc %d: %s", rc, err);
   cr_expect_not_null(strstr(err, want), "ecc_check said '%s'\nwanted '%s'", err, want);
-  ecc_connector *c = (ecc_connector *)err;
+  ecc_connector_t *c = (ecc_connector_t *)err;
   rc = ecc_open(ini, NULL, &c, err, sizeof(err));
   cr_expect_eq(rc, ECC_ERR_CONFIG, "ecc_open: rc %d: %s", rc, err);
   cr_expect_null(c);
@@ -128,11 +128,11 @@ static void expect_loads(const char *lines, const char *canonical)
 {
   const char *ini = plugin_ini(lines);
   char err[2048] = "";
-  ecc_plugin_meta meta;
+  ecc_plugin_meta_t meta;
   int rc = ecc_check(ini, NULL, &meta, err, sizeof(err));
   cr_assert_eq(rc, ECC_OK, "ecc_check(%s): %s", lines, err);
   cr_expect_str_eq(meta.path, canonical);
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   rc = ecc_open(ini, NULL, &c, err, sizeof(err));
   cr_assert_eq(rc, ECC_OK, "ecc_open(%s): %s", lines, err);
   cr_expect_eq(ecc_close(c), ECC_OK);

@@ -34,8 +34,8 @@ static void capture(void *user, int level, const char *msg)
   snprintf(captured + used, sizeof(captured) - used, "[%d] %s\n", level, msg);
 }
 
-static const ecc_host_services_v1 host = {
-    .struct_size = sizeof(ecc_host_services_v1),
+static const ecc_host_services_v1_t host = {
+    .struct_size = sizeof(ecc_host_services_v1_t),
     .log_level = ECC_LOG_DEBUG,
     .log = capture,
     .user = NULL,
@@ -782,9 +782,9 @@ Test(region, open_without_reaping_keeps_the_orphan)
 
 Test(region, bad_names_and_paths_are_refused_before_touching_anything)
 {
-  char too_long[REGION_NAME_MAX + 2];
-  memset(too_long, 'x', REGION_NAME_MAX + 1);
-  too_long[REGION_NAME_MAX + 1] = '\0';
+  char too_long[ECC_NAME_MAX + 2];
+  memset(too_long, 'x', ECC_NAME_MAX + 1);
+  too_long[ECC_NAME_MAX + 1] = '\0';
   const char *bad[] = {"", "a/b", "a.b", "../x", "sp ace", too_long};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     struct region_params p = params(bad[i], 64, 8, REGION_AUTO, 100);
@@ -793,9 +793,9 @@ Test(region, bad_names_and_paths_are_refused_before_touching_anything)
     cr_assert_not_null(strstr(last_error(), "region.name"), "%s", last_error());
     cr_assert_eq(r.fd, -1);
   }
-  char longest[REGION_NAME_MAX + 1];
-  memset(longest, 'n', REGION_NAME_MAX);
-  longest[REGION_NAME_MAX] = '\0';
+  char longest[ECC_NAME_MAX + 1];
+  memset(longest, 'n', ECC_NAME_MAX);
+  longest[ECC_NAME_MAX] = '\0';
   struct region_params ok = params(longest, 64, 8, REGION_AUTO, 100);
   struct region r;
   cr_assert_eq(region_open(&ok, &r, &tlog), ECC_OK, "%s", last_error());

@@ -46,8 +46,8 @@ static void capture(void *user, int level, const char *msg)
   snprintf(captured + used, sizeof(captured) - used, "[%d] %s\n", level, msg);
 }
 
-static const ecc_host_services_v1 host = {
-    .struct_size = sizeof(ecc_host_services_v1),
+static const ecc_host_services_v1_t host = {
+    .struct_size = sizeof(ecc_host_services_v1_t),
     .log_level = ECC_LOG_DEBUG,
     .log = capture,
     .user = NULL,
@@ -99,9 +99,9 @@ static void make_region_file(const char *path, int sparse)
   close(fd);
 }
 
-static ecc_info describe(ecc_connector *c)
+static ecc_info_t describe(ecc_connector_t *c)
 {
-  ecc_info info = {.struct_size = sizeof(info)};
+  ecc_info_t info = {.struct_size = sizeof(info)};
   cr_assert_eq(ecc_describe(c, &info), ECC_OK);
   return info;
 }
@@ -113,7 +113,7 @@ static void expect_dir_refused(const char *dir, const char *region_extra, int wa
                                const char *needle)
 {
   const char *ini = th_ini_at(dir, "both", th_region_name(), BS, NB, region_extra, NULL);
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   char err[1024] = "";
   int fds = th_count_fds();
   int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
@@ -123,10 +123,10 @@ static void expect_dir_refused(const char *dir, const char *region_extra, int wa
   cr_expect_eq(th_count_fds(), fds, "a refused open leaked a descriptor");
 }
 
-static ecc_connector *open_in(const char *dir, const char *name, const char *region_extra)
+static ecc_connector_t *open_in(const char *dir, const char *name, const char *region_extra)
 {
   const char *ini = th_ini_at(dir, "both", name, BS, NB, region_extra, NULL);
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   char err[1024] = "";
   int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
   cr_assert_eq(rc, ECC_OK, "region.dir %s: %s", dir, err);
@@ -148,7 +148,7 @@ Test(life, directory_on_a_disk_is_refused_unless_allowed)
   expect_dir_refused(dir, NULL, ECC_ERR_REGION, dir);
   cr_expect_eq(th_count_entries(dir), 0, "a refused open left a file on the disk");
   const char *name = th_region_name();
-  ecc_connector *c = open_in(dir, name, "require_tmpfs = false\n");
+  ecc_connector_t *c = open_in(dir, name, "require_tmpfs = false\n");
   cr_expect(th_exists(th_region_path(dir, name)));
   cr_assert_eq(ecc_close(c), ECC_OK);
   cr_expect_eq(th_count_entries(dir), 0);
@@ -166,7 +166,7 @@ Test(life, world_writable_directory_is_refused_unless_sticky)
   cr_expect_eq(th_count_entries(dir), 0);
   cr_assert_eq(chmod(dir, 01777), 0);
   const char *name = th_region_name();
-  ecc_connector *c = open_in(dir, name, NULL);
+  ecc_connector_t *c = open_in(dir, name, NULL);
   cr_expect(th_exists(th_region_path(dir, name)));
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
@@ -179,7 +179,7 @@ Test(life, linked_directory_is_resolved_and_the_real_one_checked)
   cr_assert_eq(mkdir(real, 0700), 0);
   cr_assert_eq(symlink(real, link), 0);
   const char *name = th_region_name();
-  ecc_connector *c = open_in(link, name, NULL);
+  ecc_connector_t *c = open_in(link, name, NULL);
   cr_expect_str_eq(describe(c).region_path, th_region_path(real, name),
                    "the region path should name the real directory");
   cr_expect(th_exists(th_region_path(real, name)));
@@ -347,7 +347,7 @@ Test(life, default_directory_open_to_others_or_a_link_is_refused)
 /* In the child: the summary validate prints, for the default directory. */
 static int summarise_default(char *text, size_t cap)
 {
-  ecc_kv_v1 kv[] = {{"region.name", "x"}, {"region.block_size", "4096"}, {"region.size", "1MiB"}};
+  ecc_kv_v1_t kv[] = {{"region.name", "x"}, {"region.block_size", "4096"}, {"region.size", "1MiB"}};
   struct plugin_config cfg;
   int rc = config_parse(kv, 3, &cfg, text, cap);
   if (rc == ECC_OK)
@@ -382,12 +382,12 @@ static void write_bytes(const char *path, const char *text)
 
 /* ---- connectors through the shim, in this process --------------------- */
 
-static ecc_connector *open_role(const char *ini, const char *role)
+static ecc_connector_t *open_role(const char *ini, const char *role)
 {
-  ecc_kv kv = {"connector.role", role};
-  ecc_open_options o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
+  ecc_kv_t kv = {"connector.role", role};
+  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
                         .log_level = -1};
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   char err[1024] = "";
   int rc = ecc_open(ini, &o, &c, err, sizeof(err));
   cr_assert_eq(rc, ECC_OK, "ecc_open(%s) as %s: %d %s", ini, role, rc, err);
@@ -401,20 +401,20 @@ static uint64_t seed_of(uint64_t seed, uint32_t i)
 
 /* Entries of one block each: entry i lives in block first + i and holds
  * th_fill(seed_of(seed, i)). Returns the first failure, or ECC_OK. */
-static int save_entries(ecc_connector *c, uint64_t seed, uint32_t first, uint32_t count)
+static int save_entries(ecc_connector_t *c, uint64_t seed, uint32_t first, uint32_t count)
 {
   uint8_t *src = malloc((size_t)count * BS);
   uint32_t *ids = malloc(count * sizeof(uint32_t));
-  ecc_save_entry *e = calloc(count, sizeof(*e));
+  ecc_save_entry_t *e = calloc(count, sizeof(*e));
   char (*keys)[32] = calloc(count, 32);
-  ecc_completion *done = calloc(count, sizeof(*done));
+  ecc_completion_t *done = calloc(count, sizeof(*done));
   if (src == NULL || ids == NULL || e == NULL || keys == NULL || done == NULL)
     return ECC_ERR_NOMEM;
   for (uint32_t i = 0; i < count; i++) {
     th_fill(src + (size_t)i * BS, BS, seed_of(seed, i));
     ids[i] = first + i;
     snprintf(keys[i], 32, "k%llu-%u", (unsigned long long)seed, i);
-    e[i] = (ecc_save_entry){keys[i], (uint64_t)(uintptr_t)(src + (size_t)i * BS), BS, &ids[i], 1};
+    e[i] = (ecc_save_entry_t){keys[i], (uint64_t)(uintptr_t)(src + (size_t)i * BS), BS, &ids[i], 1};
   }
   int rc = ecc_save(c, e, count);
   if (rc == ECC_OK)
@@ -441,17 +441,17 @@ static int save_entries(ecc_connector *c, uint64_t seed, uint32_t first, uint32_
 
 /* Loads what save_entries wrote; returns how many entries differ (or -1
  * if the load itself failed). */
-static int load_wrong(ecc_connector *c, uint64_t seed, uint32_t first, uint32_t count)
+static int load_wrong(ecc_connector_t *c, uint64_t seed, uint32_t first, uint32_t count)
 {
   uint8_t *dst = calloc(count, BS), *want = malloc(BS);
   uint32_t *ids = malloc(count * sizeof(uint32_t));
-  ecc_load_entry *e = calloc(count, sizeof(*e));
-  ecc_completion *done = calloc(count, sizeof(*done));
+  ecc_load_entry_t *e = calloc(count, sizeof(*e));
+  ecc_completion_t *done = calloc(count, sizeof(*done));
   if (dst == NULL || want == NULL || ids == NULL || e == NULL || done == NULL)
     return -1;
   for (uint32_t i = 0; i < count; i++) {
     ids[i] = first + i;
-    e[i] = (ecc_load_entry){i, &ids[i], 1, (uint64_t)(uintptr_t)(dst + (size_t)i * BS), BS};
+    e[i] = (ecc_load_entry_t){i, &ids[i], 1, (uint64_t)(uintptr_t)(dst + (size_t)i * BS), BS};
   }
   int rc = ecc_load(c, e, count, NULL);
   size_t got = 0;
@@ -496,15 +496,15 @@ struct reply {
   char text[400];   /* CMD_OPEN: the error */
 };
 
-static void remote_open(const char *ini, const struct cmd *m, ecc_connector **c, struct reply *r)
+static void remote_open(const char *ini, const struct cmd *m, ecc_connector_t **c, struct reply *r)
 {
-  ecc_kv kv = {"connector.role", m->role};
-  ecc_open_options o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
+  ecc_kv_t kv = {"connector.role", m->role};
+  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
                         .log_level = -1};
   r->rc = ecc_open(ini, &o, c, r->text, sizeof(r->text));
   if (r->rc != ECC_OK)
     return;
-  ecc_info info = {.struct_size = sizeof(info)};
+  ecc_info_t info = {.struct_size = sizeof(info)};
   struct stat st;
   if (ecc_describe(*c, &info) == ECC_OK && stat(info.region_path, &st) == 0) {
     r->creator = (int)info.creator;
@@ -517,7 +517,7 @@ static void remote_open(const char *ini, const struct cmd *m, ecc_connector **c,
  * exits (without closing) when the pipe closes. */
 static void remote(const char *ini, int cmd_fd, int reply_fd)
 {
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   struct cmd m;
   while (read(cmd_fd, &m, sizeof(m)) == (ssize_t)sizeof(m)) {
     struct reply r;
@@ -615,7 +615,7 @@ Test(life, restarted_producer_joins_the_region_the_consumer_still_holds)
   cr_assert_eq(r.rc, ECC_OK, "producer: %s", r.text);
   cr_assert_eq(r.creator, 1);
   uint64_t dev = r.dev, ino = r.ino;
-  ecc_connector *cons = open_role(ini, "consumer");
+  ecc_connector_t *cons = open_role(ini, "consumer");
   cr_assert_eq(remote_do(&prod, CMD_SAVE, NULL, 1, 0, ENTRIES).rc, ECC_OK);
   cr_assert_eq(load_wrong(cons, 1, 0, ENTRIES), 0);
 
@@ -647,7 +647,7 @@ Test(life, restarted_consumer_that_created_the_region_joins_it_again)
   cr_assert_eq(r.rc, ECC_OK, "consumer: %s", r.text);
   cr_assert_eq(r.creator, 1);
   uint64_t dev = r.dev, ino = r.ino;
-  ecc_connector *prod = open_role(ini, "producer");
+  ecc_connector_t *prod = open_role(ini, "producer");
   cr_assert_eq(describe(prod).creator, 0);
   cr_assert_eq(save_entries(prod, 1, 0, ENTRIES), ECC_OK);
   cr_assert_eq(remote_do(&cons, CMD_LOAD, NULL, 1, 0, ENTRIES).wrong, 0);
@@ -730,20 +730,20 @@ Test(life, two_holders_closing_at_once_leave_no_file)
 
 /* ---- a region removed, replaced or truncated underneath ---------------- */
 
-static void save_one(ecc_connector *c, const char *key, uint32_t block, const uint8_t *src)
+static void save_one(ecc_connector_t *c, const char *key, uint32_t block, const uint8_t *src)
 {
   uint32_t id = block;
-  ecc_save_entry e = {key, (uint64_t)(uintptr_t)src, BS, &id, 1};
+  ecc_save_entry_t e = {key, (uint64_t)(uintptr_t)src, BS, &id, 1};
   cr_assert_eq(ecc_save(c, &e, 1), ECC_OK);
 }
 
-static int load_one(ecc_connector *c, uint64_t id, uint32_t block, uint8_t *dst)
+static int load_one(ecc_connector_t *c, uint64_t id, uint32_t block, uint8_t *dst)
 {
-  ecc_load_entry e = {id, &block, 1, (uint64_t)(uintptr_t)dst, BS};
+  ecc_load_entry_t e = {id, &block, 1, (uint64_t)(uintptr_t)dst, BS};
   return ecc_load(c, &e, 1, NULL);
 }
 
-static void expect_last_error(ecc_connector *c, const char *path, const char *needle)
+static void expect_last_error(ecc_connector_t *c, const char *path, const char *needle)
 {
   char text[512] = "";
   cr_assert_eq(ecc_last_error(c, text, sizeof(text)), ECC_OK);
@@ -759,7 +759,7 @@ static void gone_underneath(int replace)
 {
   const char *name = th_region_name();
   const char *ini = th_ini_at(rdir, "both", name, BS, NB, NULL, NULL);
-  ecc_connector *c = open_role(ini, "both");
+  ecc_connector_t *c = open_role(ini, "both");
   char path[256];
   snprintf(path, sizeof(path), "%s", describe(c).region_path);
   int old = open(path, O_RDONLY | O_CLOEXEC);
@@ -782,13 +782,13 @@ static void gone_underneath(int replace)
   expect_last_error(c, path, "removed or replaced");
   cr_expect_eq(load_one(c, 7, 0, dst), ECC_ERR_REGION, "a load read a dead region");
   expect_last_error(c, path, "removed or replaced");
-  ecc_completion done[4];
+  ecc_completion_t done[4];
   cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
   cr_expect_str_eq(done[0].key, "flushed");
   cr_expect_eq(done[0].status, ECC_ERR_REGION, "a save into a dead region was reported %d",
                done[0].status);
   cr_expect_eq(th_poll_until(c, done, 1, 50), 0, "a refused call was reported");
-  ecc_stats st = {.struct_size = sizeof(st)};
+  ecc_stats_t st = {.struct_size = sizeof(st)};
   cr_assert_eq(ecc_get_stats(c, &st), ECC_OK);
   cr_expect_eq(st.save.failed, 1, "the save reported failed is not counted failed");
   uint8_t block[BS], zero[BS] = {0};
@@ -822,14 +822,14 @@ Test(life, region_truncated_while_mapped_is_reported_without_sigbus)
 {
   const char *name = th_region_name();
   const char *ini = th_ini_at(rdir, "both", name, BS, NB, NULL, NULL);
-  ecc_connector *c = open_role(ini, "both");
+  ecc_connector_t *c = open_role(ini, "both");
   char path[256];
   snprintf(path, sizeof(path), "%s", describe(c).region_path);
   static uint8_t a[BS], dst[BS];
   th_fill(a, BS, 3);
   save_one(c, "before", 0, a);
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
-  ecc_completion done[2];
+  ecc_completion_t done[2];
   cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
   cr_assert_eq(done[0].status, ECC_OK);
   /* Every block is now past the end of the file: touching one is SIGBUS. */
@@ -837,7 +837,7 @@ Test(life, region_truncated_while_mapped_is_reported_without_sigbus)
   cr_expect_eq(load_one(c, 1, 0, dst), ECC_ERR_REGION, "a load read a truncated region");
   expect_last_error(c, path, "truncated");
   uint32_t id = 0;
-  ecc_save_entry e = {"after", (uint64_t)(uintptr_t)a, BS, &id, 1};
+  ecc_save_entry_t e = {"after", (uint64_t)(uintptr_t)a, BS, &id, 1};
   cr_expect_eq(ecc_save(c, &e, 1), ECC_ERR_REGION, "a save started a batch on a truncated region");
   cr_expect_eq(ecc_flush(c, NULL), ECC_OK, "nothing is queued: flush has nothing to refuse");
   cr_expect_eq(th_poll_until(c, done, 1, 50), 0);

@@ -33,11 +33,11 @@ static void ids_for(uint32_t index, uint32_t *ids)
 
 static int consumer(const char *ini, int rd)
 {
-  ecc_open_options opt = {.struct_size = sizeof(opt), .log_level = -1};
-  ecc_kv role = {"connector.role", "consumer"};
+  ecc_open_options_t opt = {.struct_size = sizeof(opt), .log_level = -1};
+  ecc_kv_t role = {"connector.role", "consumer"};
   opt.overrides = &role;
   opt.n_overrides = 1;
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   char err[512];
   if (ecc_open(ini, &opt, &c, err, sizeof(err)) != ECC_OK) {
     fprintf(stderr, "consumer: %s\n", err);
@@ -48,10 +48,10 @@ static int consumer(const char *ini, int rd)
   uint32_t verified = 0;
   while (read(rd, &n, sizeof(n)) == (ssize_t)sizeof(n)) {
     memset(got, 0, sizeof(got));
-    ecc_load_entry e = {n.index + 1000, n.ids, ROWS, (uint64_t)(uintptr_t)got, n.nbytes};
+    ecc_load_entry_t e = {n.index + 1000, n.ids, ROWS, (uint64_t)(uintptr_t)got, n.nbytes};
     if (ecc_load(c, &e, 1, NULL) != ECC_OK)
       return 11;
-    ecc_completion done;
+    ecc_completion_t done;
     size_t k = 0;
     for (int spins = 0; k == 0 && spins < 1000000; spins++) {
       if (ecc_poll(c, &done, 1, &k) != ECC_OK)
@@ -82,10 +82,10 @@ __attribute__((constructor)) static void consumer_entry(void)
 Test(two_process, producer_saves_consumer_loads)
 {
   const char *ini = th_ini("both", th_region_name(), BS, NB, NULL);
-  ecc_kv role = {"connector.role", "producer"};
-  ecc_open_options opt = {.struct_size = sizeof(opt), .overrides = &role, .n_overrides = 1,
+  ecc_kv_t role = {"connector.role", "producer"};
+  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = &role, .n_overrides = 1,
                           .log_level = -1};
-  ecc_connector *p = NULL;
+  ecc_connector_t *p = NULL;
   char err[512];
   cr_assert_eq(ecc_open(ini, &opt, &p, err, sizeof(err)), ECC_OK, "%s", err);
 
@@ -102,10 +102,10 @@ Test(two_process, producer_saves_consumer_loads)
     th_fill(src[i], n.nbytes, i);
     char key[32];
     snprintf(key, sizeof(key), "entry-%u", i);
-    ecc_save_entry e = {key, (uint64_t)(uintptr_t)src[i], n.nbytes, n.ids, ROWS};
+    ecc_save_entry_t e = {key, (uint64_t)(uintptr_t)src[i], n.nbytes, n.ids, ROWS};
     cr_assert_eq(ecc_save(p, &e, 1), ECC_OK);
     cr_assert_eq(ecc_flush(p, NULL), ECC_OK);
-    ecc_completion done;
+    ecc_completion_t done;
     cr_assert_eq(th_poll_until(p, &done, 1, 5000), 1);
     cr_assert_str_eq(done.key, key);
     cr_assert_eq(done.status, ECC_OK);
@@ -119,7 +119,7 @@ Test(two_process, producer_saves_consumer_loads)
   cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "consumer failed with status %d",
             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   cr_expect_eq(sent, ENTRIES);
-  ecc_info info = {.struct_size = sizeof(info)};
+  ecc_info_t info = {.struct_size = sizeof(info)};
   cr_assert_eq(ecc_describe(p, &info), ECC_OK);
   char path[256];
   snprintf(path, sizeof(path), "%s", info.region_path);

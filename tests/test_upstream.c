@@ -18,7 +18,7 @@
 #define NB 8u
 
 struct rig {
-  ecc_connector *c;
+  ecc_connector_t *c;
   uint8_t *blocks;   /* our own view of the region's blocks */
   size_t map_bytes;
   uint8_t *map;
@@ -29,7 +29,7 @@ static struct rig rig_open(const char *role, const char *extra)
   struct rig r;
   const char *name = th_region_name();
   r.c = th_open(role, name, BS, NB, extra);
-  ecc_info info = {.struct_size = sizeof(info)};
+  ecc_info_t info = {.struct_size = sizeof(info)};
   cr_assert_eq(ecc_describe(r.c, &info), ECC_OK);
   int fd = open(info.region_path, O_RDWR);
   cr_assert_geq(fd, 0, "cannot open %s", info.region_path);
@@ -48,9 +48,9 @@ static void rig_close(struct rig *r)
   cr_assert_eq(ecc_close(r->c), ECC_OK);
 }
 
-static ecc_stats stats_of(ecc_connector *c)
+static ecc_stats_t stats_of(ecc_connector_t *c)
 {
-  ecc_stats s = {.struct_size = sizeof(s)};
+  ecc_stats_t s = {.struct_size = sizeof(s)};
   cr_assert_eq(ecc_get_stats(c, &s), ECC_OK);
   return s;
 }
@@ -59,10 +59,10 @@ static ecc_stats stats_of(ecc_connector *c)
 static void save_one(struct rig *r, const char *key, const uint32_t *ids, uint32_t n,
                      uint8_t *src, uint64_t nbytes)
 {
-  ecc_save_entry e = {key, (uint64_t)(uintptr_t)src, nbytes, ids, n};
+  ecc_save_entry_t e = {key, (uint64_t)(uintptr_t)src, nbytes, ids, n};
   cr_assert_eq(ecc_save(r->c, &e, 1), ECC_OK);
   cr_assert_eq(ecc_flush(r->c, NULL), ECC_OK);
-  ecc_completion done[2];
+  ecc_completion_t done[2];
   cr_assert_eq(th_poll_until(r->c, done, 1, 5000), 1);
   cr_expect_eq(done[0].direction, ECC_DIR_SAVE);
   cr_expect_eq(done[0].status, ECC_OK);
@@ -92,7 +92,7 @@ static void save_case(const uint32_t *ids, uint32_t n, uint64_t nbytes, uint64_t
   th_fill(src, sizeof(src), n * 1000 + nbytes);
   save_one(&r, "k", ids, n, src, nbytes);
   expect_region(&r, ids, n, src, nbytes);
-  ecc_stats s = stats_of(r.c);
+  ecc_stats_t s = stats_of(r.c);
   cr_expect_eq(s.save.descriptors, want_descs, "descriptors: %llu, expected %llu",
                (unsigned long long)s.save.descriptors, (unsigned long long)want_descs);
   cr_expect_eq(s.save.bytes, nbytes);
@@ -135,13 +135,13 @@ Test(upstream_save, noop_on_non_save_rank)
   struct rig r = rig_open("producer", "\n[connector]\ntp_rank = 1\n");
   uint8_t src[48];
   th_fill(src, sizeof(src), 9);
-  ecc_save_entry e = {"k", (uint64_t)(uintptr_t)src, 48, (uint32_t[]){2, 3, 4}, 3};
+  ecc_save_entry_t e = {"k", (uint64_t)(uintptr_t)src, 48, (uint32_t[]){2, 3, 4}, 3};
   cr_assert_eq(ecc_save(r.c, &e, 1), ECC_OK);
   cr_assert_eq(ecc_flush(r.c, NULL), ECC_OK);
-  ecc_completion done[1];
+  ecc_completion_t done[1];
   cr_expect_eq(th_poll_until(r.c, done, 1, 100), 0, "a non-save rank reported a save");
   expect_region(&r, NULL, 0, src, 0);
-  ecc_stats s = stats_of(r.c);
+  ecc_stats_t s = stats_of(r.c);
   cr_expect_eq(s.saves_skipped, 1);
   cr_expect_eq(s.save.transfers, 0);
   rig_close(&r);
@@ -152,14 +152,14 @@ Test(upstream_save, allocation_too_small_is_an_error)
   struct rig r = rig_open("producer", NULL);
   uint8_t src[64];
   th_fill(src, sizeof(src), 3);
-  ecc_save_entry e = {"big", (uint64_t)(uintptr_t)src, 49, (uint32_t[]){2, 3, 4}, 3};
+  ecc_save_entry_t e = {"big", (uint64_t)(uintptr_t)src, 49, (uint32_t[]){2, 3, 4}, 3};
   cr_expect_eq(ecc_save(r.c, &e, 1), ECC_ERR_RANGE);
   char text[512];
   cr_assert_eq(ecc_last_error(r.c, text, sizeof(text)), ECC_OK);
   cr_expect(strstr(text, "exceeds allocated blocks") != NULL, "%s", text);
   cr_expect(strstr(text, "big") != NULL, "the key is not named: %s", text);
   cr_assert_eq(ecc_flush(r.c, NULL), ECC_OK);
-  ecc_completion done[1];
+  ecc_completion_t done[1];
   cr_expect_eq(th_poll_until(r.c, done, 1, 50), 0, "a rejected save was transferred");
   expect_region(&r, NULL, 0, src, 0);
   rig_close(&r);
@@ -172,13 +172,13 @@ Test(upstream_save, several_keys_in_one_step_form_one_batch)
   th_fill(a, sizeof(a), 1);
   th_fill(b, sizeof(b), 2);
   th_fill(c, sizeof(c), 3);
-  ecc_save_entry e1 = {"a", (uint64_t)(uintptr_t)a, 32, (uint32_t[]){0, 1}, 2};
-  ecc_save_entry e2[2] = {{"b", (uint64_t)(uintptr_t)b, 16, (uint32_t[]){4}, 1},
+  ecc_save_entry_t e1 = {"a", (uint64_t)(uintptr_t)a, 32, (uint32_t[]){0, 1}, 2};
+  ecc_save_entry_t e2[2] = {{"b", (uint64_t)(uintptr_t)b, 16, (uint32_t[]){4}, 1},
                           {"c", (uint64_t)(uintptr_t)c, 32, (uint32_t[]){6, 7}, 2}};
   cr_assert_eq(ecc_save(r.c, &e1, 1), ECC_OK);
   cr_assert_eq(ecc_save(r.c, e2, 2), ECC_OK);
   cr_assert_eq(ecc_flush(r.c, NULL), ECC_OK);
-  ecc_completion done[4];
+  ecc_completion_t done[4];
   cr_assert_eq(th_poll_until(r.c, done, 3, 5000), 3);
   cr_expect_str_eq(done[0].key, "a");
   cr_expect_str_eq(done[1].key, "b");
@@ -202,10 +202,10 @@ Test(upstream_save, flush_with_nothing_queued_is_a_noop)
 
 /* ---- loads ---- */
 
-static void load_and_wait(struct rig *r, const ecc_load_entry *e, size_t n)
+static void load_and_wait(struct rig *r, const ecc_load_entry_t *e, size_t n)
 {
   cr_assert_eq(ecc_load(r->c, e, n, NULL), ECC_OK);
-  ecc_completion done[8];
+  ecc_completion_t done[8];
   cr_assert_eq(th_poll_until(r->c, done, n, 5000), n);
   for (size_t i = 0; i < n; i++) {
     cr_expect_eq(done[i].direction, ECC_DIR_LOAD);
@@ -222,7 +222,7 @@ Test(upstream_load, scattered_blocks_land_in_order)
   uint8_t dst[48];
   memset(dst, 0, sizeof(dst));
   uint32_t ids[] = {3, 1, 6};
-  ecc_load_entry e = {42, ids, 3, (uint64_t)(uintptr_t)dst, sizeof(dst)};
+  ecc_load_entry_t e = {42, ids, 3, (uint64_t)(uintptr_t)dst, sizeof(dst)};
   load_and_wait(&r, &e, 1);
   for (int i = 0; i < 3; i++)
     cr_expect_eq(memcmp(dst + i * BS, r.blocks + ids[i] * BS, BS), 0, "block %d", i);
@@ -237,9 +237,9 @@ static uint64_t neighbour_descriptors(const uint32_t *a, const uint32_t *b, int 
   th_fill(r.blocks, BS * NB, 5);
   uint8_t dst[64];
   memset(dst, 0, sizeof(dst));
-  ecc_load_entry ea = {1, a, 2, (uint64_t)(uintptr_t)dst, 32};
-  ecc_load_entry eb = {2, b, 2, (uint64_t)(uintptr_t)(dst + 32), 32};
-  ecc_load_entry e[2] = {b_first ? eb : ea, b_first ? ea : eb};
+  ecc_load_entry_t ea = {1, a, 2, (uint64_t)(uintptr_t)dst, 32};
+  ecc_load_entry_t eb = {2, b, 2, (uint64_t)(uintptr_t)(dst + 32), 32};
+  ecc_load_entry_t e[2] = {b_first ? eb : ea, b_first ? ea : eb};
   load_and_wait(&r, e, 2);
   cr_expect_eq(memcmp(dst, r.blocks + a[0] * BS, 32), 0);
   cr_expect_eq(memcmp(dst + 32, r.blocks + b[0] * BS, 32), 0);
@@ -275,8 +275,8 @@ Test(upstream_load, resident_key_is_reloaded_and_reported_each_time)
   th_fill(r.blocks, BS * NB, 8);
   uint8_t dst[32];
   uint32_t ids[] = {0, 1};
-  ecc_load_entry e1 = {10, ids, 2, (uint64_t)(uintptr_t)dst, 32};
-  ecc_load_entry e2 = {11, ids, 2, (uint64_t)(uintptr_t)dst, 32};
+  ecc_load_entry_t e1 = {10, ids, 2, (uint64_t)(uintptr_t)dst, 32};
+  ecc_load_entry_t e2 = {11, ids, 2, (uint64_t)(uintptr_t)dst, 32};
   load_and_wait(&r, &e1, 1);
   memset(dst, 0, sizeof(dst));
   load_and_wait(&r, &e2, 1);
@@ -291,7 +291,7 @@ Test(upstream_load, works_on_every_rank)
   th_fill(r.blocks, BS * NB, 4);
   uint8_t dst[16];
   uint32_t ids[] = {7};
-  ecc_load_entry e = {5, ids, 1, (uint64_t)(uintptr_t)dst, 16};
+  ecc_load_entry_t e = {5, ids, 1, (uint64_t)(uintptr_t)dst, 16};
   load_and_wait(&r, &e, 1);
   cr_expect_eq(memcmp(dst, r.blocks + 7 * BS, 16), 0);
   rig_close(&r);
@@ -304,7 +304,7 @@ Test(upstream_load, capacity_cuts_the_last_block)
   uint8_t dst[48];
   memset(dst, 0xAB, sizeof(dst));
   uint32_t ids[] = {5, 6, 1};
-  ecc_load_entry e = {6, ids, 3, (uint64_t)(uintptr_t)dst, 20};
+  ecc_load_entry_t e = {6, ids, 3, (uint64_t)(uintptr_t)dst, 20};
   load_and_wait(&r, &e, 1);
   cr_expect_eq(memcmp(dst, r.blocks + 5 * BS, 20), 0);
   for (int i = 20; i < 48; i++)
@@ -323,7 +323,7 @@ Test(upstream_roundtrip, save_then_load_returns_the_bytes)
   memset(dst, 0, sizeof(dst));
   uint32_t ids[] = {6, 0, 3, 4};
   save_one(&r, "round", ids, 4, src, sizeof(src));
-  ecc_load_entry e = {1, ids, 4, (uint64_t)(uintptr_t)dst, sizeof(src)};
+  ecc_load_entry_t e = {1, ids, 4, (uint64_t)(uintptr_t)dst, sizeof(src)};
   load_and_wait(&r, &e, 1);
   cr_expect_eq(memcmp(dst, src, sizeof(src)), 0);
   rig_close(&r);
@@ -341,11 +341,11 @@ Test(upstream_roundtrip, buffers_are_reused_across_steps)
     char key[32];
     snprintf(key, sizeof(key), "step-%d", step);
     save_one(&r, key, ids, 4, src, 64);
-    ecc_load_entry e = {(uint64_t)step, ids, 4, (uint64_t)(uintptr_t)dst, 64};
+    ecc_load_entry_t e = {(uint64_t)step, ids, 4, (uint64_t)(uintptr_t)dst, 64};
     load_and_wait(&r, &e, 1);
     cr_assert_eq(memcmp(dst, src, 64), 0, "step %d", step);
   }
-  ecc_stats s = stats_of(r.c);
+  ecc_stats_t s = stats_of(r.c);
   cr_expect_eq(s.save.transfers, 200);
   cr_expect_eq(s.load.transfers, 200);
   cr_expect_eq(s.save.entries, 200);

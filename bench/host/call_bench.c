@@ -24,7 +24,7 @@ static const char *const k_names[N_CALLS] = {"poll (nothing ready)", "get_stats"
                                              "save (1 entry)"};
 
 struct worker {
-  ecc_connector *c;
+  ecc_connector_t *c;
   enum call call;
   uint64_t calls;
   pthread_barrier_t *start;
@@ -46,11 +46,11 @@ static void die(const char *what)
 
 /* A save only queues descriptors: the same block is saved again and again,
  * with a flush and a drain every 4096 saves so the queue stays small. */
-static int one_call(struct worker *w, uint64_t i, ecc_save_entry *e)
+static int one_call(struct worker *w, uint64_t i, ecc_save_entry_t *e)
 {
-  ecc_completion done[16];
+  ecc_completion_t done[16];
   size_t n = 0;
-  ecc_stats st = {.struct_size = sizeof(st)};
+  ecc_stats_t st = {.struct_size = sizeof(st)};
   switch (w->call) {
   case CALL_POLL:
     return ecc_poll(w->c, done, 16, &n);
@@ -71,7 +71,7 @@ static void *work(void *arg)
   struct worker *w = arg;
   static char src[BS];
   uint32_t block = 0;
-  ecc_save_entry e = {"bench", (uint64_t)(uintptr_t)src, BS, &block, 1};
+  ecc_save_entry_t e = {"bench", (uint64_t)(uintptr_t)src, BS, &block, 1};
   pthread_barrier_wait(w->start);
   for (uint64_t i = 0; i < w->calls; i++) {
     if (one_call(w, i, &e) != ECC_OK) {
@@ -83,7 +83,7 @@ static void *work(void *arg)
 }
 
 /* Nanoseconds per call, per thread, over `threads` threads calling at once. */
-static double run(ecc_connector *c, enum call call, unsigned threads, uint64_t calls)
+static double run(ecc_connector_t *c, enum call call, unsigned threads, uint64_t calls)
 {
   pthread_barrier_t start;
   pthread_barrier_init(&start, NULL, threads + 1);
@@ -110,7 +110,7 @@ static double run(ecc_connector *c, enum call call, unsigned threads, uint64_t c
   return (double)ns / (double)calls;
 }
 
-static ecc_connector *open_connector(void)
+static ecc_connector_t *open_connector(void)
 {
   char ini[256], text[1024], err[512] = "";
   snprintf(ini, sizeof(ini), "/tmp/ecc-call-bench-%ld.ini", (long)getpid());
@@ -123,7 +123,7 @@ static ecc_connector *open_connector(void)
   size_t len = strlen(text);
   if (fd < 0 || fchmod(fd, 0600) != 0 || write(fd, text, len) != (ssize_t)len || close(fd) != 0)
     die("cannot write the INI file");
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
   unlink(ini);
   if (rc != ECC_OK) {
@@ -139,7 +139,7 @@ int main(int argc, char **argv)
   uint64_t calls = argc > 2 ? strtoull(argv[2], NULL, 10) : 2000000;
   if (threads == 0 || calls == 0)
     die("usage: ecc-call-bench [THREADS] [CALLS_PER_THREAD]");
-  ecc_connector *c = open_connector();
+  ecc_connector_t *c = open_connector();
   printf("%-26s %12s %12s\n", "call", "1 thread", "threads");
   for (int k = 0; k < N_CALLS; k++) {
     run(c, (enum call)k, 1, calls / 10); /* warm-up */

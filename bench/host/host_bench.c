@@ -86,7 +86,7 @@ static void make_ids(uint32_t *ids, uint32_t n, uint32_t total, enum layout l, u
   free(perm);
 }
 
-static ecc_connector *open_host(uint64_t block, uint32_t blocks, unsigned threads)
+static ecc_connector_t *open_host(uint64_t block, uint32_t blocks, unsigned threads)
 {
   char path[] = "/tmp/ecc-host-bench-XXXXXX";
   int fd = mkstemp(path);
@@ -104,7 +104,7 @@ static ecc_connector *open_host(uint64_t block, uint32_t blocks, unsigned thread
     return NULL;
   }
   close(fd);
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   char err[512];
   int rc = ecc_open(path, NULL, &c, err, sizeof(err));
   unlink(path);
@@ -113,9 +113,9 @@ static ecc_connector *open_host(uint64_t block, uint32_t blocks, unsigned thread
   return c;
 }
 
-static int wait_for(ecc_connector *c, size_t want)
+static int wait_for(ecc_connector_t *c, size_t want)
 {
-  ecc_completion done[64];
+  ecc_completion_t done[64];
   size_t got = 0;
   while (got < want) {
     size_t n = 0;
@@ -136,7 +136,7 @@ struct row {
 };
 
 /* One block size and layout: entries of `per` blocks filling STEP_BYTES. */
-static int run_case(ecc_connector *c, uint64_t block, uint32_t total, enum layout l, struct row *out)
+static int run_case(ecc_connector_t *c, uint64_t block, uint32_t total, enum layout l, struct row *out)
 {
   uint32_t n_blocks = (uint32_t)(STEP_BYTES / block);
   uint32_t per = n_blocks < 880 ? n_blocks : 880; /* one image: 880 tokens */
@@ -146,8 +146,8 @@ static int run_case(ecc_connector *c, uint64_t block, uint32_t total, enum layou
   uint32_t *ids = malloc(sizeof(uint32_t) * n_blocks);
   uint8_t *src = malloc(bytes), *dst = malloc(bytes), *flat = malloc(bytes);
   uint8_t *reg = malloc((uint64_t)total * block); /* stand-in region for the naive loop */
-  ecc_save_entry *se = calloc(n_entries, sizeof(*se));
-  ecc_load_entry *le = calloc(n_entries, sizeof(*le));
+  ecc_save_entry_t *se = calloc(n_entries, sizeof(*se));
+  ecc_load_entry_t *le = calloc(n_entries, sizeof(*le));
   char (*keys)[32] = calloc(n_entries, 32);
   if (!ids || !src || !dst || !flat || !reg || !se || !le || !keys)
     return -1;
@@ -159,9 +159,9 @@ static int run_case(ecc_connector *c, uint64_t block, uint32_t total, enum layou
   memset(reg, 0x5a, (uint64_t)total * block);
   for (uint32_t e = 0; e < n_entries; e++) {
     snprintf(keys[e], 32, "e%u", e);
-    se[e] = (ecc_save_entry){keys[e], (uint64_t)(uintptr_t)(src + (uint64_t)e * per * block),
+    se[e] = (ecc_save_entry_t){keys[e], (uint64_t)(uintptr_t)(src + (uint64_t)e * per * block),
                              (uint64_t)per * block, ids + (uint64_t)e * per, per};
-    le[e] = (ecc_load_entry){e, ids + (uint64_t)e * per, per,
+    le[e] = (ecc_load_entry_t){e, ids + (uint64_t)e * per, per,
                              (uint64_t)(uintptr_t)(dst + (uint64_t)e * per * block),
                              (uint64_t)per * block};
   }
@@ -221,7 +221,7 @@ int main(int argc, char **argv)
   int failed = 0;
   for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
     uint32_t total = (uint32_t)((STEP_BYTES * 4) / sizes[s]); /* room for fragmented runs */
-    ecc_connector *c = open_host(sizes[s], total, threads);
+    ecc_connector_t *c = open_host(sizes[s], total, threads);
     if (c == NULL)
       return 1;
     for (int l = CONTIGUOUS; l <= SCATTERED; l++) {

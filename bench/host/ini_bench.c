@@ -66,7 +66,7 @@ static int write_ini(size_t n, int dup)
 }
 
 /* Best of REPS ecc_check calls, in seconds; checks the expected failure. */
-static double best_check(const ecc_open_options *opt, const char *want)
+static double best_check(const ecc_open_options_t *opt, const char *want)
 {
   double best = -1;
   char err[1024];
@@ -87,7 +87,7 @@ static double best_check(const ecc_open_options *opt, const char *want)
 /* Overrides "bench.k..." replacing each of the n keys. */
 static double best_overrides(size_t n)
 {
-  ecc_kv *kv = calloc(n, sizeof(*kv));
+  ecc_kv_t *kv = calloc(n, sizeof(*kv));
   char *names = calloc(n, KEY_CHARS + 6);
   if (kv == NULL || names == NULL) {
     free(kv);
@@ -99,9 +99,9 @@ static double best_overrides(size_t n)
     char *name = names + i * (KEY_CHARS + 6);
     memcpy(name, "bench.", 6);
     key_name(name + 6, i);
-    kv[i] = (ecc_kv){.key = name, .value = "replaced"};
+    kv[i] = (ecc_kv_t){.key = name, .value = "replaced"};
   }
-  ecc_open_options opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = n,
+  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = n,
                           .log_level = ECC_LOG_ERROR};
   double t = best_check(&opt, "ecc-ini-bench-absent");
   free(kv);

@@ -32,7 +32,7 @@ int main(int argc, char **argv)
           "block_size = 1MiB\nsize = 512MiB\n[engine]\ntype = cuda\nmethod = %s\n",
           plugin, (int)getpid(), method);
   close(fd);
-  ecc_connector *c;
+  ecc_connector_t *c;
   char err[256];
   if (ecc_open(ini, NULL, &c, err, sizeof(err)) != ECC_OK) {
     printf("open: %s\n", err);
@@ -45,15 +45,15 @@ int main(int argc, char **argv)
   cudaStream_t comp;
   cudaStreamCreateWithFlags(&comp, cudaStreamNonBlocking);
   static uint32_t sid[64], lid[64];
-  ecc_save_entry se[64];
-  ecc_load_entry le[64];
+  ecc_save_entry_t se[64];
+  ecc_load_entry_t le[64];
   char keys[64][16];
   for (int i = 0; i < 64; i++) {
     sid[i] = (uint32_t)i * 3;
     lid[i] = (uint32_t)i * 3 + 1;
     snprintf(keys[i], 16, "k%d", i);
-    se[i] = (ecc_save_entry){keys[i], (uint64_t)(uintptr_t)(ds + ((size_t)i << 20)), 1 << 20, &sid[i], 1};
-    le[i] = (ecc_load_entry){(uint64_t)i, &lid[i], 1, (uint64_t)(uintptr_t)(dl + ((size_t)i << 20)), 1 << 20};
+    se[i] = (ecc_save_entry_t){keys[i], (uint64_t)(uintptr_t)(ds + ((size_t)i << 20)), 1 << 20, &sid[i], 1};
+    le[i] = (ecc_load_entry_t){(uint64_t)i, &lid[i], 1, (uint64_t)(uintptr_t)(dl + ((size_t)i << 20)), 1 << 20};
   }
   for (int variant = 0; variant < 4; variant++) {
     void *s_save = variant & 1 ? comp : NULL, *s_load = variant & 2 ? comp : NULL;
@@ -64,7 +64,7 @@ int main(int argc, char **argv)
       ecc_flush(c, s_save);
       ecc_load(c, le, 64, s_load);
       size_t got = 0;
-      ecc_completion done[128];
+      ecc_completion_t done[128];
       while (got < 128) {
         size_t n = 0;
         ecc_poll(c, done, 128, &n);
@@ -85,7 +85,7 @@ int main(int argc, char **argv)
           "block_size = 1MiB\nsize = 512MiB\n[engine]\ntype = cuda\nmethod = %s\n",
           plugin, (int)getpid(), method);
   close(fd);
-  ecc_connector *c2;
+  ecc_connector_t *c2;
   if (ecc_open(ini2, NULL, &c2, err, sizeof(err)) != ECC_OK) {
     printf("open: %s\n", err);
     return 1;
@@ -98,7 +98,7 @@ int main(int argc, char **argv)
     ecc_flush(c, comp);
     ecc_load(c2, le, 64, comp);
     size_t got = 0, got2 = 0;
-    ecc_completion done[128];
+    ecc_completion_t done[128];
     while (got < 64 || got2 < 64) {
       size_t n = 0;
       ecc_poll(c, done, 128, &n);

@@ -60,7 +60,7 @@ void help_demo(FILE *out)
           "  -h, --help     this text\n"
           "\n"
           "Prints entries, bytes saved and loaded, GB/s of each phase (over its\n"
-          "wall time, and over the engine's busy time from ecc_stats), mismatches,\n"
+          "wall time, and over the engine's busy time from ecc_stats_t), mismatches,\n"
           "and a verdict line. Exit status 0 when every byte matched, 1 otherwise.\n",
           DEFAULT_ENTRIES, DEFAULT_ROWS, DEFAULT_PER_STEP, DEFAULT_TIMEOUT_S);
 }

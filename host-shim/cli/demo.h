@@ -37,10 +37,10 @@ struct demo_side {
   uint64_t mismatched_bytes;   /* consumer: bytes that differed from the pattern */
   uint64_t mismatched_entries;
   double phase_s;            /* wall time from first save/load to last completion */
-  uint64_t stat_bytes;       /* ecc_stats bytes of this side's direction */
-  uint64_t stat_busy_ns;     /* ecc_stats busy time of this side's direction */
-  uint64_t stat_transfers;   /* ecc_stats batched transfers */
-  uint64_t stat_descriptors; /* ecc_stats descriptors after coalescing */
+  uint64_t stat_bytes;       /* ecc_stats_t bytes of this side's direction */
+  uint64_t stat_busy_ns;     /* ecc_stats_t busy time of this side's direction */
+  uint64_t stat_transfers;   /* ecc_stats_t batched transfers */
+  uint64_t stat_descriptors; /* ecc_stats_t descriptors after coalescing */
   int have_stats;
   /* What this side's connector described. */
   int creator;
@@ -100,7 +100,7 @@ double demo_now(void);
 /* Sleep briefly while waiting for completions. */
 void demo_nap(void);
 /* Format the failure of an ecc_* call, with the connector's last error. */
-void demo_fail(struct demo_side *side, ecc_connector *c, const char *what, int rc);
+void demo_fail(struct demo_side *side, ecc_connector_t *c, const char *what, int rc);
 /* Write a formatted reason to side->error; returns -1. */
 int demo_failf(struct demo_side *side, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -144,7 +144,7 @@ void demo_nap(void)
   nanosleep(&ts, NULL);
 }
 
-void demo_fail(struct demo_side *side, ecc_connector *c, const char *what, int rc)
+void demo_fail(struct demo_side *side, ecc_connector_t *c, const char *what, int rc)
 {
   char last[256] = "";
   if (c != NULL)

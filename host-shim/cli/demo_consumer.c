@@ -28,7 +28,7 @@ struct pending {
 struct consumer {
   const struct demo_opts *o;
   struct demo_side *side;
-  ecc_connector *c;
+  ecc_connector_t *c;
   struct devmem dm;
   int msg_fd, ack_fd;
   uint64_t bs, max_blocks;
@@ -74,11 +74,11 @@ static int join_region(struct consumer *q)
   int rc = demo_read_all(q->msg_fd, &hello, sizeof(hello));
   if (rc != 0 || hello.type != DEMO_MSG_HELLO)
     return demo_failf(q->side, "the producer ended before the region was ready");
-  static const ecc_kv over[] = {
+  static const ecc_kv_t over[] = {
       {"connector.role", "consumer"},
       {"region.mode", "join"},
   };
-  ecc_open_options opt = {.struct_size = sizeof(opt),
+  ecc_open_options_t opt = {.struct_size = sizeof(opt),
                           .overrides = over,
                           .n_overrides = 2,
                           .log = log_line,
@@ -91,7 +91,7 @@ static int join_region(struct consumer *q)
              err[0] ? err : ecc_strerror(rc));
     return -1;
   }
-  ecc_info info;
+  ecc_info_t info;
   memset(&info, 0, sizeof(info));
   info.struct_size = sizeof(info);
   rc = ecc_describe(q->c, &info);
@@ -210,13 +210,13 @@ static int gather_step(struct consumer *q)
 
 static int issue_loads(struct consumer *q)
 {
-  ecc_load_entry batch[STEP_MAX];
+  ecc_load_entry_t batch[STEP_MAX];
   uint64_t off = 0, ids_used = 0;
   for (size_t i = 0; i < q->n_step; i++) {
     struct pending *pd = &q->step[i];
     pd->transfer_id = ++q->next_transfer_id;
     pd->offset = off;
-    batch[i] = (ecc_load_entry){.transfer_id = pd->transfer_id,
+    batch[i] = (ecc_load_entry_t){.transfer_id = pd->transfer_id,
                                 .block_ids = q->ids + ids_used,
                                 .n_blocks = pd->m.n_blocks,
                                 .dst = (uint64_t)(uintptr_t)(q->dst + off),
@@ -242,7 +242,7 @@ static int issue_loads(struct consumer *q)
   return 0;
 }
 
-static int take_completion(struct consumer *q, const ecc_completion *cp)
+static int take_completion(struct consumer *q, const ecc_completion_t *cp)
 {
   uint64_t first = q->step[0].transfer_id;
   if (cp->direction != ECC_DIR_LOAD || cp->transfer_id < first ||
@@ -269,7 +269,7 @@ static int wait_loads(struct consumer *q)
 {
   size_t left = q->n_step;
   while (left > 0) {
-    ecc_completion out[POLL_CAP];
+    ecc_completion_t out[POLL_CAP];
     size_t n = 0;
     int rc = ecc_poll(q->c, out, POLL_CAP, &n);
     if (rc != ECC_OK) {
@@ -337,7 +337,7 @@ static int run_stream(struct consumer *q)
 
 static void record_stats(struct consumer *q)
 {
-  ecc_stats st;
+  ecc_stats_t st;
   memset(&st, 0, sizeof(st));
   st.struct_size = sizeof(st);
   if (ecc_get_stats(q->c, &st) != ECC_OK)

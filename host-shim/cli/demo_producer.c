@@ -38,7 +38,7 @@ struct entry {
 struct producer {
   const struct demo_opts *o;
   struct demo_side *side;
-  ecc_connector *c;
+  ecc_connector_t *c;
   struct devmem dm;
   int msg_fd, ack_fd;
   uint64_t bs, cap;    /* block size, blocks in the ring */
@@ -172,7 +172,7 @@ static int send_entry(struct producer *p, uint64_t index)
 }
 
 /* Map a completion back to its entry and check it is due exactly now. */
-static int take_completion(struct producer *p, const ecc_completion *cp)
+static int take_completion(struct producer *p, const ecc_completion_t *cp)
 {
   char want[ECC_KEY_MAX + 1];
   const char *dash = strrchr(cp->key, '-');
@@ -205,7 +205,7 @@ static int take_completion(struct producer *p, const ecc_completion *cp)
 
 static int poll_saves(struct producer *p, int *progressed)
 {
-  ecc_completion out[POLL_CAP];
+  ecc_completion_t out[POLL_CAP];
   size_t n = 0;
   int rc = ecc_poll(p->c, out, POLL_CAP, &n);
   if (rc != ECC_OK) {
@@ -263,7 +263,7 @@ static int save_step(struct producer *p, int *progressed)
    * spares a flush that could only answer BUSY. */
   if (p->next >= p->o->entries || p->slot_pending[s] != 0 || busy >= p->max_inflight)
     return 0;
-  ecc_save_entry batch[64];
+  ecc_save_entry_t batch[64];
   char keys[64][ECC_KEY_MAX + 1];
   uint64_t first = p->next, off = 0, ids_used = 0;
   size_t k = 0;
@@ -275,7 +275,7 @@ static int save_step(struct producer *p, int *progressed)
     for (uint32_t j = 0; j < en->n_blocks; j++)
       p->ids[ids_used + j] = block_id(p, en, j);
     demo_key(p->o, p->next, keys[k], sizeof(keys[k]));
-    batch[k] = (ecc_save_entry){.key = keys[k],
+    batch[k] = (ecc_save_entry_t){.key = keys[k],
                                 .src = (uint64_t)(uintptr_t)src,
                                 .nbytes = en->nbytes,
                                 .block_ids = p->ids + ids_used,
@@ -358,11 +358,11 @@ static void log_line(void *user, int level, const char *msg)
 /* Open the connector that creates the region, and learn its layout. */
 static int open_connector(struct producer *p)
 {
-  static const ecc_kv over[] = {
+  static const ecc_kv_t over[] = {
       {"connector.role", "producer"},
       {"region.mode", "create"},
   };
-  ecc_open_options opt = {.struct_size = sizeof(opt),
+  ecc_open_options_t opt = {.struct_size = sizeof(opt),
                           .overrides = over,
                           .n_overrides = 2,
                           .log = log_line,
@@ -375,7 +375,7 @@ static int open_connector(struct producer *p)
              err[0] ? err : ecc_strerror(rc));
     return -1;
   }
-  ecc_info info;
+  ecc_info_t info;
   memset(&info, 0, sizeof(info));
   info.struct_size = sizeof(info);
   rc = ecc_describe(p->c, &info);
@@ -449,7 +449,7 @@ static int say_hello(struct producer *p)
 
 static void record_stats(struct producer *p)
 {
-  ecc_stats st;
+  ecc_stats_t st;
   memset(&st, 0, sizeof(st));
   st.struct_size = sizeof(st);
   if (ecc_get_stats(p->c, &st) != ECC_OK)

@@ -98,9 +98,9 @@ static int parse_args(int argc, char **argv, int allow_open, struct info_args *a
 }
 
 /* The options for ecc_check: all defaults but the timeout. */
-static ecc_open_options check_options(const struct info_args *a)
+static ecc_open_options_t check_options(const struct info_args *a)
 {
-  ecc_open_options o;
+  ecc_open_options_t o;
   memset(&o, 0, sizeof(o));
   o.struct_size = sizeof(o);
   o.log_level = -1;
@@ -114,11 +114,9 @@ static void print_caps(uint32_t caps)
     uint32_t bit;
     const char *name;
   } names[] = {
-      {ECC_CAP_SAVE, "save"},
-      {ECC_CAP_LOAD, "load"},
-      {ECC_CAP_HOST_ENGINE, "host-engine"},
-      {ECC_CAP_CUDA_ENGINE, "cuda-engine"},
-      {ECC_CAP_STATS, "stats"},
+#define CAP_NAME(name, bit, text) {name, text},
+      ECC_CAP_MAP(CAP_NAME)
+#undef CAP_NAME
   };
   uint32_t known = 0;
   const char *sep = "";
@@ -137,7 +135,7 @@ static void print_caps(uint32_t caps)
   printf("\n");
 }
 
-static void print_params(const ecc_param *params, size_t n)
+static void print_params(const ecc_param_t *params, size_t n)
 {
   printf("keys:           %zu accepted (INI '[section] name' = pair 'section.name')\n",
          n);
@@ -148,7 +146,7 @@ static void print_params(const ecc_param *params, size_t n)
   }
 }
 
-static void print_meta(const char *config, const ecc_plugin_meta *meta,
+static void print_meta(const char *config, const ecc_plugin_meta_t *meta,
                        const char *summary)
 {
   printf("config:         %s\n", config);
@@ -168,9 +166,9 @@ static double mib(uint64_t bytes)
   return (double)bytes / (1024.0 * 1024.0);
 }
 
-static void print_described(ecc_connector *c)
+static void print_described(ecc_connector_t *c)
 {
-  ecc_info info;
+  ecc_info_t info;
   memset(&info, 0, sizeof(info));
   info.struct_size = sizeof(info);
   int rc = ecc_describe(c, &info);
@@ -190,7 +188,7 @@ static void print_described(ecc_connector *c)
     printf("  save rank:    %s\n", info.save_rank ? "yes" : "no (saves are skipped)");
     printf("  max inflight: %" PRIu64 " transfers per direction\n", info.max_inflight);
   }
-  ecc_stats st;
+  ecc_stats_t st;
   memset(&st, 0, sizeof(st));
   st.struct_size = sizeof(st);
   rc = ecc_get_stats(c, &st);
@@ -204,7 +202,7 @@ static void print_described(ecc_connector *c)
 static int info_open(const char *config)
 {
   char err[MSG_CAP] = "";
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   int rc = ecc_open(config, NULL, &c, err, sizeof(err));
   if (rc != ECC_OK) {
     cli_config_error("info --open", config, err, rc);
@@ -232,8 +230,8 @@ int cmd_info(int argc, char **argv)
 
   /* The keys come back from the check process with the rest: the plugin
    * is never loaded into eccctl itself to read them. */
-  ecc_open_options o = check_options(&a);
-  ecc_plugin_meta *meta = NULL;
+  ecc_open_options_t o = check_options(&a);
+  ecc_plugin_meta_t *meta = NULL;
   char msg[MSG_CAP] = "";
   rc = ecc_check_params(a.config, &o, &meta, msg, sizeof(msg));
   if (rc != ECC_OK) {
@@ -259,7 +257,7 @@ int cmd_check(int argc, char **argv)
   if (rc != CLI_OK)
     return rc;
 
-  ecc_open_options o = check_options(&a);
+  ecc_open_options_t o = check_options(&a);
   char msg[MSG_CAP] = "";
   rc = ecc_check(a.config, &o, NULL, msg, sizeof(msg));
   if (rc != ECC_OK) {

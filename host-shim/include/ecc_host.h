@@ -72,12 +72,12 @@
 extern "C" {
 #endif
 
-typedef struct ecc_connector ecc_connector;
+typedef struct ecc_connector ecc_connector_t;
 
 /* Optional settings for ecc_open(); NULL means all defaults. */
 typedef struct ecc_open_options {
-  uint32_t struct_size;       /* sizeof(ecc_open_options) */
-  const ecc_kv *overrides;    /* pairs that replace or add to the INI's, e.g. {"connector.role","consumer"} */
+  uint32_t struct_size;       /* sizeof(ecc_open_options_t) */
+  const ecc_kv_t *overrides;    /* pairs that replace or add to the INI's, e.g. {"connector.role","consumer"} */
   size_t n_overrides;
   /* Log sink; NULL logs to stderr. Called from any thread. */
   void (*log)(void *user, int level, const char *msg);
@@ -87,28 +87,28 @@ typedef struct ecc_open_options {
    * take to load and validate the plugin before it is killed, at most
    * 3600000 (an hour); 0 means 10000. */
   uint64_t check_timeout_ms;
-} ecc_open_options;
+} ecc_open_options_t;
 
 /* Open a connector from an INI file. On failure returns an ECC_ERR_* code,
  * writes the reason (naming the file, line or key at fault) to err, sets
  * *out to NULL and leaves nothing loaded or created. */
-int ecc_open(const char *ini_path, const ecc_open_options *opt,
-             ecc_connector **out, char *err, size_t err_cap);
+int ecc_open(const char *ini_path, const ecc_open_options_t *opt,
+             ecc_connector_t **out, char *err, size_t err_cap);
 
 /* The six operations: see ecc_plugin_v1.h for their full contract. */
-int ecc_save(ecc_connector *c, const ecc_save_entry *entries, size_t n);
-int ecc_flush(ecc_connector *c, void *compute_stream);
-int ecc_load(ecc_connector *c, const ecc_load_entry *entries, size_t n, void *compute_stream);
-int ecc_poll(ecc_connector *c, ecc_completion *out, size_t cap, size_t *n_out);
+int ecc_save(ecc_connector_t *c, const ecc_save_entry_t *entries, size_t n);
+int ecc_flush(ecc_connector_t *c, void *compute_stream);
+int ecc_load(ecc_connector_t *c, const ecc_load_entry_t *entries, size_t n, void *compute_stream);
+int ecc_poll(ecc_connector_t *c, ecc_completion_t *out, size_t cap, size_t *n_out);
 /* Wait for calls inside the plugin, shut down and free c; the plugin stays
  * loaded (see above). NULL is a no-op returning ECC_OK; a second ecc_close()
  * running at the same time returns ECC_ERR_CLOSED. */
-int ecc_close(ecc_connector *c);
+int ecc_close(ecc_connector_t *c);
 
 /* Optional plugin functions; ECC_ERR_UNSUPPORTED when the plugin lacks one. */
-int ecc_get_stats(ecc_connector *c, ecc_stats *out);
-int ecc_describe(ecc_connector *c, ecc_info *out);
-int ecc_last_error(ecc_connector *c, char *buf, size_t cap);
+int ecc_get_stats(ecc_connector_t *c, ecc_stats_t *out);
+int ecc_describe(ecc_connector_t *c, ecc_info_t *out);
+int ecc_last_error(ecc_connector_t *c, char *buf, size_t cap);
 
 /* The loaded plugin's table header, as negotiated. */
 typedef struct ecc_plugin_meta {
@@ -119,12 +119,12 @@ typedef struct ecc_plugin_meta {
   uint32_t abi_minor;    /* the plugin's ABI minor */
   uint32_t negotiated_minor; /* min(host's, plugin's) */
   uint32_t caps;         /* ECC_CAP_* */
-  const ecc_param *params; /* the keys the plugin accepts: from ecc_plugin_info valid while
+  const ecc_param_t *params; /* the keys the plugin accepts: from ecc_plugin_info valid while
                               the connector is open, from ecc_check_params inside its block,
                               NULL from ecc_check */
   size_t n_params;
-} ecc_plugin_meta;
-int ecc_plugin_info(ecc_connector *c, ecc_plugin_meta *out);
+} ecc_plugin_meta_t;
+int ecc_plugin_info(ecc_connector_t *c, ecc_plugin_meta_t *out);
 
 /* Validate an INI file without creating anything: parse it, then in a
  * child process (fork, no exec) load the plugin, check its table and its
@@ -142,15 +142,15 @@ int ecc_plugin_info(ecc_connector *c, ecc_plugin_meta *out);
  * that ignores SIGCHLD (or reaps children it did not start) the child's
  * status is lost: its report still counts, and a child that sent none gives
  * ECC_ERR_SYSTEM ("cannot learn how the check process ended"). */
-int ecc_check(const char *ini_path, const ecc_open_options *opt,
-              ecc_plugin_meta *meta, char *err, size_t err_cap);
+int ecc_check(const char *ini_path, const ecc_open_options_t *opt,
+              ecc_plugin_meta_t *meta, char *err, size_t err_cap);
 
 /* ecc_check, and on success *out receives the plugin's header together
  * with the keys it accepts (params, their defaults and help texts) in one
  * block from malloc, which the caller releases with free(). On failure
  * *out is NULL. out must not be NULL (ECC_ERR_INVALID). */
-int ecc_check_params(const char *ini_path, const ecc_open_options *opt,
-                     ecc_plugin_meta **out, char *err, size_t err_cap);
+int ecc_check_params(const char *ini_path, const ecc_open_options_t *opt,
+                     ecc_plugin_meta_t **out, char *err, size_t err_cap);
 
 /* Name of a status code, e.g. "ECC_ERR_RANGE: block id or size out of range".
  * The text is constant and lives as long as the library, for unknown codes

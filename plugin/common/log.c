@@ -9,12 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
-void log_init(struct ecc_log *log, const ecc_host_services_v1 *host)
+void log_init(struct ecc_log *log, const ecc_host_services_v1_t *host)
 {
   memset(log, 0, sizeof(*log));
-  /* A host built against a smaller struct than ours still has log/user:
-   * they are in the first (and so far only) version of the struct. */
-  log->host = host;
+  /* Every field read here is in the first version of the struct; one too
+   * short even for those is no logger at all (create refuses it). */
+  log->host = host != NULL && ECC_COVERS(host, ecc_host_services_v1_t, user) ? host : NULL;
   pthread_mutex_init(&log->lock, NULL);
 }
 
@@ -29,7 +29,7 @@ void log_destroy(struct ecc_log *log)
 #define HELD_MAX 8
 
 struct held_msg {
-  const ecc_host_services_v1 *host;
+  const ecc_host_services_v1_t *host;
   int level;
   char text[512];
 };
@@ -38,18 +38,18 @@ static __thread struct {
   unsigned depth;
   unsigned n;
   unsigned dropped;
-  const ecc_host_services_v1 *dropped_host;
+  const ecc_host_services_v1_t *dropped_host;
   struct held_msg q[HELD_MAX];
 } held;
 
-static void send_line(const ecc_host_services_v1 *h, int level, const char *text)
+static void send_line(const ecc_host_services_v1_t *h, int level, const char *text)
 {
   h->log(h->user, level, text);
 }
 
 static void emit(struct ecc_log *log, int level, const char *text)
 {
-  const ecc_host_services_v1 *h = log->host;
+  const ecc_host_services_v1_t *h = log->host;
   if (h == NULL || h->log == NULL || level > h->log_level)
     return;
   if (held.depth == 0) {
@@ -81,7 +81,7 @@ void log_release(void)
     return;
   struct held_msg out[HELD_MAX];
   unsigned n = held.n, dropped = held.dropped;
-  const ecc_host_services_v1 *dropped_host = held.dropped_host;
+  const ecc_host_services_v1_t *dropped_host = held.dropped_host;
   memcpy(out, held.q, n * sizeof(out[0]));
   held.n = 0;
   held.dropped = 0;

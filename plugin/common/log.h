@@ -20,14 +20,14 @@
 #include "ecc_plugin_v1.h"
 
 struct ecc_log {
-  const ecc_host_services_v1 *host; /* may be NULL: then nothing is logged */
+  const ecc_host_services_v1_t *host; /* may be NULL: then nothing is logged */
   pthread_mutex_t lock;             /* guards last */
   char last[512];                   /* most recent error text */
   char *err;                        /* during create only: the host's err buffer */
   size_t err_cap;
 };
 
-void log_init(struct ecc_log *log, const ecc_host_services_v1 *host);
+void log_init(struct ecc_log *log, const ecc_host_services_v1_t *host);
 void log_destroy(struct ecc_log *log);
 
 /* Log at `level` (ECC_LOG_*) if the host asked for that level. */

@@ -13,15 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "region.h"
 #include "region_dir.h"
 
-const ecc_param_v1 config_params[CONFIG_N_PARAMS] = {
+const ecc_param_v1_t config_params[CONFIG_N_PARAMS] = {
   {"connector.role", "both", "producer | consumer | both: which directions this process moves"},
   {"connector.tp_rank", "0", "tensor-parallel rank; saves happen only where tp_rank and pcp_rank are 0"},
   {"connector.pcp_rank", "0", "prefill-context-parallel rank (see tp_rank)"},
   {"connector.max_inflight", "64", "batched transfers in flight per direction before flush/load return BUSY (1..65536)"},
   {"region.name", "default", "region name, [A-Za-z0-9_-]{1,63}; the file is <dir>/ecc-<name>.region"},
-  {"region.dir", "", "absolute directory of the region file, on a tmpfs; empty: /dev/shm/ecc-<uid>, made 0700 for this user on demand (name a directory to share regions between users)"},
+  {"region.dir", "", "absolute directory of the region file, on a tmpfs; empty: /dev/shm/ecc-<uid>, made 0700 for this user on demand"},
   {"region.size", "1GiB", "bytes of block data: number with B, K/KiB, M/MiB, G/GiB, T/TiB (x1024) or KB, MB, GB, TB (x1000)"},
   {"region.block_size", "", "bytes per block (one token's row); or give hidden_size and dtype"},
   {"region.hidden_size", "", "values per row; block_size = hidden_size x size of dtype"},
@@ -73,7 +74,7 @@ static const char *raw(const struct raw_config *r, const char *key)
   return r->value[param_index(key)];
 }
 
-static int gather(const ecc_kv_v1 *kv, size_t n, struct raw_config *r, char *err, size_t cap)
+static int gather(const ecc_kv_v1_t *kv, size_t n, struct raw_config *r, char *err, size_t cap)
 {
   int seen[CONFIG_N_PARAMS] = {0};
   for (size_t i = 0; i < config_n_params; i++)
@@ -157,38 +158,66 @@ static int parse_u32(const struct raw_config *r, const char *key, long long lo,
   return rc;
 }
 
-/* Match text against `names`; the result is the index into names. */
-static int parse_choice(const struct raw_config *r, const char *key,
-                        const char *const *names, size_t n, int *out, char *err, size_t cap)
+/* One member of a closed set: its value and the INI's word for it. */
+struct choice {
+  int value;
+  const char *name;
+};
+
+#define CHOICE(constant, value, text) {constant, text},
+static const struct choice k_roles[] = {CONFIG_ROLE_MAP(CHOICE)};
+static const struct choice k_modes[] = {REGION_MODE_MAP(CHOICE)};
+static const struct choice k_pins[] = {CONFIG_PIN_MAP(CHOICE)};
+static const struct choice k_engines[] = {CONFIG_ENGINE_MAP(CHOICE)};
+static const struct choice k_methods[] = {CONFIG_METHOD_MAP(CHOICE)};
+static const struct choice k_bools[] = {CONFIG_BOOL_MAP(CHOICE)};
+#undef CHOICE
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+static const char *choice_name(const struct choice *set, size_t n, int value)
+{
+  for (size_t i = 0; i < n; i++)
+    if (set[i].value == value)
+      return set[i].name;
+  return "?";
+}
+
+/* "a | b | c" into buf, for a message. */
+static const char *choice_list(const struct choice *set, size_t n, char *buf, size_t cap)
+{
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < n && used < cap; i++) {
+    int w = snprintf(buf + used, cap - used, "%s%s", i ? " | " : "", set[i].name);
+    if (w < 0)
+      break;
+    used += (size_t)w;
+  }
+  return buf;
+}
+
+static int parse_choice(const struct raw_config *r, const char *key, const struct choice *set,
+                        size_t n, int *out, char *err, size_t cap)
 {
   const char *text = raw(r, key);
   for (size_t i = 0; i < n; i++) {
-    if (strcmp(text, names[i]) == 0) {
-      *out = (int)i;
+    if (strcmp(text, set[i].name) == 0) {
+      *out = set[i].value;
       return ECC_OK;
     }
   }
-  char list[160] = "";
-  for (size_t i = 0; i < n; i++) {
-    strncat(list, names[i], sizeof(list) - strlen(list) - 1);
-    if (i + 1 < n)
-      strncat(list, " | ", sizeof(list) - strlen(list) - 1);
-  }
-  return fail(err, cap, "config: %s = '%s' is not one of: %s", key, text, list);
+  char list[160];
+  return fail(err, cap, "config: %s = '%s' is not one of: %s", key, text,
+              choice_list(set, n, list, sizeof(list)));
 }
 
 static int parse_name(const struct raw_config *r, struct plugin_config *c, char *err, size_t cap)
 {
   const char *name = raw(r, "region.name");
   size_t len = strlen(name);
-  if (len == 0 || len >= sizeof(c->region_name))
-    return fail(err, cap, "config: region.name must have 1 to %zu characters",
-                sizeof(c->region_name) - 1);
-  for (size_t i = 0; i < len; i++) {
-    unsigned char ch = (unsigned char)name[i];
-    if (!isalnum(ch) && ch != '-' && ch != '_')
-      return fail(err, cap, "config: region.name = '%s' may hold only letters, digits, '-' and '_'", name);
-  }
+  if (!ecc_name_ok(name))
+    return fail(err, cap, "config: region.name = '%s' must be 1 to %d letters, digits, '-' or '_'",
+                name, ECC_NAME_MAX);
   memcpy(c->region_name, name, len + 1);
   const char *dir = raw(r, "region.dir");
   if ((dir[0] != '\0' && dir[0] != '/') || strlen(dir) >= sizeof(c->region_dir))
@@ -198,15 +227,34 @@ static int parse_name(const struct raw_config *r, struct plugin_config *c, char 
   return ECC_OK;
 }
 
+static const struct {
+  const char *name;
+  int bytes;
+} k_dtypes[] = {
+#define DTYPE(name, bytes) {name, bytes},
+    CONFIG_DTYPE_MAP(DTYPE)
+#undef DTYPE
+};
+
 static int dtype_bytes(const char *dtype)
 {
-  static const struct { const char *name; int bytes; } types[] = {
-    {"float32", 4}, {"float16", 2}, {"bfloat16", 2}, {"float8", 1}, {"int8", 1},
-  };
-  for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
-    if (strcmp(dtype, types[i].name) == 0)
-      return types[i].bytes;
+  for (size_t i = 0; i < N_OF(k_dtypes); i++)
+    if (strcmp(dtype, k_dtypes[i].name) == 0)
+      return k_dtypes[i].bytes;
   return 0;
+}
+
+static const char *dtype_list(char *buf, size_t cap)
+{
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < N_OF(k_dtypes) && used < cap; i++) {
+    int w = snprintf(buf + used, cap - used, "%s%s", i ? " | " : "", k_dtypes[i].name);
+    if (w < 0)
+      break;
+    used += (size_t)w;
+  }
+  return buf;
 }
 
 static int parse_layout(const struct raw_config *r, struct plugin_config *c, char *err, size_t cap)
@@ -229,8 +277,10 @@ static int parse_layout(const struct raw_config *r, struct plugin_config *c, cha
     if (rc != ECC_OK)
       return rc;
     int per = dtype_bytes(dtype);
+    char list[96];
     if (per == 0)
-      return fail(err, cap, "config: region.dtype = '%s' is not one of: float32 | float16 | bfloat16 | float8 | int8", dtype);
+      return fail(err, cap, "config: region.dtype = '%s' is not one of: %s", dtype,
+                  dtype_list(list, sizeof(list)));
     c->block_size = (uint64_t)h * (uint64_t)per;
   } else {
     return fail(err, cap, "config: region.block_size (or region.hidden_size and region.dtype) is required");
@@ -246,33 +296,23 @@ static int parse_layout(const struct raw_config *r, struct plugin_config *c, cha
   return ECC_OK;
 }
 
-static int parse_bool(const struct raw_config *r, const char *key, int *out, char *err, size_t cap)
-{
-  static const char *const names[] = {"false", "true"};
-  return parse_choice(r, key, names, 2, out, err, cap);
-}
-
 static int parse_enums(const struct raw_config *r, struct plugin_config *c, char *err, size_t cap)
 {
-  static const char *const roles[] = {"", "producer", "consumer", "both"};
-  static const char *const modes[] = {"auto", "create", "join"};
-  static const char *const pins[] = {"auto", "on", "off"};
-  static const char *const engines[] = {"auto", "host", "cuda"};
-  static const char *const methods[] = {"auto", "dma", "kernel"};
-  int rc = parse_choice(r, "connector.role", roles + 1, 3, &c->role, err, cap);
-  c->role += 1;
+  int rc = parse_choice(r, "connector.role", k_roles, N_OF(k_roles), &c->role, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "region.mode", modes, 3, &c->region_mode, err, cap);
+    rc = parse_choice(r, "region.mode", k_modes, N_OF(k_modes), &c->region_mode, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "pinning.enabled", pins, 3, &c->pin, err, cap);
+    rc = parse_choice(r, "pinning.enabled", k_pins, N_OF(k_pins), &c->pin, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "engine.type", engines, 3, &c->engine, err, cap);
+    rc = parse_choice(r, "engine.type", k_engines, N_OF(k_engines), &c->engine, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "engine.method", methods, 3, &c->method, err, cap);
+    rc = parse_choice(r, "engine.method", k_methods, N_OF(k_methods), &c->method, err, cap);
   if (rc == ECC_OK)
-    rc = parse_bool(r, "region.reap_orphans", &c->reap_orphans, err, cap);
+    rc = parse_choice(r, "region.reap_orphans", k_bools, N_OF(k_bools), &c->reap_orphans, err,
+                      cap);
   if (rc == ECC_OK)
-    rc = parse_bool(r, "region.require_tmpfs", &c->require_tmpfs, err, cap);
+    rc = parse_choice(r, "region.require_tmpfs", k_bools, N_OF(k_bools), &c->require_tmpfs,
+                      err, cap);
   return rc;
 }
 
@@ -297,7 +337,7 @@ static int parse_numbers(const struct raw_config *r, struct plugin_config *c, ch
   return rc;
 }
 
-int config_parse(const ecc_kv_v1 *kv, size_t n, struct plugin_config *out,
+int config_parse(const ecc_kv_v1_t *kv, size_t n, struct plugin_config *out,
                  char *err, size_t err_cap)
 {
   struct raw_config r;
@@ -324,10 +364,15 @@ const char *config_region_dir(const struct plugin_config *c, char *buf, size_t c
 
 const char *config_role_name(int role)
 {
-  switch (role) {
-  case ROLE_PRODUCER: return "producer";
-  case ROLE_CONSUMER: return "consumer";
-  case ROLE_BOTH: return "both";
-  default: return "unknown";
-  }
+  return choice_name(k_roles, N_OF(k_roles), role);
+}
+
+const char *config_engine_name(int engine)
+{
+  return choice_name(k_engines, N_OF(k_engines), engine);
+}
+
+const char *config_method_name(int method)
+{
+  return choice_name(k_methods, N_OF(k_methods), method);
 }

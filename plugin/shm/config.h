@@ -9,25 +9,55 @@
 #include <stdint.h>
 
 #include "ecc_plugin_v1.h"
+#include "names.h"
 
-enum conn_role { ROLE_PRODUCER = 1, ROLE_CONSUMER = 2, ROLE_BOTH = 3 };
-enum pin_mode { PIN_AUTO, PIN_ON, PIN_OFF };
-enum engine_kind { ENGINE_AUTO, ENGINE_HOST, ENGINE_CUDA };
-enum cuda_method { METHOD_AUTO, METHOD_DMA, METHOD_KERNEL };
-enum region_mode { REGION_AUTO, REGION_CREATE, REGION_JOIN };
+/* The configuration's closed sets, each written once:
+ * X(constant, value, the word INI files use). */
+#define CONFIG_ROLE_MAP(X)            \
+  X(ROLE_PRODUCER, 1, "producer")     \
+  X(ROLE_CONSUMER, 2, "consumer")     \
+  X(ROLE_BOTH, 3, "both")
+#define CONFIG_PIN_MAP(X) \
+  X(PIN_AUTO, 0, "auto")  \
+  X(PIN_ON, 1, "on")      \
+  X(PIN_OFF, 2, "off")
+#define CONFIG_ENGINE_MAP(X) \
+  X(ENGINE_AUTO, 0, "auto")  \
+  X(ENGINE_HOST, 1, "host")  \
+  X(ENGINE_CUDA, 2, "cuda")
+#define CONFIG_METHOD_MAP(X)  \
+  X(METHOD_AUTO, 0, "auto")   \
+  X(METHOD_DMA, 1, "dma")     \
+  X(METHOD_KERNEL, 2, "kernel")
+#define CONFIG_BOOL_MAP(X) \
+  X(CONFIG_FALSE, 0, "false") \
+  X(CONFIG_TRUE, 1, "true")
+/* Element types of a row: X(name, bytes). */
+#define CONFIG_DTYPE_MAP(X) \
+  X("float32", 4)           \
+  X("float16", 2)           \
+  X("bfloat16", 2)          \
+  X("float8", 1)            \
+  X("int8", 1)
 
-#define REGION_NAME_MAX 64
+#define CONFIG_ENUM(name, value, text) name = value,
+enum conn_role { CONFIG_ROLE_MAP(CONFIG_ENUM) };
+enum pin_mode { CONFIG_PIN_MAP(CONFIG_ENUM) };
+enum engine_kind { CONFIG_ENGINE_MAP(CONFIG_ENUM) };
+enum cuda_method { CONFIG_METHOD_MAP(CONFIG_ENUM) };
+enum config_bool { CONFIG_BOOL_MAP(CONFIG_ENUM) };
+#undef CONFIG_ENUM
 
 struct plugin_config {
   int role;                  /* enum conn_role */
   uint32_t tp_rank;          /* tensor-parallel rank of this process */
   uint32_t pcp_rank;         /* prefill-context-parallel rank of this process */
-  char region_name[REGION_NAME_MAX]; /* [A-Za-z0-9_-]+ */
+  char region_name[ECC_NAME_MAX + 1]; /* names.h */
   char region_dir[128];      /* directory of the region file; "" for /dev/shm/ecc-<euid> */
   uint64_t region_size;      /* bytes of block data requested */
   uint64_t block_size;       /* bytes per block */
   uint64_t num_blocks;       /* floor(region_size / block_size) */
-  int region_mode;           /* enum region_mode */
+  int region_mode;           /* enum region_mode (region.h) */
   uint32_t join_timeout_ms;  /* how long a joiner waits for the creator */
   int reap_orphans;          /* unlink dead regions before opening */
   int require_tmpfs;         /* refuse a region_dir that is not a tmpfs */
@@ -42,12 +72,12 @@ struct plugin_config {
 
 /* Number of published keys (checked against the table in config.c). */
 #define CONFIG_N_PARAMS 20
-extern const ecc_param_v1 config_params[CONFIG_N_PARAMS];
+extern const ecc_param_v1_t config_params[CONFIG_N_PARAMS];
 extern const size_t config_n_params;
 
 /* Parse and check `n` pairs (defaults for absent keys). On error returns
  * ECC_ERR_CONFIG with the key and the reason written to err. */
-int config_parse(const ecc_kv_v1 *kv, size_t n, struct plugin_config *out,
+int config_parse(const ecc_kv_v1_t *kv, size_t n, struct plugin_config *out,
                  char *err, size_t err_cap);
 
 /* Parse a byte size: a whole number with an optional unit (B, K/KiB, M/MiB,
@@ -59,6 +89,9 @@ int config_parse_size(const char *text, uint64_t *out);
  * default written to buf. Touches nothing. */
 const char *config_region_dir(const struct plugin_config *c, char *buf, size_t cap);
 
+/* The INI's word for a role, engine or copy method ("?" for none). */
 const char *config_role_name(int role);
+const char *config_engine_name(int engine);
+const char *config_method_name(int method);
 
 #endif /* ECC_CONFIG_H */

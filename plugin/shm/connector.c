@@ -158,7 +158,7 @@ static int check_blocks(struct conn *c, const char *what, size_t idx,
 }
 
 /* On success sets *key_len to the key's length. */
-static int check_save_entry(struct conn *c, const ecc_save_entry_v1 *e, size_t idx,
+static int check_save_entry(struct conn *c, const ecc_save_entry_v1_t *e, size_t idx,
                             size_t *key_len)
 {
   if (e->key == NULL)
@@ -192,7 +192,7 @@ static int check_save_entry(struct conn *c, const ecc_save_entry_v1 *e, size_t i
 
 /* Bytes a load entry moves: its blocks, cut at the destination's capacity.
  * The product fits in 64 bits once check_blocks has passed. */
-static uint64_t load_bytes(const struct conn *c, const ecc_load_entry_v1 *e)
+static uint64_t load_bytes(const struct conn *c, const ecc_load_entry_v1_t *e)
 {
   uint64_t blocks = (uint64_t)e->n_blocks * c->region.block_size;
   return blocks < e->dst_capacity ? blocks : e->dst_capacity;
@@ -200,7 +200,7 @@ static uint64_t load_bytes(const struct conn *c, const ecc_load_entry_v1 *e)
 
 /* On success adds the entry's block count to *descs (at most one
  * descriptor per block), so the entries are not walked again for it. */
-static int check_load_entry(struct conn *c, const ecc_load_entry_v1 *e, size_t idx,
+static int check_load_entry(struct conn *c, const ecc_load_entry_v1_t *e, size_t idx,
                             uint64_t *descs)
 {
   if (e->dst == 0)
@@ -228,7 +228,7 @@ static int check_load_entry(struct conn *c, const ecc_load_entry_v1 *e, size_t i
  * one into the batch's last descriptor, which a later bad entry could not
  * take back. Sets *descs (at most one descriptor per block listed) and
  * *key_bytes (NULs included). */
-static int check_saves(struct conn *c, const ecc_save_entry_v1 *e, size_t n, uint64_t *descs,
+static int check_saves(struct conn *c, const ecc_save_entry_v1_t *e, size_t n, uint64_t *descs,
                        size_t *key_bytes)
 {
   *descs = 0;
@@ -244,7 +244,7 @@ static int check_saves(struct conn *c, const ecc_save_entry_v1 *e, size_t n, uin
   return ECC_OK;
 }
 
-static int add_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1 *e, size_t n,
+static int add_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1_t *e, size_t n,
                      uint64_t descs, size_t key_bytes)
 {
   if (desc_reserve(&t->desc, descs) != 0 || reserve_done(t, n) != 0 ||
@@ -272,7 +272,7 @@ static int add_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1
   return ECC_OK;
 }
 
-static int save_locked(struct conn *c, const ecc_save_entry_v1 *e, size_t n, uint64_t descs,
+static int save_locked(struct conn *c, const ecc_save_entry_v1_t *e, size_t n, uint64_t descs,
                        size_t key_bytes)
 {
   struct transfer *t = c->pending;
@@ -290,7 +290,7 @@ static int save_locked(struct conn *c, const ecc_save_entry_v1 *e, size_t n, uin
   return rc;
 }
 
-int conn_save(struct conn *c, const ecc_save_entry_v1 *e, size_t n)
+int conn_save(struct conn *c, const ecc_save_entry_v1_t *e, size_t n)
 {
   if (n == 0)
     return ECC_OK;
@@ -411,7 +411,7 @@ struct load_plan {
  * ends where the next's begins, and those are neighbours in the host's
  * order already. Records and keys are scratch until the transfer is
  * queued, so a rejected call still changes nothing. */
-static int plan_loads(struct conn *c, struct transfer *t, const ecc_load_entry_v1 *e, size_t n,
+static int plan_loads(struct conn *c, struct transfer *t, const ecc_load_entry_v1_t *e, size_t n,
                       struct load_plan *plan)
 {
   int blocks_ascend = 1, dsts_ascend = 1;
@@ -454,7 +454,7 @@ static int reserve_order(struct conn *c, size_t n)
 
 /* Descriptors of a step's loads in order of first block, so that entries
  * next to each other in the region and at their destinations coalesce. */
-static int build_load(struct conn *c, struct transfer *t, const ecc_load_entry_v1 *e, size_t n,
+static int build_load(struct conn *c, struct transfer *t, const ecc_load_entry_v1_t *e, size_t n,
                       const struct load_plan *plan)
 {
   if (desc_reserve(&t->desc, plan->descs) != 0)
@@ -481,7 +481,7 @@ static int build_load(struct conn *c, struct transfer *t, const ecc_load_entry_v
 }
 
 /* Checked entries first, then the in-flight bound, then the copy. */
-static int start_load(struct conn *c, struct transfer *t, const ecc_load_entry_v1 *e, size_t n,
+static int start_load(struct conn *c, struct transfer *t, const ecc_load_entry_v1_t *e, size_t n,
                       void *stream)
 {
   if (reserve_done(t, n) != 0 || reserve_order(c, n) != 0)
@@ -510,7 +510,7 @@ static int start_load(struct conn *c, struct transfer *t, const ecc_load_entry_v
   return ECC_OK;
 }
 
-static int load_locked(struct conn *c, const ecc_load_entry_v1 *e, size_t n, void *stream)
+static int load_locked(struct conn *c, const ecc_load_entry_v1_t *e, size_t n, void *stream)
 {
   int rc = region_check(&c->region, &c->log);
   if (rc != ECC_OK)
@@ -540,7 +540,7 @@ static int load_locked(struct conn *c, const ecc_load_entry_v1 *e, size_t n, voi
 
 /* The entries are checked under the step lock, in the same pass that
  * prepares them: a step of thousands of entries pays for one walk, not two. */
-int conn_load(struct conn *c, const ecc_load_entry_v1 *e, size_t n, void *stream)
+int conn_load(struct conn *c, const ecc_load_entry_v1_t *e, size_t n, void *stream)
 {
   if (n == 0)
     return ECC_OK;
@@ -573,7 +573,7 @@ static unsigned hist_bucket(uint64_t bytes)
 /* Account a transfer that just finished (done_lock held). */
 static void count_finished(struct conn *c, struct transfer *t)
 {
-  ecc_dir_stats_v1 *s = t->direction == ECC_DIR_SAVE ? &c->stats.save : &c->stats.load;
+  ecc_dir_stats_v1_t *s = t->direction == ECC_DIR_SAVE ? &c->stats.save : &c->stats.load;
   s->transfers++;
   s->entries += t->n_done;
   s->descriptors += t->desc.count;
@@ -583,11 +583,11 @@ static void count_finished(struct conn *c, struct transfer *t)
   if (t->status != ECC_OK) {
     s->failed++;
     log_msg(&c->log, ECC_LOG_ERROR, "%s batch %" PRIu64 " failed (%d): %zu entries reported failed",
-            t->direction == ECC_DIR_SAVE ? "save" : "load", t->batch, t->status, t->n_done);
+            ecc_dir_name(t->direction), t->batch, t->status, t->n_done);
   } else {
     log_msg(&c->log, ECC_LOG_DEBUG, "%s batch %" PRIu64 ": %zu entries, %" PRIu64
             " bytes, %zu descriptors, %.3f ms",
-            t->direction == ECC_DIR_SAVE ? "save" : "load", t->batch, t->n_done,
+            ecc_dir_name(t->direction), t->batch, t->n_done,
             t->desc.bytes, t->desc.count, (double)t->elapsed_ns / 1e6);
   }
 }
@@ -625,13 +625,13 @@ static void check_region_once(struct conn *c, int *checked)
  * counted so: the stats agree with the completions (done_lock held). */
 static void count_dead_region(struct conn *c, const struct transfer *t)
 {
-  ecc_dir_stats_v1 *s = t->direction == ECC_DIR_SAVE ? &c->stats.save : &c->stats.load;
+  ecc_dir_stats_v1_t *s = t->direction == ECC_DIR_SAVE ? &c->stats.save : &c->stats.load;
   s->failed++;
 }
 
 /* The caller's record for one entry of a finished transfer. */
 static void report(const struct transfer *t, const struct done_rec *rec, int region_dead,
-                   ecc_completion_v1 *out)
+                   ecc_completion_v1_t *out)
 {
   out->direction = (uint32_t)t->direction;
   out->status = t->status == ECC_OK && region_dead ? ECC_ERR_REGION : t->status;
@@ -648,7 +648,7 @@ static void report(const struct transfer *t, const struct done_rec *rec, int reg
   }
 }
 
-static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1 *out, size_t cap,
+static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1_t *out, size_t cap,
                     int *checked)
 {
   size_t n = 0;
@@ -665,7 +665,7 @@ static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1 *out, size
   return n;
 }
 
-int conn_poll(struct conn *c, ecc_completion_v1 *out, size_t cap, size_t *n_out)
+int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_out)
 {
   if (n_out == NULL || (out == NULL && cap > 0))
     return log_fail(&c->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
@@ -718,7 +718,7 @@ static int open_region(struct conn *c)
   return region_open(&p, &c->region, &c->log);
 }
 
-int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1 *host,
+int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1_t *host,
                 char *err, size_t err_cap, struct conn **out)
 {
   struct conn *c = calloc(1, sizeof(*c));
@@ -760,9 +760,9 @@ int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1 *hos
   return ECC_OK;
 }
 
-void conn_stats(struct conn *c, ecc_stats_v1 *out)
+void conn_stats(struct conn *c, ecc_stats_v1_t *out)
 {
-  ecc_stats_v1 copy;
+  ecc_stats_v1_t copy;
   lock(&c->done_lock);
   copy = c->stats;
   unlock(&c->done_lock);
@@ -773,9 +773,9 @@ void conn_stats(struct conn *c, ecc_stats_v1 *out)
   out->struct_size = size;
 }
 
-void conn_describe(struct conn *c, ecc_info_v1 *out)
+void conn_describe(struct conn *c, ecc_info_v1_t *out)
 {
-  ecc_info_v1 info;
+  ecc_info_v1_t info;
   memset(&info, 0, sizeof(info));
   info.creator = (uint32_t)c->region.creator;
   snprintf(info.region_path, sizeof(info.region_path), "%s", c->region.path);
@@ -829,11 +829,10 @@ void conn_destroy(struct conn *c)
 
 void conn_summary(const struct plugin_config *cfg, char *buf, size_t cap)
 {
-  static const char *const engines[] = {"auto", "host", "cuda"};
   char dir[sizeof(cfg->region_dir)];
   snprintf(buf, cap, "%s, region %s/ecc-%s.region: %" PRIu64 " blocks of %" PRIu64
            " B (%" PRIu64 " B), engine %s, max_inflight %u", config_role_name(cfg->role),
            config_region_dir(cfg, dir, sizeof(dir)), cfg->region_name, cfg->num_blocks,
-           cfg->block_size, cfg->num_blocks * cfg->block_size, engines[cfg->engine],
+           cfg->block_size, cfg->num_blocks * cfg->block_size, config_engine_name(cfg->engine),
            cfg->max_inflight);
 }

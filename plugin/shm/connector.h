@@ -38,19 +38,19 @@ struct conn {
   struct fifo saves;
   struct fifo loads;
   struct transfer *free_list;
-  ecc_stats_v1 stats;
+  ecc_stats_v1_t stats;
   int region_dead;              /* a poll found the region removed, replaced or truncated */
 };
 
 /* Create: parse nothing (cfg is checked), open region and engine. */
-int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1 *host,
+int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1_t *host,
                 char *err, size_t err_cap, struct conn **out);
-int conn_save(struct conn *c, const ecc_save_entry_v1 *e, size_t n);
+int conn_save(struct conn *c, const ecc_save_entry_v1_t *e, size_t n);
 int conn_flush(struct conn *c, void *stream);
-int conn_load(struct conn *c, const ecc_load_entry_v1 *e, size_t n, void *stream);
-int conn_poll(struct conn *c, ecc_completion_v1 *out, size_t cap, size_t *n_out);
-void conn_stats(struct conn *c, ecc_stats_v1 *out);
-void conn_describe(struct conn *c, ecc_info_v1 *out);
+int conn_load(struct conn *c, const ecc_load_entry_v1_t *e, size_t n, void *stream);
+int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_out);
+void conn_stats(struct conn *c, ecc_stats_v1_t *out);
+void conn_describe(struct conn *c, ecc_info_v1_t *out);
 /* Wait for everything in flight, release it all, close the region. */
 void conn_destroy(struct conn *c);
 

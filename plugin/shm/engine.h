@@ -16,7 +16,7 @@ struct ecc_log;
 struct plugin_config;
 struct region;
 
-/* What poll reports for one entry, kept small: a full ecc_completion_v1 is
+/* What poll reports for one entry, kept small: a full ecc_completion_v1_t is
  * 168 bytes, and a step of thousands of entries would write (and poll copy)
  * megabytes of them at submit time. */
 struct done_rec {

@@ -21,15 +21,18 @@ static int err_text(char *err, size_t cap, int code, const char *text)
   return code;
 }
 
-static int shm_create(const ecc_create_args_v1 *args, ecc_handle_t *out)
+static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
 {
   if (out != NULL)
     *out = 0;
   if (args == NULL || out == NULL)
     return ECC_ERR_INVALID;
   /* The fields we read are all in the first version of the struct. */
-  if (args->struct_size < offsetof(ecc_create_args_v1, err_cap) + sizeof(size_t))
+  if (!ECC_COVERS(args, ecc_create_args_v1_t, err_cap))
     return ECC_ERR_INVALID;
+  if (args->host != NULL && !ECC_COVERS(args->host, ecc_host_services_v1_t, user))
+    return err_text(args->err, args->err_cap, ECC_ERR_INVALID,
+                    "create: the host's services struct is shorter than its first version");
   if (args->abi_major != ECC_ABI_V1_MAJOR || args->abi_minor > ECC_ABI_V1_MINOR) {
     char text[160];
     snprintf(text, sizeof(text), "create: ABI %u.%u requested; this plugin implements %d.%d",
@@ -58,7 +61,7 @@ static int shm_create(const ecc_create_args_v1 *args, ecc_handle_t *out)
   return ECC_OK;
 }
 
-static int shm_save(ecc_handle_t h, const ecc_save_entry_v1 *entries, size_t n)
+static int shm_save(ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n)
 {
   unsigned slot;
   struct conn *c = handles_enter(h, &slot);
@@ -80,7 +83,7 @@ static int shm_flush(ecc_handle_t h, void *compute_stream)
   return rc;
 }
 
-static int shm_load(ecc_handle_t h, const ecc_load_entry_v1 *entries, size_t n,
+static int shm_load(ecc_handle_t h, const ecc_load_entry_v1_t *entries, size_t n,
                     void *compute_stream)
 {
   unsigned slot;
@@ -92,7 +95,7 @@ static int shm_load(ecc_handle_t h, const ecc_load_entry_v1 *entries, size_t n,
   return rc;
 }
 
-static int shm_poll(ecc_handle_t h, ecc_completion_v1 *out, size_t cap, size_t *n_out)
+static int shm_poll(ecc_handle_t h, ecc_completion_v1_t *out, size_t cap, size_t *n_out)
 {
   unsigned slot;
   struct conn *c = handles_enter(h, &slot);
@@ -113,7 +116,7 @@ static int shm_shutdown(ecc_handle_t h)
   return ECC_OK;
 }
 
-static int shm_validate(const ecc_kv_v1 *config, size_t n_config, char *err, size_t err_cap)
+static int shm_validate(const ecc_kv_v1_t *config, size_t n_config, char *err, size_t err_cap)
 {
   struct plugin_config cfg;
   int rc = config_parse(config, n_config, &cfg, err, err_cap);
@@ -127,7 +130,7 @@ static int shm_validate(const ecc_kv_v1 *config, size_t n_config, char *err, siz
   return ECC_OK;
 }
 
-static int shm_stats(ecc_handle_t h, ecc_stats_v1 *out)
+static int shm_stats(ecc_handle_t h, ecc_stats_v1_t *out)
 {
   if (out == NULL)
     return ECC_ERR_INVALID;
@@ -153,7 +156,7 @@ static int shm_last_error(ecc_handle_t h, char *buf, size_t cap)
   return ECC_OK;
 }
 
-static int shm_describe(ecc_handle_t h, ecc_info_v1 *out)
+static int shm_describe(ecc_handle_t h, ecc_info_v1_t *out)
 {
   if (out == NULL)
     return ECC_ERR_INVALID;

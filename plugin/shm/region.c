@@ -24,13 +24,13 @@
 
 #include "config.h"
 #include "log.h"
+#include "names.h"
 #include "region_dir.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
 #endif
 
-#define NAME_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
 #define FILE_PREFIX "ecc-"
 #define FILE_SUFFIX ".region"
 /* The one temporary name of a region being built: <file>.tmp. Versions
@@ -71,12 +71,6 @@ static int layout_bytes(uint64_t bs, uint64_t nb, uint64_t hb, uint64_t *total)
   return 0;
 }
 
-static int name_ok(const char *name)
-{
-  size_t n = strlen(name);
-  return n > 0 && n <= REGION_NAME_MAX && strspn(name, NAME_CHARS) == n;
-}
-
 /* Whether `name` in the directory is still the file dev/ino. */
 static int names_file(int dirfd, const char *name, dev_t dev, ino_t ino)
 {
@@ -102,10 +96,10 @@ static void dir_of(const struct region *r, char *buf, size_t cap)
 static int prepare(const struct region_params *p, struct region *out, uint64_t *total,
                    struct ecc_log *log)
 {
-  if (p->name == NULL || !name_ok(p->name))
+  if (p->name == NULL || !ecc_name_ok(p->name))
     return log_fail(log, ECC_ERR_CONFIG,
                     "region.name '%s' is not 1..%d of the characters A-Z a-z 0-9 _ -",
-                    p->name ? p->name : "(null)", REGION_NAME_MAX);
+                    p->name ? p->name : "(null)", ECC_NAME_MAX);
   snprintf(out->file, sizeof(out->file), FILE_PREFIX "%s" FILE_SUFFIX, p->name);
   char shown[64];
   const char *dir = region_dir_shown(p->dir, shown, sizeof(shown));
@@ -618,7 +612,7 @@ static int entry_kind(const char *name)
   if (strncmp(name, FILE_PREFIX, strlen(FILE_PREFIX)) != 0)
     return ENTRY_OTHER;
   const char *s = name + strlen(FILE_PREFIX);
-  size_t n = strspn(s, NAME_CHARS);
+  size_t n = ecc_name_span(s);
   if (n == 0)
     return ENTRY_OTHER;
   s += n;

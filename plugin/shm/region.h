@@ -17,6 +17,18 @@
 
 struct ecc_log;
 
+/* How an open finds the region: X(constant, value, the INI's word). */
+#define REGION_MODE_MAP(X)   \
+  X(REGION_AUTO, 0, "auto")  \
+  X(REGION_CREATE, 1, "create") \
+  X(REGION_JOIN, 2, "join")
+
+enum region_mode {
+#define REGION_MODE_ENUM(name, value, text) name = value,
+  REGION_MODE_MAP(REGION_MODE_ENUM)
+#undef REGION_MODE_ENUM
+};
+
 #define REGION_MAGIC "ECCREGN1"
 #define REGION_LAYOUT_VERSION 1
 #define REGION_HEADER_BYTES 4096u

@@ -84,13 +84,13 @@ static void pattern(uint8_t *p, uint64_t n, uint64_t seed, uint64_t first)
 }
 
 struct rig {
-  ecc_connector *c;
+  ecc_connector_t *c;
   uint8_t *map;
   size_t map_bytes;
   uint8_t *blocks;      /* our own view of the region's blocks */
   uint64_t bs, nb;
   cudaStream_t stream;  /* the "compute stream" of the tests */
-  ecc_info info;
+  ecc_info_t info;
 };
 
 static void rig_open_ini(struct rig *r, const char *ini, uint64_t bs, uint64_t nb)
@@ -127,17 +127,17 @@ static void rig_close(struct rig *r)
   munmap(r->map, r->map_bytes);
 }
 
-static ecc_stats stats_of(ecc_connector *c)
+static ecc_stats_t stats_of(ecc_connector_t *c)
 {
-  ecc_stats s = {.struct_size = sizeof(s)};
+  ecc_stats_t s = {.struct_size = sizeof(s)};
   cr_assert_eq(ecc_get_stats(c, &s), ECC_OK);
   return s;
 }
 
 /* Poll `n` completions of one direction, all successful. */
-static void expect_done(ecc_connector *c, size_t n, uint32_t dir, int timeout_ms)
+static void expect_done(ecc_connector_t *c, size_t n, uint32_t dir, int timeout_ms)
 {
-  ecc_completion done[16];
+  ecc_completion_t done[16];
   cr_assert_leq(n, 16);
   size_t got = th_poll_until(c, done, n, timeout_ms);
   cr_assert_eq(got, n, "%zu of %zu completions within %d ms", got, n, timeout_ms);
@@ -223,7 +223,7 @@ static void one_round_trip(struct rig *r, struct bufs *b, int scattered, unsigne
   ck(cudaMemcpy(b->src_dev, b->src, b->cap, cudaMemcpyHostToDevice), "upload source");
   ck(cudaDeviceSynchronize(), "upload source");
 
-  ecc_save_entry e[2] = {
+  ecc_save_entry_t e[2] = {
     {"a", (uint64_t)(uintptr_t)(b->src_dev + align), sa.nbytes, sa.ids, sa.n},
     {"b", (uint64_t)(uintptr_t)(b->src_dev + off_b + align), sb.nbytes, sb.ids, sb.n},
   };
@@ -238,7 +238,7 @@ static void one_round_trip(struct rig *r, struct bufs *b, int scattered, unsigne
 
   memset_now(b->dst_dev, POISON, b->cap, "poison destination");
   uint64_t moved_b = 7 * bs;
-  ecc_load_entry l[2] = {
+  ecc_load_entry_t l[2] = {
     {11, sa.ids, sa.n, (uint64_t)(uintptr_t)(b->dst_dev + dalign), sa.nbytes},
     {12, sb.ids, sb.n, (uint64_t)(uintptr_t)(b->dst_dev + off_b + dalign), moved_b + 5},
   };
@@ -273,7 +273,7 @@ static void round_trips(const char *method)
     for (int scattered = 0; scattered < 2; scattered++)
       for (size_t a = 0; a < 3; a++)
         one_round_trip(&r, &b, scattered, aligns[a], s * 100 + (uint64_t)scattered * 10 + a);
-    ecc_stats st = stats_of(r.c);
+    ecc_stats_t st = stats_of(r.c);
     cr_expect_eq(st.save.failed + st.load.failed, 0);
     cr_expect_eq(st.save.transfers, 6);
     cr_expect_eq(st.load.transfers, 6);
@@ -305,7 +305,7 @@ static void coalescing(const char *method)
 
   /* Two entries adjacent on both sides: one descriptor. */
   uint32_t x[2] = {2, 3}, y[2] = {4, 5}, z[2] = {6, 7};
-  ecc_save_entry e[2] = {
+  ecc_save_entry_t e[2] = {
     {"x", (uint64_t)(uintptr_t)src_dev, 2 * bs, x, 2},
     {"y", (uint64_t)(uintptr_t)(src_dev + 2 * bs), 2 * bs, y, 2},
   };
@@ -315,7 +315,7 @@ static void coalescing(const char *method)
   cr_expect_eq(stats_of(r.c).save.descriptors, 1);
 
   /* Given in reverse order, sorted by first block: one descriptor. */
-  ecc_load_entry l[2] = {
+  ecc_load_entry_t l[2] = {
     {2, y, 2, (uint64_t)(uintptr_t)(dst_dev + 2 * bs), 2 * bs},
     {1, x, 2, (uint64_t)(uintptr_t)dst_dev, 2 * bs},
   };
@@ -332,7 +332,7 @@ static void coalescing(const char *method)
   cr_expect_eq(stats_of(r.c).load.descriptors, 1);
 
   /* Neighbours in the destination but not in the region: two. */
-  ecc_load_entry m[2] = {
+  ecc_load_entry_t m[2] = {
     {3, x, 2, (uint64_t)(uintptr_t)dst_dev, 2 * bs},
     {4, z, 2, (uint64_t)(uintptr_t)(dst_dev + 2 * bs), 2 * bs},
   };
@@ -393,7 +393,7 @@ static void save_waits_for_stream(const char *method, enum host_stream which)
   uint32_t *ids = malloc(nb * sizeof(*ids));
   for (uint32_t i = 0; i < nb; i++)
     ids[i] = (i * 37) % nb; /* scattered */
-  ecc_save_entry e = {"late", (uint64_t)(uintptr_t)src_dev, bytes, ids, (uint32_t)nb};
+  ecc_save_entry_t e = {"late", (uint64_t)(uintptr_t)src_dev, bytes, ids, (uint32_t)nb};
   uint64_t t0 = now_ms();
   cr_assert_eq(ecc_save(r.c, &e, 1), ECC_OK);
   cr_assert_eq(ecc_flush(r.c, passed_stream(&r, which)), ECC_OK);
@@ -454,7 +454,7 @@ static void load_then_kernel(const char *method, enum host_stream which)
    * counts bytes that already look loaded, which must be none. */
   ck(tk_spin(100u * 1000u * 1000u, work), "spin");
   ck(tk_count_mismatch(dst_dev, bytes, 3, 0, bad_before, work), "check before");
-  ecc_load_entry l = {9, ids, (uint32_t)nb, (uint64_t)(uintptr_t)dst_dev, bytes};
+  ecc_load_entry_t l = {9, ids, (uint32_t)nb, (uint64_t)(uintptr_t)dst_dev, bytes};
   cr_assert_eq(ecc_load(r.c, &l, 1, passed_stream(&r, which)), ECC_OK);
   ck(tk_count_mismatch(dst_dev, bytes, 3, 0, bad, work), "check");
   unsigned long long n_bad = 1, n_before = 0;
@@ -509,7 +509,7 @@ static void reuse_after_completion(const char *method)
     ck(tk_fill(src_dev, bytes, seed, 0, r.stream), "fill");
     for (uint32_t i = 0; i < nb; i++)
       ids[i] = (i * 101 + (uint32_t)round) % nb;
-    ecc_save_entry e = {"reused", (uint64_t)(uintptr_t)src_dev, bytes, ids, (uint32_t)nb};
+    ecc_save_entry_t e = {"reused", (uint64_t)(uintptr_t)src_dev, bytes, ids, (uint32_t)nb};
     cr_assert_eq(ecc_save(r.c, &e, 1), ECC_OK);
     cr_assert_eq(ecc_flush(r.c, r.stream), ECC_OK);
     expect_done(r.c, 1, ECC_DIR_SAVE, 20000);
@@ -547,7 +547,7 @@ Test(gpu, shutdown_waits_for_copies, .timeout = 120)
   uint32_t *ids = malloc(nb * sizeof(*ids));
   for (uint32_t i = 0; i < nb; i++)
     ids[i] = nb - 1 - i;
-  ecc_save_entry e = {"late", (uint64_t)(uintptr_t)src_dev, bytes, ids, (uint32_t)nb};
+  ecc_save_entry_t e = {"late", (uint64_t)(uintptr_t)src_dev, bytes, ids, (uint32_t)nb};
   cr_assert_eq(ecc_save(r.c, &e, 1), ECC_OK);
   cr_assert_eq(ecc_flush(r.c, r.stream), ECC_OK);
   cr_assert_eq(ecc_close(r.c), ECC_OK);
@@ -602,7 +602,7 @@ Test(gpu, describe_and_pinning)
 
 static void expect_open_fails(const char *ini, int code, const char *needle, const char *region)
 {
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   char err[512] = "";
   int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
   cr_expect_eq(rc, code, "ecc_open gave %d (%s), want %d", rc, err, code);
@@ -653,7 +653,7 @@ Test(gpu, two_connectors_one_process, .timeout = 120)
   for (int k = 0; k < 2; k++) {
     int other = dev[1 - k], cur = -1;
     ck(cudaSetDevice(other), "cudaSetDevice");
-    ecc_save_entry e = {"k", (uint64_t)(uintptr_t)src[k], bytes, ids, 32};
+    ecc_save_entry_t e = {"k", (uint64_t)(uintptr_t)src[k], bytes, ids, 32};
     cr_assert_eq(ecc_save(r[k].c, &e, 1), ECC_OK);
     cr_assert_eq(ecc_flush(r[k].c, r[k].stream), ECC_OK);
     ck(cudaGetDevice(&cur), "cudaGetDevice");
@@ -661,7 +661,7 @@ Test(gpu, two_connectors_one_process, .timeout = 120)
   }
   for (int k = 0; k < 2; k++) {
     expect_done(r[k].c, 1, ECC_DIR_SAVE, 10000);
-    ecc_load_entry l = {7, ids, 32, (uint64_t)(uintptr_t)dst[k], bytes};
+    ecc_load_entry_t l = {7, ids, 32, (uint64_t)(uintptr_t)dst[k], bytes};
     int other = dev[1 - k], cur = -1;
     ck(cudaSetDevice(other), "cudaSetDevice");
     cr_assert_eq(ecc_load(r[k].c, &l, 1, r[k].stream), ECC_OK);
@@ -693,7 +693,7 @@ static uint32_t proc_block(uint32_t entry, uint32_t j)
   return ((entry * PROC_BLOCKS + j) * 7u) % PROC_NB;
 }
 
-static int child_open(const char *ini, ecc_connector **c)
+static int child_open(const char *ini, ecc_connector_t **c)
 {
   char err[512] = "";
   int rc = ecc_open(ini, NULL, c, err, sizeof(err));
@@ -702,9 +702,9 @@ static int child_open(const char *ini, ecc_connector **c)
   return rc;
 }
 
-static int child_poll(ecc_connector *c, size_t want)
+static int child_poll(ecc_connector_t *c, size_t want)
 {
-  ecc_completion done[PROC_ENTRIES];
+  ecc_completion_t done[PROC_ENTRIES];
   size_t got = 0;
   uint64_t t0 = now_ms();
   while (got < want && now_ms() - t0 < 20000) {
@@ -732,7 +732,7 @@ static int use_test_gpu(void)
 
 static int producer(const char *ini, int to_consumer, int from_consumer)
 {
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   if (use_test_gpu() != 0)
     return 15;
   if (child_open(ini, &c) != ECC_OK)
@@ -744,14 +744,14 @@ static int producer(const char *ini, int to_consumer, int from_consumer)
       cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
       cudaDeviceSynchronize() != cudaSuccess)
     return 11;
-  ecc_save_entry e[PROC_ENTRIES];
+  ecc_save_entry_t e[PROC_ENTRIES];
   uint32_t ids[PROC_ENTRIES][PROC_BLOCKS];
   char keys[PROC_ENTRIES][16];
   for (uint32_t i = 0; i < PROC_ENTRIES; i++) {
     for (uint32_t j = 0; j < PROC_BLOCKS; j++)
       ids[i][j] = proc_block(i, j);
     snprintf(keys[i], sizeof(keys[i]), "img%u", i);
-    e[i] = (ecc_save_entry){keys[i], (uint64_t)(uintptr_t)(dev + (uint64_t)i * PROC_BLOCKS * PROC_BS),
+    e[i] = (ecc_save_entry_t){keys[i], (uint64_t)(uintptr_t)(dev + (uint64_t)i * PROC_BLOCKS * PROC_BS),
                             (uint64_t)PROC_BLOCKS * PROC_BS, ids[i], PROC_BLOCKS};
   }
   if (ecc_save(c, e, PROC_ENTRIES) != ECC_OK || ecc_flush(c, NULL) != ECC_OK ||
@@ -770,7 +770,7 @@ static int consumer(const char *ini, int from_producer, int to_producer)
   char ch = 0;
   if (read(from_producer, &ch, 1) != 1)
     return 20;
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   if (use_test_gpu() != 0)
     return 28;
   if (child_open(ini, &c) != ECC_OK)
@@ -780,12 +780,12 @@ static int consumer(const char *ini, int from_producer, int to_producer)
   if (cudaMalloc((void **)&dev, bytes) != cudaSuccess || cudaMemset(dev, POISON, bytes) != cudaSuccess ||
       cudaDeviceSynchronize() != cudaSuccess)
     return 22;
-  ecc_load_entry l[PROC_ENTRIES];
+  ecc_load_entry_t l[PROC_ENTRIES];
   uint32_t ids[PROC_ENTRIES][PROC_BLOCKS];
   for (uint32_t i = 0; i < PROC_ENTRIES; i++) {
     for (uint32_t j = 0; j < PROC_BLOCKS; j++)
       ids[i][j] = proc_block(i, j);
-    l[i] = (ecc_load_entry){100 + i, ids[i], PROC_BLOCKS,
+    l[i] = (ecc_load_entry_t){100 + i, ids[i], PROC_BLOCKS,
                             (uint64_t)(uintptr_t)(dev + (uint64_t)i * PROC_BLOCKS * PROC_BS),
                             (uint64_t)PROC_BLOCKS * PROC_BS};
   }

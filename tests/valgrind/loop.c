@@ -41,7 +41,7 @@ static int fail(const char *what, int cycle, int rc, const char *detail)
 }
 
 /* Polls until one completion arrives; 10 s at most. */
-static int wait_one(ecc_connector *c, ecc_completion *out)
+static int wait_one(ecc_connector_t *c, ecc_completion_t *out)
 {
   for (int spins = 0; spins < 100000; spins++) {
     size_t n = 0;
@@ -62,26 +62,26 @@ static int one_cycle(const char *ini, const char *dir, int cycle)
   for (size_t i = 0; i < sizeof(src); i++)
     src[i] = (unsigned char)(i * 7 + (size_t)cycle);
   char err[1024] = "";
-  ecc_connector *c = NULL;
+  ecc_connector_t *c = NULL;
   int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
   if (rc != ECC_OK)
     return fail("ecc_open", cycle, rc, err);
   uint32_t ids[ROWS] = {5, 6, 2};
   char key[32];
   snprintf(key, sizeof(key), "cycle-%d", cycle);
-  ecc_save_entry s = {key, (uint64_t)(uintptr_t)src, sizeof(src), ids, ROWS};
-  ecc_completion done;
+  ecc_save_entry_t s = {key, (uint64_t)(uintptr_t)src, sizeof(src), ids, ROWS};
+  ecc_completion_t done;
   if ((rc = ecc_save(c, &s, 1)) != ECC_OK || (rc = ecc_flush(c, NULL)) != ECC_OK ||
       (rc = wait_one(c, &done)) != ECC_OK || strcmp(done.key, key) != 0)
     return fail("save", cycle, rc, NULL);
   memset(dst, 0, sizeof(dst));
-  ecc_load_entry l = {(uint64_t)cycle, ids, ROWS, (uint64_t)(uintptr_t)dst, sizeof(src)};
+  ecc_load_entry_t l = {(uint64_t)cycle, ids, ROWS, (uint64_t)(uintptr_t)dst, sizeof(src)};
   if ((rc = ecc_load(c, &l, 1, NULL)) != ECC_OK || (rc = wait_one(c, &done)) != ECC_OK ||
       done.transfer_id != (uint64_t)cycle)
     return fail("load", cycle, rc, NULL);
   if (memcmp(src, dst, sizeof(src)) != 0)
     return fail("compare", cycle, 0, "the loaded bytes differ from the saved ones");
-  ecc_stats st = {.struct_size = sizeof(st)};
+  ecc_stats_t st = {.struct_size = sizeof(st)};
   if ((rc = ecc_get_stats(c, &st)) != ECC_OK || st.save.entries != 1 || st.load.entries != 1)
     return fail("stats", cycle, rc, NULL);
   if ((rc = ecc_close(c)) != ECC_OK)

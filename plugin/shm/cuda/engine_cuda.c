@@ -408,7 +408,7 @@ static void plan_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct 
 
 static int debug_on(const struct cuda_engine *ce)
 {
-  const ecc_host_services_v1 *h = ce->log->host;
+  const ecc_host_services_v1_t *h = ce->log->host;
   return h != NULL && h->log != NULL && h->log_level >= ECC_LOG_DEBUG;
 }
 
@@ -428,7 +428,7 @@ static void run_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct t
   } else {
     rc = dma_copy(&ce->dma, d->src, d->dst, d->len, d->count, to_host, stream, &why);
   }
-  const char *name = p->method == METHOD_KERNEL ? "kernel" : "dma";
+  const char *name = config_method_name(p->method);
   if (rc != 0) {
     s->failed = ECC_ERR_TRANSFER;
     log_msg(ce->log, ECC_LOG_ERROR, "cuda: %s of %zu descriptors (%" PRIu64 " bytes) by %s failed: %s",
@@ -563,7 +563,7 @@ static int cuda_query(struct engine *e, struct transfer *t, int *status, uint64_
     (void)cudaGetLastError();
     *status = ECC_ERR_DEVICE;
     log_msg(ce->log, ECC_LOG_ERROR, "cuda: a %s copy failed on device %d: %s",
-            t->direction == ECC_DIR_SAVE ? "save" : "load", ce->device, cudaGetErrorString(rc));
+            ecc_dir_name(t->direction), ce->device, cudaGetErrorString(rc));
   }
   ctx_leave(ce, &g);
   return 1;

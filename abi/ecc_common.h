@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ecc_common.h - what every version of the encoder-cache connector plugin
+ * ABI shares: status codes, log levels, capability bits, directions, the
+ * handle type, the longest key, and how to read a struct whose other side
+ * may be older. Each versioned header (ecc_plugin_v1.h, ...) includes it.
+ *
+ * Append only: a code, level or bit, once released, keeps its value and
+ * meaning for good. Each closed set is written once, as an X-macro table
+ * (X(name, value, text) per member), so that code naming the members
+ * (ecc_strerror, the INI's log_level names, eccctl's capability list)
+ * derives them from here instead of repeating them.
+ */
+#ifndef ECC_COMMON_H
+#define ECC_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes: 0 is success, the errors a closed set of negatives. Every
+ * function of every ABI version returns one of these. */
+#define ECC_STATUS_MAP(X)                                                                  \
+  X(ECC_OK, 0, "success")                                                                  \
+  X(ECC_ERR_INVALID, -1, "bad argument: NULL pointer, empty or over-long key, zero size")  \
+  X(ECC_ERR_RANGE, -2, "block id past the region, or data larger than its blocks")         \
+  X(ECC_ERR_ROLE, -3, "save on a consumer, or load on a producer")                         \
+  X(ECC_ERR_BUSY, -4, "the in-flight bound is reached: poll, then retry")                  \
+  X(ECC_ERR_CONFIG, -5, "unknown configuration key or bad value")                          \
+  X(ECC_ERR_INCOMPATIBLE, -6, "ABI version not supported, or a plugin that breaks the ABI") \
+  X(ECC_ERR_REGION, -7, "shared region foreign, truncated, unsafe, of another layout, or gone") \
+  X(ECC_ERR_SYSTEM, -8, "an operating-system call failed")                                 \
+  X(ECC_ERR_NOMEM, -9, "out of host memory")                                               \
+  X(ECC_ERR_DEVICE, -10, "the GPU runtime failed")                                         \
+  X(ECC_ERR_TRANSFER, -11, "a copy failed")                                                \
+  X(ECC_ERR_CLOSED, -12, "handle shut down, never existed, or inherited through fork")     \
+  X(ECC_ERR_UNSUPPORTED, -13, "not built in or not available here")
+
+typedef enum ecc_status {
+#define ECC_STATUS_ENUM(name, value, text) name = value,
+  ECC_STATUS_MAP(ECC_STATUS_ENUM)
+#undef ECC_STATUS_ENUM
+} ecc_status_t;
+
+/* The most negative code; a code below it (or above ECC_OK) is not one. */
+#define ECC_STATUS_MIN ECC_ERR_UNSUPPORTED
+
+/* Log levels, most severe first; the text is the level's name in INI files. */
+#define ECC_LOG_LEVEL_MAP(X) \
+  X(ECC_LOG_ERROR, 0, "error") \
+  X(ECC_LOG_WARN, 1, "warn")   \
+  X(ECC_LOG_INFO, 2, "info")   \
+  X(ECC_LOG_DEBUG, 3, "debug")
+
+typedef enum ecc_log_level {
+#define ECC_LOG_LEVEL_ENUM(name, value, text) name = value,
+  ECC_LOG_LEVEL_MAP(ECC_LOG_LEVEL_ENUM)
+#undef ECC_LOG_LEVEL_ENUM
+} ecc_log_level_t;
+
+/* Capability bits of a plugin's table: X(name, bit number, short name). */
+#define ECC_CAP_MAP(X)                    \
+  X(ECC_CAP_SAVE, 0, "save")              \
+  X(ECC_CAP_LOAD, 1, "load")              \
+  X(ECC_CAP_HOST_ENGINE, 2, "host-engine") \
+  X(ECC_CAP_CUDA_ENGINE, 3, "cuda-engine") \
+  X(ECC_CAP_STATS, 4, "stats")
+
+enum ecc_cap {
+#define ECC_CAP_ENUM(name, bit, text) name = 1u << (bit),
+  ECC_CAP_MAP(ECC_CAP_ENUM)
+#undef ECC_CAP_ENUM
+};
+/* ECC_CAP_SAVE:        implements the producer side
+ * ECC_CAP_LOAD:        implements the consumer side
+ * ECC_CAP_HOST_ENGINE: can copy to and from host memory (no GPU needed)
+ * ECC_CAP_CUDA_ENGINE: built with the CUDA engine (a GPU may still be absent)
+ * ECC_CAP_STATS:       the stats function is implemented */
+
+/* Which direction a completion belongs to: X(name, value, text). */
+#define ECC_DIR_MAP(X)       \
+  X(ECC_DIR_SAVE, 1, "save") \
+  X(ECC_DIR_LOAD, 2, "load")
+
+enum ecc_dir {
+#define ECC_DIR_ENUM(name, value, text) name = value,
+  ECC_DIR_MAP(ECC_DIR_ENUM)
+#undef ECC_DIR_ENUM
+};
+/* ECC_DIR_SAVE: device -> region; ECC_DIR_LOAD: region -> device. */
+
+/* Longest key (content hash string) in bytes, without the terminating NUL. */
+#define ECC_KEY_MAX 127
+
+/* Opaque connector handle. 0 is never valid. After shutdown a handle's value
+ * stays invalid for the life of the process, also after the plugin has been
+ * closed and opened again: calls with it return ECC_ERR_CLOSED and never
+ * touch freed memory. */
+typedef uint64_t ecc_handle_t;
+
+/* Whether a struct that begins with `uint32_t struct_size`, as the other
+ * side compiled it, reaches past `field` of `type`: a field appended after
+ * the other side was built is read (or written) only when this holds. */
+#define ECC_COVERS(ptr, type, field) \
+  ((size_t)(ptr)->struct_size >= offsetof(type, field) + sizeof(((type *)0)->field))
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ECC_COMMON_H */
