@@ -35,16 +35,16 @@ _Static_assert(INI_CONFIG_MAX_BYTES < INT_MAX - 1, "INI line numbers are ints");
 #define SECTION_NAME_MAX 49
 #define PARSE_ERR_MAX 512
 
-static const char k_plugin_keys[] = "name, path, dir, log_level";
+static const char plugin_keys[] = "name, path, dir, log_level";
 
 /* Everything the reader and the handler share while inih runs. Only the
  * first error (by line) is kept: later ones are often caused by it. */
-typedef struct parse_state {
+struct parse_state {
   const char *text; /* the whole file */
   size_t len;
   size_t next;      /* where the next line starts */
-  ini_config *cfg;
-  key_index *keys;  /* every pair's key, to find duplicates */
+  struct ini_config *cfg;
+  struct key_index *keys;  /* every pair's key, to find duplicates */
   int line;         /* the line inih is working on */
   int err_line;     /* line of the first error found here, 0 if none */
   int err_code;
@@ -52,10 +52,10 @@ typedef struct parse_state {
   int hint_line;    /* first line inih will call a syntax error, and why */
   const char *hint;
   int plugin_line;  /* first [plugin] header */
-} parse_state;
+};
 
 __attribute__((format(printf, 2, 3))) static int
-parse_fail(parse_state *st, const char *fmt, ...)
+parse_fail(struct parse_state *st, const char *fmt, ...)
 {
   if (st->err_line == 0) {
     va_list ap;
@@ -68,7 +68,7 @@ parse_fail(parse_state *st, const char *fmt, ...)
   return 0; /* inih records the line as an error too */
 }
 
-static int parse_nomem(parse_state *st)
+static int parse_nomem(struct parse_state *st)
 {
   if (st->err_line == 0) {
     parse_fail(st, "out of memory");
@@ -94,7 +94,7 @@ static bool section_char_ok(char ch)
 
 /* A "[name]" line: refuse names inih would mangle or that could never form a
  * plugin key; remember where [plugin] starts. Returns false after an error. */
-static bool inspect_section(parse_state *st, const char *text)
+static bool inspect_section(struct parse_state *st, const char *text)
 {
   const char *close = strchr(text, ']');
   if (close == NULL) {
@@ -126,7 +126,7 @@ static bool inspect_section(parse_state *st, const char *text)
 }
 
 /* Lines inih will reject; saying why beats a bare "syntax error". */
-static void inspect_other(parse_state *st, const char *text)
+static void inspect_other(struct parse_state *st, const char *text)
 {
   if (text[0] == '\0') /* blank, or a comment cut away */
     return;
@@ -138,7 +138,7 @@ static void inspect_other(parse_state *st, const char *text)
 
 /* Checks the line in str (NUL-terminated, without its line ending) and ends
  * it with the newline inih expects, or blanks it after an error. */
-static char *hand_over(parse_state *st, char *str)
+static char *hand_over(struct parse_state *st, char *str)
 {
   if (str[0] == '[') {
     if (!inspect_section(st, str))
@@ -174,7 +174,7 @@ static size_t before_comment(const char *text, size_t len)
 }
 
 /* The next line of the file without its line ending; false at the end. */
-static bool next_line(parse_state *st, const char **text, size_t *len)
+static bool next_line(struct parse_state *st, const char **text, size_t *len)
 {
   if (st->next >= st->len)
     return false;
@@ -197,7 +197,7 @@ static bool next_line(parse_state *st, const char **text, size_t *len)
  * the previous value, and comments so that inih never sees one. */
 static char *read_line(char *str, int num, void *stream)
 {
-  parse_state *st = stream;
+  struct parse_state *st = stream;
   const char *text;
   size_t len;
   if (!next_line(st, &text, &len))
@@ -233,7 +233,7 @@ static char *read_line(char *str, int num, void *stream)
 
 /* ---- the handler: [plugin] settings and plugin pairs ---- */
 
-static ini_setting *plugin_setting(ini_config *cfg, const char *name)
+static struct ini_setting *plugin_setting(struct ini_config *cfg, const char *name)
 {
   if (strcmp(name, "name") == 0)
     return &cfg->name;
@@ -246,11 +246,11 @@ static ini_setting *plugin_setting(ini_config *cfg, const char *name)
   return NULL;
 }
 
-static int on_plugin_key(parse_state *st, const char *name, const char *value)
+static int on_plugin_key(struct parse_state *st, const char *name, const char *value)
 {
-  ini_setting *s = plugin_setting(st->cfg, name);
+  struct ini_setting *s = plugin_setting(st->cfg, name);
   if (s == NULL)
-    return parse_fail(st, "unknown key '%s' in [plugin] (accepted: %s)", name, k_plugin_keys);
+    return parse_fail(st, "unknown key '%s' in [plugin] (accepted: %s)", name, plugin_keys);
   if (s->value != NULL)
     return parse_fail(st, "duplicate key '%s' in [plugin] (first set on line %d)", name,
                       s->line);
@@ -264,7 +264,7 @@ static int on_plugin_key(parse_state *st, const char *name, const char *value)
 }
 
 /* The pair of key, or NULL. */
-static ini_pair *find_pair(const ini_config *cfg, key_index *keys, const char *key)
+static struct ini_pair *find_pair(const struct ini_config *cfg, struct key_index *keys, const char *key)
 {
   size_t pos;
   return key_index_find(keys, key, &pos) ? &cfg->pairs[pos] : NULL;
@@ -272,13 +272,13 @@ static ini_pair *find_pair(const ini_config *cfg, key_index *keys, const char *k
 
 /* Appends a pair whose key is not in keys yet and indexes it. Takes
  * ownership of key and value (frees them on failure). */
-static int append_pair(ini_config *cfg, key_index *keys, char *key, char *value, int line)
+static int append_pair(struct ini_config *cfg, struct key_index *keys, char *key, char *value, int line)
 {
   if (key == NULL || value == NULL)
     goto nomem;
   if (cfg->n_pairs == cfg->cap_pairs) {
     size_t cap = cfg->cap_pairs != 0 ? cfg->cap_pairs * 2 : 16;
-    ini_pair *grown = realloc(cfg->pairs, cap * sizeof(*grown));
+    struct ini_pair *grown = realloc(cfg->pairs, cap * sizeof(*grown));
     if (grown == NULL)
       goto nomem;
     cfg->pairs = grown;
@@ -288,7 +288,7 @@ static int append_pair(ini_config *cfg, key_index *keys, char *key, char *value,
    * The index points at the pair's own key string, freed with cfg. */
   if (!key_index_add(keys, key, cfg->n_pairs))
     goto nomem;
-  cfg->pairs[cfg->n_pairs++] = (ini_pair){.key = key, .value = value, .line = line};
+  cfg->pairs[cfg->n_pairs++] = (struct ini_pair){.key = key, .value = value, .line = line};
   return ECC_OK;
 nomem:
   free(key);
@@ -307,7 +307,7 @@ static char *join_key(const char *section, const char *name)
 
 static int on_pair(void *user, const char *section, const char *name, const char *value)
 {
-  parse_state *st = user;
+  struct parse_state *st = user;
   if (st->err_line != 0)
     return 1; /* only the first error is reported */
   if (section[0] == '\0')
@@ -322,7 +322,7 @@ static int on_pair(void *user, const char *section, const char *name, const char
   char *key = join_key(section, name);
   if (key == NULL)
     return parse_nomem(st);
-  const ini_pair *old = find_pair(st->cfg, st->keys, key);
+  const struct ini_pair *old = find_pair(st->cfg, st->keys, key);
   if (old != NULL) {
     parse_fail(st, "duplicate key '%s' (first set on line %d)", key, old->line);
     free(key);
@@ -336,7 +336,7 @@ static int on_pair(void *user, const char *section, const char *name, const char
 /* ---- whole file ---- */
 
 /* Picks the first error by line among inih's (syntax) and ours. */
-static int report_parse(const parse_state *st, int rc, char *err, size_t err_cap)
+static int report_parse(const struct parse_state *st, int rc, char *err, size_t err_cap)
 {
   const char *file = st->cfg->file;
   if (rc == -2) {
@@ -456,7 +456,7 @@ static int read_whole(int fd, const char *file, char **out, size_t *len, char *e
   return ECC_OK;
 }
 
-static int parse_file(ini_config *cfg, parse_state *st, char *err, size_t err_cap)
+static int parse_file(struct ini_config *cfg, struct parse_state *st, char *err, size_t err_cap)
 {
   int fd = -1;
   int rc = open_ini(cfg->file, &fd, err, err_cap);
@@ -478,13 +478,13 @@ static int parse_file(ini_config *cfg, parse_state *st, char *err, size_t err_ca
 
 /* ---- overrides ---- */
 
-static int set_plugin_override(ini_config *cfg, const char *name, const char *value,
+static int set_plugin_override(struct ini_config *cfg, const char *name, const char *value,
                                char *err, size_t err_cap)
 {
-  ini_setting *s = plugin_setting(cfg, name);
+  struct ini_setting *s = plugin_setting(cfg, name);
   if (s == NULL) {
     shim_errf(err, err_cap, "override: unknown key 'plugin.%s' (accepted: %s)", name,
-              k_plugin_keys);
+              plugin_keys);
     return ECC_ERR_CONFIG;
   }
   if (value[0] == '\0') {
@@ -500,17 +500,17 @@ static int set_plugin_override(ini_config *cfg, const char *name, const char *va
   if (copy == NULL)
     return ECC_ERR_NOMEM;
   /* name and path are two ways of saying one thing: the override wins. */
-  ini_setting *other = s == &cfg->name ? &cfg->path : s == &cfg->path ? &cfg->name : NULL;
+  struct ini_setting *other = s == &cfg->name ? &cfg->path : s == &cfg->path ? &cfg->name : NULL;
   if (other != NULL) {
     free(other->value);
-    *other = (ini_setting){0};
+    *other = (struct ini_setting){0};
   }
   free(s->value);
-  *s = (ini_setting){.value = copy, .line = 0};
+  *s = (struct ini_setting){.value = copy, .line = 0};
   return ECC_OK;
 }
 
-static int apply_override(ini_config *cfg, key_index *keys, const ecc_kv_t *kv, size_t index,
+static int apply_override(struct ini_config *cfg, struct key_index *keys, const ecc_kv_t *kv, size_t index,
                           char *err, size_t err_cap)
 {
   if (kv->key == NULL || kv->key[0] == '\0' || kv->value == NULL) {
@@ -524,7 +524,7 @@ static int apply_override(ini_config *cfg, key_index *keys, const ecc_kv_t *kv, 
   }
   if (strncmp(kv->key, "plugin.", 7) == 0)
     return set_plugin_override(cfg, kv->key + 7, kv->value, err, err_cap);
-  ini_pair *old = find_pair(cfg, keys, kv->key);
+  struct ini_pair *old = find_pair(cfg, keys, kv->key);
   char *value = strdup(kv->value);
   if (value == NULL)
     return ECC_ERR_NOMEM;
@@ -539,7 +539,7 @@ static int apply_override(ini_config *cfg, key_index *keys, const ecc_kv_t *kv, 
 
 /* ---- the [plugin] section as a whole ---- */
 
-static int check_plugin_section(const ini_config *cfg, const parse_state *st, char *err,
+static int check_plugin_section(const struct ini_config *cfg, const struct parse_state *st, char *err,
                                 size_t err_cap)
 {
   if (cfg->name.value != NULL && cfg->path.value != NULL) {
@@ -563,9 +563,9 @@ static int check_plugin_section(const ini_config *cfg, const parse_state *st, ch
 }
 
 int ini_config_load(const char *file, const ecc_kv_t *overrides, size_t n_overrides,
-                    ini_config *out, char *err, size_t err_cap)
+                    struct ini_config *out, char *err, size_t err_cap)
 {
-  *out = (ini_config){.log_level = -1};
+  *out = (struct ini_config){.log_level = -1};
   if (file == NULL || (n_overrides != 0 && overrides == NULL)) {
     shim_errf(err, err_cap, "%s", file == NULL ? "INI path is NULL" : "overrides is NULL");
     return ECC_ERR_INVALID;
@@ -577,9 +577,9 @@ int ini_config_load(const char *file, const ecc_kv_t *overrides, size_t n_overri
   }
   uint64_t k0, k1;
   key_index_random_key(&k0, &k1);
-  key_index keys;
+  struct key_index keys;
   key_index_init(&keys, k0, k1);
-  parse_state st = {.cfg = out, .keys = &keys};
+  struct parse_state st = {.cfg = out, .keys = &keys};
   int rc = parse_file(out, &st, err, err_cap);
   for (size_t i = 0; rc == ECC_OK && i < n_overrides; i++) {
     rc = apply_override(out, &keys, &overrides[i], i, err, err_cap);
@@ -598,7 +598,7 @@ int ini_config_load(const char *file, const ecc_kv_t *overrides, size_t n_overri
   return ECC_OK;
 }
 
-void ini_config_where(const ini_config *cfg, int line, char *buf, size_t cap)
+void ini_config_where(const struct ini_config *cfg, int line, char *buf, size_t cap)
 {
   if (line > 0)
     snprintf(buf, cap, "%s:%d", cfg->file, line);
@@ -606,7 +606,7 @@ void ini_config_where(const ini_config *cfg, int line, char *buf, size_t cap)
     snprintf(buf, cap, "override");
 }
 
-void ini_config_free(ini_config *cfg)
+void ini_config_free(struct ini_config *cfg)
 {
   for (size_t i = 0; i < cfg->n_pairs; i++) {
     free(cfg->pairs[i].key);
@@ -618,5 +618,5 @@ void ini_config_free(ini_config *cfg)
   free(cfg->dir.value);
   free(cfg->log_level_text.value);
   free(cfg->file);
-  *cfg = (ini_config){.log_level = -1};
+  *cfg = (struct ini_config){.log_level = -1};
 }

@@ -23,29 +23,29 @@
 #define INI_CONFIG_MAX_LINE 198
 
 /* One pair for the plugin. line is 0 for a pair that came from an override. */
-typedef struct ini_pair {
+struct ini_pair {
   char *key;   /* "section.key" exactly as written */
   char *value; /* the text after '=', trimmed */
   int line;
-} ini_pair;
+};
 
 /* One [plugin] setting; value NULL when absent, line 0 when overridden. */
-typedef struct ini_setting {
+struct ini_setting {
   char *value;
   int line;
-} ini_setting;
+};
 
-typedef struct ini_config {
+struct ini_config {
   char *file;            /* the INI path as the caller gave it */
-  ini_setting name;      /* [plugin] name */
-  ini_setting path;      /* [plugin] path */
-  ini_setting dir;       /* [plugin] dir */
-  ini_setting log_level_text; /* [plugin] log_level as written */
+  struct ini_setting name;      /* [plugin] name */
+  struct ini_setting path;      /* [plugin] path */
+  struct ini_setting dir;       /* [plugin] dir */
+  struct ini_setting log_level_text; /* [plugin] log_level as written */
   int log_level;         /* ECC_LOG_* from log_level_text, or -1 when absent */
-  ini_pair *pairs;
+  struct ini_pair *pairs;
   size_t n_pairs;
   size_t cap_pairs;
-} ini_config;
+};
 
 /* Read `file`, then apply `overrides` (a key "plugin.<k>" sets a [plugin]
  * setting, and setting name clears path and the other way round; any other
@@ -60,11 +60,11 @@ typedef struct ini_config {
  * a malformed override; ECC_ERR_NOMEM. On error *out holds nothing that
  * needs freeing. */
 int ini_config_load(const char *file, const ecc_kv_t *overrides, size_t n_overrides,
-                    ini_config *out, char *err, size_t err_cap);
+                    struct ini_config *out, char *err, size_t err_cap);
 
 /* "<file>:<line>" for a line of the file, or "override" for line 0. */
-void ini_config_where(const ini_config *cfg, int line, char *buf, size_t cap);
+void ini_config_where(const struct ini_config *cfg, int line, char *buf, size_t cap);
 
-void ini_config_free(ini_config *cfg);
+void ini_config_free(struct ini_config *cfg);
 
 #endif /* ECC_INI_CONFIG_H */

@@ -15,16 +15,16 @@
 /* ---- SipHash-1-3 (Aumasson and Bernstein): a keyed hash, so that the slots
  * of a key depend on a secret as well as on what the file says ---- */
 
-typedef struct sip_state {
+struct sip_state {
   uint64_t v0, v1, v2, v3;
-} sip_state;
+};
 
 static uint64_t rotl(uint64_t x, int bits)
 {
   return (x << bits) | (x >> (64 - bits));
 }
 
-static void sip_round(sip_state *s)
+static void sip_round(struct sip_state *s)
 {
   s->v0 += s->v1;
   s->v1 = rotl(s->v1, 13) ^ s->v0;
@@ -48,7 +48,7 @@ static uint64_t load_le64(const unsigned char *p)
 
 static uint64_t siphash13(uint64_t k0, uint64_t k1, const unsigned char *p, size_t len)
 {
-  sip_state s = {k0 ^ 0x736f6d6570736575ull, k1 ^ 0x646f72616e646f6dull,
+  struct sip_state s = {k0 ^ 0x736f6d6570736575ull, k1 ^ 0x646f72616e646f6dull,
                  k0 ^ 0x6c7967656e657261ull, k1 ^ 0x7465646279746573ull};
   size_t whole = len - len % 8;
   for (size_t i = 0; i < whole; i += 8) {
@@ -69,7 +69,7 @@ static uint64_t siphash13(uint64_t k0, uint64_t k1, const unsigned char *p, size
   return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
 }
 
-static uint32_t hash_key(const key_index *ix, const char *key)
+static uint32_t hash_key(const struct key_index *ix, const char *key)
 {
   return (uint32_t)siphash13(ix->k0, ix->k1, (const unsigned char *)key, strlen(key));
 }
@@ -103,17 +103,17 @@ void key_index_random_key(uint64_t *k0, uint64_t *k1)
 
 /* ---- the table ---- */
 
-void key_index_init(key_index *ix, uint64_t k0, uint64_t k1)
+void key_index_init(struct key_index *ix, uint64_t k0, uint64_t k1)
 {
-  *ix = (key_index){.k0 = k0, .k1 = k1};
+  *ix = (struct key_index){.k0 = k0, .k1 = k1};
 }
 
 /* The slot holding key, or the empty slot where it would go. */
-static key_slot *probe(key_index *ix, const char *key, uint32_t hash)
+static struct key_slot *probe(struct key_index *ix, const char *key, uint32_t hash)
 {
   size_t mask = ix->cap - 1;
   for (size_t i = hash & mask;; i = (i + 1) & mask) {
-    key_slot *s = &ix->slots[i];
+    struct key_slot *s = &ix->slots[i];
     ix->probes++;
     if (s->key == NULL || (s->hash == hash && strcmp(s->key, key) == 0))
       return s;
@@ -121,17 +121,17 @@ static key_slot *probe(key_index *ix, const char *key, uint32_t hash)
 }
 
 /* Doubles the table; the hashes are kept, so no key is hashed again. */
-static bool grow(key_index *ix)
+static bool grow(struct key_index *ix)
 {
   size_t cap = ix->cap != 0 ? ix->cap * 2 : FIRST_CAP;
-  key_slot *slots = calloc(cap, sizeof(*slots));
+  struct key_slot *slots = calloc(cap, sizeof(*slots));
   if (slots == NULL)
     return false;
-  key_index bigger = *ix;
+  struct key_index bigger = *ix;
   bigger.slots = slots;
   bigger.cap = cap;
   for (size_t i = 0; i < ix->cap; i++) {
-    const key_slot *old = &ix->slots[i];
+    const struct key_slot *old = &ix->slots[i];
     if (old->key != NULL)
       *probe(&bigger, old->key, old->hash) = *old;
   }
@@ -140,18 +140,18 @@ static bool grow(key_index *ix)
   return true;
 }
 
-bool key_index_find(key_index *ix, const char *key, size_t *pos)
+bool key_index_find(struct key_index *ix, const char *key, size_t *pos)
 {
   if (ix->used == 0)
     return false;
-  const key_slot *s = probe(ix, key, hash_key(ix, key));
+  const struct key_slot *s = probe(ix, key, hash_key(ix, key));
   if (s->key == NULL)
     return false;
   *pos = s->pos;
   return true;
 }
 
-bool key_index_add(key_index *ix, const char *key, size_t pos)
+bool key_index_add(struct key_index *ix, const char *key, size_t pos)
 {
   if (ix->used >= KEY_INDEX_MAX || pos > UINT32_MAX)
     return false;
@@ -159,13 +159,13 @@ bool key_index_add(key_index *ix, const char *key, size_t pos)
   if ((ix->used + 1) * 2 > ix->cap && !grow(ix))
     return false;
   uint32_t hash = hash_key(ix, key);
-  *probe(ix, key, hash) = (key_slot){.key = key, .hash = hash, .pos = (uint32_t)pos};
+  *probe(ix, key, hash) = (struct key_slot){.key = key, .hash = hash, .pos = (uint32_t)pos};
   ix->used++;
   return true;
 }
 
-void key_index_free(key_index *ix)
+void key_index_free(struct key_index *ix)
 {
   free(ix->slots);
-  *ix = (key_index){0};
+  *ix = (struct key_index){0};
 }

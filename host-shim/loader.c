@@ -155,15 +155,15 @@ static int check_file(const char *file, char *canon, char *err, size_t err_cap)
 /* The program headers of the object dlopen loaded, so that what its table
  * points at can be checked against the plugin's own segments: dlsym may
  * return an absolute address, or a symbol of another object. */
-typedef struct object_map {
+struct object_map {
   uintptr_t base;         /* load bias: a segment starts at base + p_vaddr */
   const ElfW(Phdr) *phdr; /* in the loaded image; valid while it is loaded */
   size_t phnum;
-} object_map;
+};
 
 struct object_search {
   const struct link_map *lm;
-  object_map *out;
+  struct object_map *out;
   bool found;
 };
 
@@ -174,13 +174,13 @@ static int match_object(struct dl_phdr_info *info, size_t size, void *data)
   if (info->dlpi_addr != s->lm->l_addr || info->dlpi_name == NULL ||
       strcmp(info->dlpi_name, s->lm->l_name) != 0)
     return 0;
-  *s->out = (object_map){.base = info->dlpi_addr, .phdr = info->dlpi_phdr,
+  *s->out = (struct object_map){.base = info->dlpi_addr, .phdr = info->dlpi_phdr,
                          .phnum = info->dlpi_phnum};
   s->found = true;
   return 1;
 }
 
-static int find_object(void *dl, const char *path, object_map *out, char *err, size_t err_cap)
+static int find_object(void *dl, const char *path, struct object_map *out, char *err, size_t err_cap)
 {
   struct link_map *lm = NULL;
   if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL) {
@@ -200,7 +200,7 @@ static int find_object(void *dl, const char *path, object_map *out, char *err, s
 
 /* The end of the loadable segment with all of `flags` that holds the len
  * (>= 1) bytes at addr, or 0 when no segment holds all of them. */
-static uintptr_t segment_end(const object_map *m, uintptr_t addr, size_t len, ElfW(Word) flags)
+static uintptr_t segment_end(const struct object_map *m, uintptr_t addr, size_t len, ElfW(Word) flags)
 {
   for (size_t i = 0; i < m->phnum; i++) {
     const ElfW(Phdr) *ph = &m->phdr[i];
@@ -213,13 +213,13 @@ static uintptr_t segment_end(const object_map *m, uintptr_t addr, size_t len, El
   return 0;
 }
 
-static bool in_object(const object_map *m, const void *p, size_t len, ElfW(Word) flags)
+static bool in_object(const struct object_map *m, const void *p, size_t len, ElfW(Word) flags)
 {
   return len != 0 && segment_end(m, (uintptr_t)p, len, flags) != 0;
 }
 
 /* A string that ends before the readable segment it starts in does. */
-static bool string_in_object(const object_map *m, const char *s)
+static bool string_in_object(const struct object_map *m, const char *s)
 {
   uintptr_t end = segment_end(m, (uintptr_t)s, 1, PF_R);
   return end != 0 && memchr(s, '\0', end - (uintptr_t)s) != NULL;
@@ -241,9 +241,9 @@ static size_t symbol_size(const void *addr)
 }
 
 /* Bytes of the v1 table the shim cannot work without: up to `shutdown`. */
-static const size_t k_v1_required =
+static const size_t v1_required =
     offsetof(ecc_plugin_v1_t, shutdown) + sizeof(((ecc_plugin_v1_t *)0)->shutdown);
-static const size_t k_v1_header =
+static const size_t v1_header =
     offsetof(ecc_plugin_v1_t, struct_size) + sizeof(uint32_t);
 
 static const char *v1_missing_required(const ecc_plugin_v1_t *t)
@@ -267,7 +267,7 @@ static const char *v1_missing_required(const ecc_plugin_v1_t *t)
 static int v1_check(const ecc_plugin_v1_t *t, size_t sym_size, const char *path, char *err,
                     size_t err_cap)
 {
-  if (sym_size != 0 && sym_size < k_v1_header) {
+  if (sym_size != 0 && sym_size < v1_header) {
     shim_errf(err, err_cap, "plugin %s: its %s symbol is only %zu bytes", path,
               ECC_PLUGIN_V1_SYMBOL, sym_size);
     return ECC_ERR_INCOMPATIBLE;
@@ -282,7 +282,7 @@ static int v1_check(const ecc_plugin_v1_t *t, size_t sym_size, const char *path,
     shim_errf(err, err_cap,
               "plugin %s: table struct_size %u is smaller than the %zu bytes of the "
               "required v1 fields",
-              path, t->struct_size, k_v1_required);
+              path, t->struct_size, v1_required);
     return ECC_ERR_INCOMPATIBLE;
   }
   if (sym_size != 0 && sym_size < t->struct_size) {
@@ -319,9 +319,9 @@ static uint32_t min_u32(uint32_t a, uint32_t b)
   return a < b ? a : b;
 }
 
-static void v1_fill_ops(const ecc_plugin_v1_t *t, plugin_ops *ops)
+static void v1_fill_ops(const ecc_plugin_v1_t *t, struct plugin_ops *ops)
 {
-  *ops = (plugin_ops){
+  *ops = (struct plugin_ops){
       .abi_major = t->abi_major,
       .abi_minor = t->abi_minor,
       .negotiated_minor = min_u32(t->abi_minor, ECC_ABI_V1_MINOR),
@@ -353,7 +353,7 @@ static void v1_fill_ops(const ecc_plugin_v1_t *t, plugin_ops *ops)
 
 /* The `len` bytes of the table from its start must lie in one readable
  * segment of the plugin before any of them is read. */
-static int table_in_object(const void *table, size_t len, const object_map *m, const char *path,
+static int table_in_object(const void *table, size_t len, const struct object_map *m, const char *path,
                            char *err, size_t err_cap)
 {
   if (in_object(m, table, len, PF_R))
@@ -371,7 +371,7 @@ static int table_in_object(const void *table, size_t len, const object_map *m, c
   return ECC_ERR_INCOMPATIBLE;
 }
 
-static int adapt_v1(const void *table, const object_map *m, const char *path, plugin_ops *ops,
+static int adapt_v1(const void *table, const struct object_map *m, const char *path, struct plugin_ops *ops,
                     char *err, size_t err_cap)
 {
   const ecc_plugin_v1_t *t = table;
@@ -387,7 +387,7 @@ static int adapt_v1(const void *table, const object_map *m, const char *path, pl
 
 /* ---- what the adapted table points at ---- */
 
-static int strings_in_object(const plugin_ops *ops, const object_map *m, const char *path,
+static int strings_in_object(const struct plugin_ops *ops, const struct object_map *m, const char *path,
                              char *err, size_t err_cap)
 {
   const char *bad = !string_in_object(m, ops->name)      ? "name"
@@ -402,7 +402,7 @@ static int strings_in_object(const plugin_ops *ops, const object_map *m, const c
 }
 
 /* Which string of one param is missing or outside the plugin, or NULL. */
-static const char *param_fault(const ecc_param_t *p, const object_map *m)
+static const char *param_fault(const ecc_param_t *p, const struct object_map *m)
 {
   if (p->key == NULL || !string_in_object(m, p->key))
     return "key";
@@ -413,7 +413,7 @@ static const char *param_fault(const ecc_param_t *p, const object_map *m)
   return NULL;
 }
 
-static int params_in_object(const plugin_ops *ops, const object_map *m, const char *path,
+static int params_in_object(const struct plugin_ops *ops, const struct object_map *m, const char *path,
                             char *err, size_t err_cap)
 {
   size_t n = ops->n_params;
@@ -439,7 +439,7 @@ static int params_in_object(const plugin_ops *ops, const object_map *m, const ch
 }
 
 /* Every function the shim may call must be code of the plugin itself. */
-static int functions_in_object(const plugin_ops *ops, const object_map *m, const char *path,
+static int functions_in_object(const struct plugin_ops *ops, const struct object_map *m, const char *path,
                                char *err, size_t err_cap)
 {
   const struct {
@@ -464,7 +464,7 @@ static int functions_in_object(const plugin_ops *ops, const object_map *m, const
   return ECC_OK;
 }
 
-static int ops_in_object(const plugin_ops *ops, const object_map *m, const char *path,
+static int ops_in_object(const struct plugin_ops *ops, const struct object_map *m, const char *path,
                          char *err, size_t err_cap)
 {
   int rc = strings_in_object(ops, m, path, err, err_cap);
@@ -479,19 +479,19 @@ static int ops_in_object(const plugin_ops *ops, const object_map *m, const char 
 
 /* Table versions this shim knows, newest first: a plugin exporting several
  * is used through the newest one. A v2 entry would go above v1, and
- * plugin_ops would take v2's shape with adapt_v1 filling the gaps. */
+ * struct plugin_ops would take v2's shape with adapt_v1 filling the gaps. */
 static const struct table_version {
   const char *symbol;
-  int (*adapt)(const void *table, const object_map *m, const char *path, plugin_ops *ops,
+  int (*adapt)(const void *table, const struct object_map *m, const char *path, struct plugin_ops *ops,
                char *err, size_t err_cap);
-} k_versions[] = {
+} versions[] = {
     {ECC_PLUGIN_V1_SYMBOL, adapt_v1},
 };
-static const size_t k_n_versions = sizeof(k_versions) / sizeof(k_versions[0]);
+static const size_t n_versions = sizeof(versions) / sizeof(versions[0]);
 
 /* The table is read only after its bytes are known to be the plugin's. */
-static int use_table(const struct table_version *v, const void *table, const object_map *m,
-                     const char *path, plugin_ops *ops, char *err, size_t err_cap)
+static int use_table(const struct table_version *v, const void *table, const struct object_map *m,
+                     const char *path, struct plugin_ops *ops, char *err, size_t err_cap)
 {
   int rc = table_in_object(table, TABLE_HEADER_BYTES, m, path, err, err_cap);
   if (rc == ECC_OK)
@@ -501,20 +501,20 @@ static int use_table(const struct table_version *v, const void *table, const obj
   return rc;
 }
 
-static int find_table(void *dl, const object_map *m, const char *path, plugin_ops *ops,
+static int find_table(void *dl, const struct object_map *m, const char *path, struct plugin_ops *ops,
                       char *err, size_t err_cap)
 {
-  for (size_t i = 0; i < k_n_versions; i++) {
+  for (size_t i = 0; i < n_versions; i++) {
     dlerror();
-    const void *table = dlsym(dl, k_versions[i].symbol);
+    const void *table = dlsym(dl, versions[i].symbol);
     if (table != NULL)
-      return use_table(&k_versions[i], table, m, path, ops, err, err_cap);
+      return use_table(&versions[i], table, m, path, ops, err, err_cap);
   }
   char names[256] = "";
   size_t used = 0;
-  for (size_t i = 0; i < k_n_versions && used < sizeof(names); i++) {
+  for (size_t i = 0; i < n_versions && used < sizeof(names); i++) {
     int n = snprintf(names + used, sizeof(names) - used, "%s%s", i ? " or " : "",
-                     k_versions[i].symbol);
+                     versions[i].symbol);
     if (n < 0)
       break;
     used += (size_t)n;
@@ -532,7 +532,7 @@ static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* A second reference with RTLD_NODELETE marks the object; dropping that
  * reference leaves the count as it was, and dlclose then never unmaps it. */
-int plugin_keep_resident(const loaded_plugin *p, char *err, size_t err_cap)
+int plugin_keep_resident(const struct loaded_plugin *p, char *err, size_t err_cap)
 {
   const char *canon = p->path, *shown = p->path;
   pthread_mutex_lock(&load_lock);
@@ -548,7 +548,7 @@ int plugin_keep_resident(const loaded_plugin *p, char *err, size_t err_cap)
   return ECC_OK;
 }
 
-static int load_checked(const char *file, loaded_plugin *out, char *err, size_t err_cap)
+static int load_checked(const char *file, struct loaded_plugin *out, char *err, size_t err_cap)
 {
   void *dl = dlopen(out->path, RTLD_NOW | RTLD_LOCAL);
   if (dl == NULL) {
@@ -556,7 +556,7 @@ static int load_checked(const char *file, loaded_plugin *out, char *err, size_t 
     shim_errf(err, err_cap, "cannot load plugin %s: %s", file, why != NULL ? why : "unknown error");
     return ECC_ERR_SYSTEM;
   }
-  object_map map;
+  struct object_map map;
   int rc = find_object(dl, file, &map, err, err_cap);
   if (rc == ECC_OK)
     rc = find_table(dl, &map, file, &out->ops, err, err_cap);
@@ -569,7 +569,7 @@ static int load_checked(const char *file, loaded_plugin *out, char *err, size_t 
   return ECC_OK;
 }
 
-int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
+int plugin_load(const char *file, struct loaded_plugin *out, char *err, size_t err_cap)
 {
   memset(out, 0, sizeof(*out));
   int rc = check_file(file, out->path, err, err_cap);
@@ -581,7 +581,7 @@ int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
   return rc;
 }
 
-void plugin_unload(loaded_plugin *p)
+void plugin_unload(struct loaded_plugin *p)
 {
   /* dlclose fails only for a handle dlopen never gave; nothing to undo.
    * A plugin that created a connector stays mapped (plugin_keep_resident). */

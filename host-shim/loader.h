@@ -17,7 +17,7 @@
  * A plugin exporting an older table version is adapted into this shape, so
  * the rest of the shim never looks at version numbers. Optional functions
  * are NULL when the plugin's table does not cover them. */
-typedef struct plugin_ops {
+struct plugin_ops {
   uint32_t abi_major;        /* the plugin's, as exported */
   uint32_t abi_minor;        /* the plugin's, as exported */
   uint32_t negotiated_minor; /* min(host's, plugin's) */
@@ -36,13 +36,13 @@ typedef struct plugin_ops {
   int (*stats)(ecc_handle_t h, ecc_stats_t *out);
   int (*last_error)(ecc_handle_t h, char *buf, size_t cap);
   int (*describe)(ecc_handle_t h, ecc_info_t *out);
-} plugin_ops;
+};
 
-typedef struct loaded_plugin {
+struct loaded_plugin {
   void *dl;                    /* dlopen handle; NULL when nothing is loaded */
   char path[PLUGIN_PATH_MAX];  /* canonical path of the file loaded */
-  plugin_ops ops;
-} loaded_plugin;
+  struct plugin_ops ops;
+};
 
 /* Which input a resolve error is about, so that the caller can point at the
  * INI line it came from. */
@@ -70,7 +70,7 @@ int plugin_resolve(const char *name, const char *path, const char *dir, char *fi
  * table this host knows, wrong major, table too small, a required field
  * NULL, the table or what it points at outside the plugin's own segments).
  * On error nothing stays loaded. */
-int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap);
+int plugin_load(const char *file, struct loaded_plugin *out, char *err, size_t err_cap);
 
 /* Once a plugin has created a connector it stays mapped for the life of the
  * process (RTLD_NODELETE): its code and static state, such as the handles it
@@ -78,10 +78,10 @@ int plugin_load(const char *file, loaded_plugin *out, char *err, size_t err_cap)
  * unmapped code and a plugin whose handle table restarts when it is loaded
  * again cannot revive a handle shut down long ago. Returns ECC_OK or
  * ECC_ERR_SYSTEM (dlopen refused). */
-int plugin_keep_resident(const loaded_plugin *p, char *err, size_t err_cap);
+int plugin_keep_resident(const struct loaded_plugin *p, char *err, size_t err_cap);
 
 /* dlclose of this reference; a resident object stays mapped.
  * The plugin's connectors must all be shut down already. */
-void plugin_unload(loaded_plugin *p);
+void plugin_unload(struct loaded_plugin *p);
 
 #endif /* ECC_LOADER_H */

@@ -35,13 +35,13 @@
 
 /* ---- the report as bytes, written in the child ---- */
 
-typedef struct out_buf {
+struct out_buf {
   unsigned char *data;
   size_t len, cap;
   bool failed; /* out of memory: nothing is sent */
-} out_buf;
+};
 
-static void put_bytes(out_buf *b, const void *p, size_t n)
+static void put_bytes(struct out_buf *b, const void *p, size_t n)
 {
   if (b->failed)
     return;
@@ -61,13 +61,13 @@ static void put_bytes(out_buf *b, const void *p, size_t n)
   b->len += n;
 }
 
-static void put_u32(out_buf *b, uint32_t v)
+static void put_u32(struct out_buf *b, uint32_t v)
 {
   put_bytes(b, &v, sizeof(v));
 }
 
 /* A length word and at most max - 1 bytes of s; NULL_TEXT for NULL. */
-static void put_text(out_buf *b, const char *s, size_t max)
+static void put_text(struct out_buf *b, const char *s, size_t max)
 {
   if (s == NULL) {
     put_u32(b, NULL_TEXT);
@@ -78,7 +78,7 @@ static void put_text(out_buf *b, const char *s, size_t max)
   put_bytes(b, s, len);
 }
 
-static void put_meta(out_buf *b, const ecc_plugin_meta_t *m)
+static void put_meta(struct out_buf *b, const ecc_plugin_meta_t *m)
 {
   put_text(b, m->path, sizeof(m->path));
   put_text(b, m->name, sizeof(m->name));
@@ -97,7 +97,7 @@ static void put_meta(out_buf *b, const ecc_plugin_meta_t *m)
 }
 
 /* The magic, the payload's length, then the payload. */
-static void encode(out_buf *b, const probe_report *r)
+static void encode(struct out_buf *b, const struct probe_report *r)
 {
   put_u32(b, REPORT_MAGIC);
   put_u32(b, 0); /* the payload's length, filled in below */
@@ -162,11 +162,11 @@ static void child_setup(pid_t parent)
 static void child_main(probe_job job, void *arg, int fd, pid_t parent)
 {
   child_setup(parent);
-  probe_report *r = calloc(1, sizeof(*r));
+  struct probe_report *r = calloc(1, sizeof(*r));
   if (r == NULL)
     _exit(CHILD_FAILED);
   job(arg, r);
-  out_buf b = {.data = NULL, .len = 0, .cap = 0, .failed = false};
+  struct out_buf b = {.data = NULL, .len = 0, .cap = 0, .failed = false};
   encode(&b, r);
   if (b.failed || write_all(fd, b.data, b.len) != 0)
     _exit(CHILD_FAILED);
@@ -225,15 +225,15 @@ static enum rx_state read_exact(int fd, unsigned char *p, size_t n, uint64_t dea
   return RX_DONE;
 }
 
-typedef struct received {
+struct received {
   enum rx_state state;
   int err_no;             /* for RX_ERROR */
   const char *bad;        /* for RX_BAD: what was wrong with the header */
   unsigned char *payload; /* malloc'd, len bytes */
   size_t len;
-} received;
+};
 
-static void receive(int fd, uint64_t deadline, received *rx)
+static void receive(int fd, uint64_t deadline, struct received *rx)
 {
   uint32_t head[2];
   rx->state = read_exact(fd, (unsigned char *)head, sizeof(head), deadline, &rx->err_no);
@@ -285,13 +285,13 @@ static int reap(pid_t pid, uint64_t deadline, int *wstatus, bool *killed)
 
 /* ---- the report as bytes, read in the parent ---- */
 
-typedef struct in_buf {
+struct in_buf {
   const unsigned char *p;
   size_t left;
   const char *bad; /* the first field found malformed */
-} in_buf;
+};
 
-static uint32_t get_u32(in_buf *b, const char *field)
+static uint32_t get_u32(struct in_buf *b, const char *field)
 {
   uint32_t v = 0;
   if (b->bad != NULL)
@@ -308,7 +308,7 @@ static uint32_t get_u32(in_buf *b, const char *field)
 
 /* A string of fewer than max bytes and no NUL, left in the buffer; NULL
  * for a NULL string (malformed unless nullable) or a malformed one. */
-static const unsigned char *get_text(in_buf *b, size_t max, bool nullable, const char *field,
+static const unsigned char *get_text(struct in_buf *b, size_t max, bool nullable, const char *field,
                                      uint32_t *len)
 {
   *len = get_u32(b, field);
@@ -330,7 +330,7 @@ static const unsigned char *get_text(in_buf *b, size_t max, bool nullable, const
 }
 
 /* Into an array of cap bytes; get_text keeps the length below cap. */
-static void get_into(in_buf *b, char *dst, size_t cap, const char *field)
+static void get_into(struct in_buf *b, char *dst, size_t cap, const char *field)
 {
   uint32_t len;
   const unsigned char *s = get_text(b, cap, false, field, &len);
@@ -351,7 +351,7 @@ static const char *pool_add(char **pool, const unsigned char *s, uint32_t len)
   return out;
 }
 
-static void get_params(in_buf *b, uint32_t n, ecc_param_t *params, char *pool)
+static void get_params(struct in_buf *b, uint32_t n, ecc_param_t *params, char *pool)
 {
   for (uint32_t i = 0; i < n && b->bad == NULL; i++) {
     uint32_t kl, dl, hl;
@@ -368,7 +368,7 @@ static void get_params(in_buf *b, uint32_t n, ecc_param_t *params, char *pool)
 
 /* The meta, its params and their strings in one block: the strings take
  * no more than the bytes left in the payload, plus a NUL each. */
-static int get_meta(in_buf *b, ecc_plugin_meta_t **out)
+static int get_meta(struct in_buf *b, ecc_plugin_meta_t **out)
 {
   ecc_plugin_meta_t head;
   memset(&head, 0, sizeof(head));
@@ -403,7 +403,7 @@ static int get_meta(in_buf *b, ecc_plugin_meta_t **out)
 int probe_decode(const unsigned char *payload, size_t len, const char *subject, int *status,
                  ecc_plugin_meta_t **meta, char *err, size_t err_cap)
 {
-  in_buf b = {.p = payload, .left = len, .bad = NULL};
+  struct in_buf b = {.p = payload, .left = len, .bad = NULL};
   int32_t st = (int32_t)get_u32(&b, "the status");
   uint32_t msg_len;
   const unsigned char *msg = get_text(&b, PROBE_MESSAGE_MAX, false, "the message", &msg_len);
@@ -454,7 +454,7 @@ static void describe_end(int wstatus, char *buf, size_t cap)
     snprintf(buf, cap, "was killed by signal %d", sig);
 }
 
-static int judge(pid_t pid, const received *rx, uint64_t deadline, uint64_t timeout_ms,
+static int judge(pid_t pid, const struct received *rx, uint64_t deadline, uint64_t timeout_ms,
                  const char *subject, int *status, ecc_plugin_meta_t **meta, char *err,
                  size_t err_cap)
 {
@@ -526,7 +526,7 @@ int probe_run(probe_job job, void *arg, uint64_t timeout_ms, const char *subject
   }
   close(fds[1]);
   uint64_t deadline = now_ns() + timeout_ms * 1000000u;
-  received rx = {.state = RX_EOF, .err_no = 0, .bad = NULL, .payload = NULL, .len = 0};
+  struct received rx = {.state = RX_EOF, .err_no = 0, .bad = NULL, .payload = NULL, .len = 0};
   receive(fds[0], deadline, &rx);
   close(fds[0]);
   int rc = judge(pid, &rx, deadline, timeout_ms, subject, status, meta, err, err_cap);

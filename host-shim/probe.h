@@ -19,14 +19,14 @@
 #define PROBE_TEXT_MAX 1024
 
 /* What a job fills in the child. meta.params points into the plugin. */
-typedef struct probe_report {
+struct probe_report {
   int status;                      /* ECC_OK or an ECC_ERR_* code */
   char message[PROBE_MESSAGE_MAX]; /* the job's error, or its summary */
   int has_meta;                    /* 1 when meta is filled */
   ecc_plugin_meta_t meta;
-} probe_report;
+};
 
-typedef void (*probe_job)(void *arg, probe_report *out);
+typedef void (*probe_job)(void *arg, struct probe_report *out);
 
 /* Runs job(arg, report) in a child process made by fork, which then ends
  * without running the caller's exit handlers; this process never runs the

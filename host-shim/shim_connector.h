@@ -16,7 +16,7 @@
 #define ECC_API __attribute__((visibility("default")))
 
 struct ecc_connector {
-  loaded_plugin plugin;
+  struct loaded_plugin plugin;
   ecc_handle_t handle;
   /* Lent to the plugin by create: must outlive its shutdown. */
   ecc_host_services_t services;

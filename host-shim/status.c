@@ -13,7 +13,7 @@
 static const struct {
   int code;
   const char *text;
-} k_status[] = {
+} status[] = {
 #define STATUS_TEXT(name, value, text) {name, #name ": " text},
     ECC_STATUS_MAP(STATUS_TEXT)
 #undef STATUS_TEXT
@@ -21,9 +21,9 @@ static const struct {
 
 ECC_API const char *ecc_strerror(int code)
 {
-  for (size_t i = 0; i < sizeof(k_status) / sizeof(k_status[0]); i++) {
-    if (k_status[i].code == code)
-      return k_status[i].text;
+  for (size_t i = 0; i < sizeof(status) / sizeof(status[0]); i++) {
+    if (status[i].code == code)
+      return status[i].text;
   }
   return "unknown status code: not one of ECC_OK and the ECC_ERR_* codes";
 }
@@ -33,7 +33,7 @@ int shim_status_known(int code)
   return code <= ECC_OK && code >= ECC_STATUS_MIN;
 }
 
-static const char *const k_levels[] = {
+static const char *const levels[] = {
 #define LEVEL_NAME(name, value, text) [value] = text,
     ECC_LOG_LEVEL_MAP(LEVEL_NAME)
 #undef LEVEL_NAME
@@ -41,13 +41,13 @@ static const char *const k_levels[] = {
 
 const char *shim_level_name(int level)
 {
-  if (level < 0 || (size_t)level >= sizeof(k_levels) / sizeof(k_levels[0]))
+  if (level < 0 || (size_t)level >= sizeof(levels) / sizeof(levels[0]))
     return NULL;
-  return k_levels[level];
+  return levels[level];
 }
 
 /* " | error | warn | ...": the first separator is skipped. */
-static const char k_level_list[] = ""
+static const char level_list[] = ""
 #define LEVEL_ITEM(name, value, text) " | " text
     ECC_LOG_LEVEL_MAP(LEVEL_ITEM)
 #undef LEVEL_ITEM
@@ -55,13 +55,13 @@ static const char k_level_list[] = ""
 
 const char *shim_level_names(void)
 {
-  return k_level_list + 3;
+  return level_list + 3;
 }
 
 int shim_level_from_name(const char *text)
 {
-  for (size_t i = 0; i < sizeof(k_levels) / sizeof(k_levels[0]); i++) {
-    if (strcmp(text, k_levels[i]) == 0)
+  for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+    if (strcmp(text, levels[i]) == 0)
       return (int)i;
   }
   return -1;

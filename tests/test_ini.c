@@ -257,7 +257,7 @@ Test(ini, comments_indentation_crlf_and_colons)
 
 /* ---- comments: '#' and ';' alike ---- */
 
-static const char k_comment_chars[] = {'#', ';'};
+static const char comment_chars[] = {'#', ';'};
 
 /* The value good.tag reaches the plugin with, from the line "tag<rest>". */
 static const char *tag_as_read(const char *rest)
@@ -301,8 +301,8 @@ Test(ini, comment_characters_in_a_plugin_section_value)
     {" =@b", "@b"},
     {" = /x@y @@ z", "/x@y"},
   };
-  for (size_t i = 0; i < sizeof(k_comment_chars); i++) {
-    char c = k_comment_chars[i];
+  for (size_t i = 0; i < sizeof(comment_chars); i++) {
+    char c = comment_chars[i];
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
       const char *rest = with_char(cases[k].rest, c);
       cr_expect_str_eq(tag_as_read(rest), with_char(cases[k].value, c), "tag%s", rest);
@@ -312,8 +312,8 @@ Test(ini, comment_characters_in_a_plugin_section_value)
 
 Test(ini, comment_characters_in_plugin_keys)
 {
-  for (size_t i = 0; i < sizeof(k_comment_chars); i++) {
-    char c = k_comment_chars[i];
+  for (size_t i = 0; i < sizeof(comment_chars); i++) {
+    char c = comment_chars[i];
     ecc_plugin_meta_t m;
     char err[1024] = "";
     const char *ini = ini_text("%c whole line\n  %c indented\n[plugin] %c header\n"
@@ -339,8 +339,8 @@ Test(ini, comment_characters_in_plugin_keys)
 /* What a comment leaves must still be a whole line. */
 Test(ini, a_comment_can_leave_a_line_incomplete)
 {
-  for (size_t i = 0; i < sizeof(k_comment_chars); i++) {
-    char c = k_comment_chars[i];
+  for (size_t i = 0; i < sizeof(comment_chars); i++) {
+    char c = comment_chars[i];
     const char *ini = ini_text("[plugin]\npath = %s\n[good]\ntag = %cnote\n", GOOD, c);
     expect_error(ini, NULL, ECC_ERR_CONFIG, 4,
                  "key 'tag' in [good] has an empty value (delete the line to use the default)");

@@ -36,7 +36,7 @@ static void free_keys(char **keys)
 
 /* What the INI reader does for each key of a file without duplicates: look
  * it up, then add it. Returns the slots looked at. */
-static size_t read_like_a_file(key_index *ix, char **keys, size_t n)
+static size_t read_like_a_file(struct key_index *ix, char **keys, size_t n)
 {
   for (size_t i = 0; i < n; i++) {
     size_t pos;
@@ -50,7 +50,7 @@ Test(key_index, finds_every_key_added_at_its_position_and_no_other)
 {
   enum { N = 5000 };
   char **keys = make_keys(N);
-  key_index ix;
+  struct key_index ix;
   key_index_init(&ix, K0, K1);
   size_t pos = 77;
   cr_assert_not(key_index_find(&ix, "a.b", &pos), "an empty index holds nothing");
@@ -79,7 +79,7 @@ Test(key_index, cost_grows_with_the_number_of_keys_not_its_square)
   size_t probes[2];
   for (size_t c = 0; c < 2; c++) {
     char **keys = make_keys(counts[c]);
-    key_index ix;
+    struct key_index ix;
     key_index_init(&ix, K0, K1);
     probes[c] = read_like_a_file(&ix, keys, counts[c]);
     cr_log_info("%zu keys: %zu slots looked at (%.2f per key)", counts[c], probes[c],
@@ -108,7 +108,7 @@ Test(key_index, keys_that_differ_only_at_the_end_spread_too)
     memset(keys[i], 'x', 60);
     snprintf(keys[i] + 60, 20, "%zu", i);
   }
-  key_index ix;
+  struct key_index ix;
   key_index_init(&ix, K0, K1);
   size_t probes = read_like_a_file(&ix, keys, N);
   cr_assert_leq(probes, 10 * (size_t)N, "%zu slots looked at for %d keys", probes, N);
@@ -123,7 +123,7 @@ Test(key_index, slots_depend_on_the_hash_key)
 {
   enum { N = 64 };
   char **keys = make_keys(N);
-  key_index a, b;
+  struct key_index a, b;
   key_index_init(&a, K0, K1);
   key_index_init(&b, K0 ^ 1, K1);
   read_like_a_file(&a, keys, N);

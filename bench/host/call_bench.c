@@ -20,7 +20,7 @@
 #define NB 1024u
 
 enum call { CALL_POLL, CALL_STATS, CALL_SAVE, N_CALLS };
-static const char *const k_names[N_CALLS] = {"poll (nothing ready)", "get_stats",
+static const char *const names[N_CALLS] = {"poll (nothing ready)", "get_stats",
                                              "save (1 entry)"};
 
 struct worker {
@@ -145,7 +145,7 @@ int main(int argc, char **argv)
     run(c, (enum call)k, 1, calls / 10); /* warm-up */
     double one = run(c, (enum call)k, 1, calls);
     double many = run(c, (enum call)k, threads, calls);
-    printf("%-26s %9.1f ns %9.1f ns   (%u threads)\n", k_names[k], one, many, threads);
+    printf("%-26s %9.1f ns %9.1f ns   (%u threads)\n", names[k], one, many, threads);
   }
   if (ecc_close(c) != ECC_OK)
     die("ecc_close failed");

@@ -165,12 +165,12 @@ struct choice {
 };
 
 #define CHOICE(constant, value, text) {constant, text},
-static const struct choice k_roles[] = {CONFIG_ROLE_MAP(CHOICE)};
-static const struct choice k_modes[] = {REGION_MODE_MAP(CHOICE)};
-static const struct choice k_pins[] = {CONFIG_PIN_MAP(CHOICE)};
-static const struct choice k_engines[] = {CONFIG_ENGINE_MAP(CHOICE)};
-static const struct choice k_methods[] = {CONFIG_METHOD_MAP(CHOICE)};
-static const struct choice k_bools[] = {CONFIG_BOOL_MAP(CHOICE)};
+static const struct choice roles[] = {CONFIG_ROLE_MAP(CHOICE)};
+static const struct choice modes[] = {REGION_MODE_MAP(CHOICE)};
+static const struct choice pins[] = {CONFIG_PIN_MAP(CHOICE)};
+static const struct choice engines[] = {CONFIG_ENGINE_MAP(CHOICE)};
+static const struct choice methods[] = {CONFIG_METHOD_MAP(CHOICE)};
+static const struct choice bools[] = {CONFIG_BOOL_MAP(CHOICE)};
 #undef CHOICE
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -230,7 +230,7 @@ static int parse_name(const struct raw_config *r, struct plugin_config *c, char 
 static const struct {
   const char *name;
   int bytes;
-} k_dtypes[] = {
+} dtypes[] = {
 #define DTYPE(name, bytes) {name, bytes},
     CONFIG_DTYPE_MAP(DTYPE)
 #undef DTYPE
@@ -238,9 +238,9 @@ static const struct {
 
 static int dtype_bytes(const char *dtype)
 {
-  for (size_t i = 0; i < N_OF(k_dtypes); i++)
-    if (strcmp(dtype, k_dtypes[i].name) == 0)
-      return k_dtypes[i].bytes;
+  for (size_t i = 0; i < N_OF(dtypes); i++)
+    if (strcmp(dtype, dtypes[i].name) == 0)
+      return dtypes[i].bytes;
   return 0;
 }
 
@@ -248,8 +248,8 @@ static const char *dtype_list(char *buf, size_t cap)
 {
   size_t used = 0;
   buf[0] = '\0';
-  for (size_t i = 0; i < N_OF(k_dtypes) && used < cap; i++) {
-    int w = snprintf(buf + used, cap - used, "%s%s", i ? " | " : "", k_dtypes[i].name);
+  for (size_t i = 0; i < N_OF(dtypes) && used < cap; i++) {
+    int w = snprintf(buf + used, cap - used, "%s%s", i ? " | " : "", dtypes[i].name);
     if (w < 0)
       break;
     used += (size_t)w;
@@ -298,20 +298,20 @@ static int parse_layout(const struct raw_config *r, struct plugin_config *c, cha
 
 static int parse_enums(const struct raw_config *r, struct plugin_config *c, char *err, size_t cap)
 {
-  int rc = parse_choice(r, "connector.role", k_roles, N_OF(k_roles), &c->role, err, cap);
+  int rc = parse_choice(r, "connector.role", roles, N_OF(roles), &c->role, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "region.mode", k_modes, N_OF(k_modes), &c->region_mode, err, cap);
+    rc = parse_choice(r, "region.mode", modes, N_OF(modes), &c->region_mode, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "pinning.enabled", k_pins, N_OF(k_pins), &c->pin, err, cap);
+    rc = parse_choice(r, "pinning.enabled", pins, N_OF(pins), &c->pin, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "engine.type", k_engines, N_OF(k_engines), &c->engine, err, cap);
+    rc = parse_choice(r, "engine.type", engines, N_OF(engines), &c->engine, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "engine.method", k_methods, N_OF(k_methods), &c->method, err, cap);
+    rc = parse_choice(r, "engine.method", methods, N_OF(methods), &c->method, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "region.reap_orphans", k_bools, N_OF(k_bools), &c->reap_orphans, err,
+    rc = parse_choice(r, "region.reap_orphans", bools, N_OF(bools), &c->reap_orphans, err,
                       cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "region.require_tmpfs", k_bools, N_OF(k_bools), &c->require_tmpfs,
+    rc = parse_choice(r, "region.require_tmpfs", bools, N_OF(bools), &c->require_tmpfs,
                       err, cap);
   return rc;
 }
@@ -364,15 +364,15 @@ const char *config_region_dir(const struct plugin_config *c, char *buf, size_t c
 
 const char *config_role_name(int role)
 {
-  return choice_name(k_roles, N_OF(k_roles), role);
+  return choice_name(roles, N_OF(roles), role);
 }
 
 const char *config_engine_name(int engine)
 {
-  return choice_name(k_engines, N_OF(k_engines), engine);
+  return choice_name(engines, N_OF(engines), engine);
 }
 
 const char *config_method_name(int method)
 {
-  return choice_name(k_methods, N_OF(k_methods), method);
+  return choice_name(methods, N_OF(methods), method);
 }

@@ -360,7 +360,7 @@ Test(gpu, coalescing)
  * passed as NULL) or the per-thread default stream. */
 enum host_stream { SIDE_STREAM, LEGACY_STREAM, PER_THREAD_STREAM };
 
-static const char *const k_stream_names[] = {"side stream", "legacy default stream (NULL)",
+static const char *const stream_names[] = {"side stream", "legacy default stream (NULL)",
                                              "per-thread default stream"};
 
 static cudaStream_t work_stream(const struct rig *r, enum host_stream which)
@@ -399,12 +399,12 @@ static void save_waits_for_stream(const char *method, enum host_stream which)
   cr_assert_eq(ecc_flush(r.c, passed_stream(&r, which)), ECC_OK);
   expect_done(r.c, 1, ECC_DIR_SAVE, 20000);
   cr_expect_geq(now_ms() - t0, 150, "%s, %s: the save finished before the spin ended", method,
-                k_stream_names[which]);
+                stream_names[which]);
 
   uint8_t *want = malloc(bs);
   for (uint32_t i = 0; i < nb; i++) {
     pattern(want, bs, 2, (uint64_t)i * bs);
-    expect_same(r.blocks + (uint64_t)ids[i] * bs, want, bs, k_stream_names[which]);
+    expect_same(r.blocks + (uint64_t)ids[i] * bs, want, bs, stream_names[which]);
   }
   free(want);
   free(ids);
@@ -463,12 +463,12 @@ static void load_then_kernel(const char *method, enum host_stream which)
      "copy");
   ck(cudaStreamSynchronize(work), "sync");
   cr_expect_eq(n_bad, 0, "%s, %s: the kernel after load saw %llu stale bytes", method,
-               k_stream_names[which], n_bad);
+               stream_names[which], n_bad);
   unsigned long long poison_differs = 0; /* what the check counts on an untouched destination */
   for (uint64_t i = 0; i < bytes; i++)
     poison_differs += tk_byte(3, i) != POISON;
   cr_expect_eq(n_before, poison_differs, "%s, %s: the load overwrote the destination before the "
-               "work queued ahead of it had read it", method, k_stream_names[which]);
+               "work queued ahead of it had read it", method, stream_names[which]);
   expect_done(r.c, 1, ECC_DIR_LOAD, 20000);
 
   free(ids);
