@@ -3,8 +3,10 @@
  *
  * FROZEN: once released, nothing in this file changes except by appending
  * fields at the end of a struct (and raising ECC_ABI_V1_MINOR). A new major
- * version gets a new file. This header is the specification: a plugin author
- * and a host author can each work from it alone. Pure C11, no CUDA include.
+ * version gets a new file. This header, with ecc_common.h that it includes,
+ * is the specification: a plugin author and a host author can each work
+ * from the two alone (examples/minimal_plugin.c is such a plugin). Pure
+ * C11, no CUDA include.
  *
  * The model
  * ---------
