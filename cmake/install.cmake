@@ -8,3 +8,38 @@ install(FILES ${PROJECT_SOURCE_DIR}/abi/ecc_common.h ${PROJECT_SOURCE_DIR}/abi/e
         DESTINATION ${ECC_INSTALL_HEADER_DIR} COMPONENT development)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/conf/ DESTINATION ${ECC_INSTALL_CONFIG_DIR}
         COMPONENT config FILES_MATCHING PATTERN "*.ini")
+
+# ---- the CMake package: find_package(ecc CONFIG) gives ecc::host ----
+include(CMakePackageConfigHelpers)
+set(ECC_PACKAGE_DIR ${CMAKE_BINARY_DIR}/package)
+install(EXPORT eccTargets NAMESPACE ecc:: FILE eccTargets.cmake
+        DESTINATION ${ECC_INSTALL_CMAKE_DIR} COMPONENT development)
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/eccConfig.cmake.in
+  ${ECC_PACKAGE_DIR}/eccConfig.cmake
+  INSTALL_DESTINATION ${ECC_INSTALL_CMAKE_DIR}
+  PATH_VARS ECC_INSTALL_PLUGIN_DIR ECC_INSTALL_CONFIG_DIR)
+write_basic_package_version_file(${ECC_PACKAGE_DIR}/eccConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+install(FILES ${ECC_PACKAGE_DIR}/eccConfig.cmake ${ECC_PACKAGE_DIR}/eccConfigVersion.cmake
+        DESTINATION ${ECC_INSTALL_CMAKE_DIR} COMPONENT development)
+
+# ---- pkg-config: ecc.pc ----
+# `cmake --install --prefix DIR` picks the prefix after configuring, and the
+# file must name the one installed to (the CMake package finds its own), so
+# the prefix is written in when installing and everything else now.
+function(ecc_pc_path out dir)
+  if(IS_ABSOLUTE "${dir}")
+    set(${out} "${dir}" PARENT_SCOPE)
+  else()
+    set(${out} "\${prefix}/${dir}" PARENT_SCOPE)
+  endif()
+endfunction()
+ecc_pc_path(ECC_PC_LIBDIR ${CMAKE_INSTALL_LIBDIR})
+ecc_pc_path(ECC_PC_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR})
+ecc_pc_path(ECC_PC_CONFIGDIR ${ECC_INSTALL_CONFIG_DIR})
+set(ECC_PC_PREFIX "@ECC_PC_PREFIX@") # left for the second pass, at install time
+configure_file(${CMAKE_CURRENT_LIST_DIR}/ecc.pc.in ${ECC_PACKAGE_DIR}/ecc.pc.in @ONLY)
+install(CODE "set(ECC_PC_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
+  configure_file(\"${ECC_PACKAGE_DIR}/ecc.pc.in\" \"${ECC_PACKAGE_DIR}/ecc.pc\" @ONLY)"
+  COMPONENT development)
+install(FILES ${ECC_PACKAGE_DIR}/ecc.pc DESTINATION ${ECC_INSTALL_PC_DIR} COMPONENT development)

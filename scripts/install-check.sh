@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Installs a build into a temporary prefix and uses it as a user would: the
+# layout, eccctl from the install, a consumer project built both ways
+# (find_package + ecc::host, and pkg-config) that moves an entry through the
+# installed plugin, one version everywhere, and the layout of prefix /usr
+# (configurations in /etc/ecc), staged with DESTDIR.
+# Usage: scripts/install-check.sh [BUILD_DIR]   (default: build/, built already)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$(cd "${1:-$root/build}" && pwd)"
+start=$(date +%s)
+
+say() { echo "install-check: $*"; }
+die() {
+  echo "install-check: FAILED: $*" >&2
+  exit 1
+}
+cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+
+[ -f "$build/CMakeCache.txt" ] || die "$build is not a configured build directory"
+version=$(sed -n 's/^project(ecc VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
+[ -n "$version" ] || die "no project(ecc VERSION ...) line in CMakeLists.txt"
+cfg_prefix=$(cache CMAKE_INSTALL_PREFIX)
+libdir=$(cache CMAKE_INSTALL_LIBDIR)
+sysconfdir=$(cache CMAKE_INSTALL_SYSCONFDIR)
+# For these prefixes GNUInstallDirs puts the configurations outside the
+# prefix (/etc, /etc/opt): an install to another prefix would write there.
+case "$cfg_prefix" in
+/ | /usr | /opt/*) die "$build is configured for prefix $cfg_prefix; configure it for another" ;;
+esac
+
+tmp=$(mktemp -d /tmp/ecc-install-check.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+prefix="$tmp/prefix"
+region_dir="/dev/shm/ecc-$(id -u)"
+unset ECC_PLUGIN_DIR # the installed library must find its plugins by itself
+
+# ---- the install ---------------------------------------------------------
+
+cmake --install "$build" --prefix "$prefix" >"$tmp/install.log"
+outside=$(grep -v "^$prefix/" "$build/install_manifest.txt" || true)
+[ -z "$outside" ] || die "installed outside $prefix: $outside"
+expect=(bin/eccctl "$libdir/libecc-host.so" "$libdir/libecc-host.so.${version%%.*}"
+  "$libdir/libecc-host.so.$version" "$libdir/ecc/libecc-shm.so"
+  "$libdir/cmake/ecc/eccConfig.cmake" "$libdir/cmake/ecc/eccConfigVersion.cmake"
+  "$libdir/cmake/ecc/eccTargets.cmake" "$libdir/pkgconfig/ecc.pc")
+for h in ecc_host.h ecc_plugin.h ecc_plugin_v1.h ecc_common.h; do expect+=("include/ecc/$h"); done
+for f in "$root"/conf/*.ini; do expect+=("etc/ecc/$(basename "$f")"); done
+for f in "${expect[@]}"; do
+  [ -e "$prefix/$f" ] || die "the install lacks $f"
+done
+say "installed $(wc -l <"$build/install_manifest.txt") files under the prefix, ${#expect[@]} checked by name"
+
+# ---- eccctl from the install ---------------------------------------------
+
+eccctl="$prefix/bin/eccctl"
+got=$("$eccctl" --version)
+[ "$got" = "eccctl $version" ] || die "eccctl --version printed '$got', CMakeLists.txt says $version"
+help=$("$eccctl" --help)
+confdir="$cfg_prefix/$sysconfdir/ecc"
+grep -qF "eccctl demo $confdir/default.ini" <<<"$help" ||
+  die "eccctl --help does not name the configurations in $confdir: $help"
+! grep -qF "conf/" <<<"$help" || die "eccctl --help names the source tree: $help"
+for f in "$prefix"/etc/ecc/*.ini; do
+  "$eccctl" check "$f" >"$tmp/check.out" || die "eccctl check $f: $(cat "$tmp/check.out")"
+done
+"$eccctl" info "$prefix/etc/ecc/default.ini" >"$tmp/info.out"
+grep -qF "plugin:         $prefix/$libdir/ecc/libecc-shm.so" "$tmp/info.out" ||
+  die "eccctl did not load the installed plugin: $(cat "$tmp/info.out")"
+grep -qF "version:        $version" "$tmp/info.out" || die "plugin version: $(cat "$tmp/info.out")"
+say "eccctl $version: --help names $confdir; check passes on every installed INI; the installed plugin loads"
+
+# ---- a consumer project, both ways ---------------------------------------
+
+run_consumer() { # how, binary
+  local region="ic$$-$1"
+  "$2" "$prefix/etc/ecc/default.ini" "$region" >"$tmp/$1.out" 2>&1 ||
+    die "the consumer built with $1 failed: $(cat "$tmp/$1.out")"
+  [ ! -e "$region_dir/ecc-$region.region" ] || die "the consumer left its region behind"
+  say "$1: $(cat "$tmp/$1.out")"
+}
+
+cmake -S "$root/tests/install" -B "$tmp/with-cmake" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$tmp/cmake.log" 2>&1 ||
+  die "configuring the consumer with find_package failed: $(cat "$tmp/cmake.log")"
+grep -qF "ecc $version: plugins in $prefix/$libdir/ecc, configurations in $prefix/etc/ecc" \
+  "$tmp/cmake.log" || die "find_package(ecc) gave other values: $(cat "$tmp/cmake.log")"
+cmake --build "$tmp/with-cmake" >"$tmp/build.log" 2>&1 ||
+  die "building the consumer with ecc::host failed: $(cat "$tmp/build.log")"
+run_consumer cmake "$tmp/with-cmake/ecc_consumer"
+
+export PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig"
+pc() { # pkg-config's answer without the blank it may end with
+  local out
+  out=$(pkg-config "$@" ecc)
+  echo "${out% }"
+}
+[ "$(pc --modversion)" = "$version" ] || die "pkg-config --modversion ecc: $(pc --modversion)"
+[ "$(pc --cflags)" = "-I$prefix/include/ecc" ] || die "pkg-config --cflags ecc: $(pc --cflags)"
+[ "$(pc --libs)" = "-L$prefix/$libdir -lecc-host" ] || die "pkg-config --libs ecc: $(pc --libs)"
+[ "$(pc --variable=plugindir)" = "$prefix/$libdir/ecc" ] || die "plugindir: $(pc --variable=plugindir)"
+# shellcheck disable=SC2046 # the flags are words
+cc -std=c11 -Wall -Wextra -Werror $(pc --cflags) -DCONSUMER_VERSION="\"$(pc --modversion)\"" \
+  -DCONSUMER_PLUGIN_DIR="\"$(pc --variable=plugindir)\"" "$root/tests/install/consumer.c" \
+  -o "$tmp/consumer-pc" $(pc --libs) -Wl,-rpath,"$(pc --variable=libdir)" ||
+  die "building the consumer with pkg-config failed"
+run_consumer pkg-config "$tmp/consumer-pc"
+
+# ---- prefix /usr, staged with DESTDIR (no build: the files only) ---------
+
+cmake -S "$root" -B "$tmp/build-usr" -DCMAKE_INSTALL_PREFIX=/usr -DECC_TESTS=OFF -DECC_CUDA=OFF \
+  >"$tmp/usr.log" 2>&1 || die "configuring for prefix /usr failed: $(cat "$tmp/usr.log")"
+stage="$tmp/stage"
+for component in config development; do
+  DESTDIR="$stage" cmake --install "$tmp/build-usr" --component "$component" >>"$tmp/usr.log"
+done
+for f in "$root"/conf/*.ini; do
+  [ -f "$stage/etc/ecc/$(basename "$f")" ] || die "prefix /usr: $(basename "$f") is not in /etc/ecc"
+done
+[ ! -e "$stage/usr/etc" ] || die "prefix /usr: something went to /usr/etc"
+usr_libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:[A-Z]*=//p' "$tmp/build-usr/CMakeCache.txt")
+usr_pc="$stage/usr/$usr_libdir/pkgconfig/ecc.pc"
+for line in prefix=/usr configdir=/etc/ecc; do
+  grep -qxF "$line" "$usr_pc" || die "prefix /usr: ecc.pc lacks '$line': $(cat "$usr_pc")"
+done
+grep -qF 'set(ECC_CONFIG_DIR "/etc/ecc")' "$stage/usr/$usr_libdir/cmake/ecc/eccConfig.cmake" ||
+  die "prefix /usr: eccConfig.cmake does not set ECC_CONFIG_DIR to /etc/ecc"
+grep -qF '#define ECC_INSTALL_CONFIG_DIR "/etc/ecc"' "$tmp/build-usr/generated/ecc_build_info.h" ||
+  die "prefix /usr: eccctl would name another configuration directory"
+say "prefix /usr: configurations in /etc/ecc, none in /usr/etc; ecc.pc, eccConfig.cmake and eccctl say so"
+
+say "OK ($(($(date +%s) - start)) s)"
