@@ -43,3 +43,6 @@ install(CODE "set(ECC_PC_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
   configure_file(\"${ECC_PACKAGE_DIR}/ecc.pc.in\" \"${ECC_PACKAGE_DIR}/ecc.pc\" @ONLY)"
   COMPONENT development)
 install(FILES ${ECC_PACKAGE_DIR}/ecc.pc DESTINATION ${ECC_INSTALL_PC_DIR} COMPONENT development)
+
+# ---- documentation: the license ----
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT doc)

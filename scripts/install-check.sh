@@ -45,6 +45,7 @@ expect=(bin/eccctl "$libdir/libecc-host.so" "$libdir/libecc-host.so.${version%%.
   "$libdir/libecc-host.so.$version" "$libdir/ecc/libecc-shm.so"
   "$libdir/cmake/ecc/eccConfig.cmake" "$libdir/cmake/ecc/eccConfigVersion.cmake"
   "$libdir/cmake/ecc/eccTargets.cmake" "$libdir/pkgconfig/ecc.pc")
+expect+=(share/doc/ecc/LICENSE)
 for h in ecc_host.h ecc_plugin.h ecc_plugin_v1.h ecc_common.h; do expect+=("include/ecc/$h"); done
 for f in "$root"/conf/*.ini; do expect+=("etc/ecc/$(basename "$f")"); done
 for f in "${expect[@]}"; do
