@@ -17,6 +17,13 @@ die() {
   exit 1
 }
 cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+# Runs a command, which must succeed and print the text.
+expect_out() { # TEXT COMMAND...
+  local text="$1"
+  shift
+  "$@" >"$tmp/out" 2>&1 || die "$*: $(cat "$tmp/out")"
+  grep -qF "$text" "$tmp/out" || die "$*: '$text' missing from: $(cat "$tmp/out")"
+}
 
 [ -f "$build/CMakeCache.txt" ] || die "$build is not a configured build directory"
 version=$(sed -n 's/^project(ecc VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
@@ -24,6 +31,8 @@ version=$(sed -n 's/^project(ecc VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLists.t
 cfg_prefix=$(cache CMAKE_INSTALL_PREFIX)
 libdir=$(cache CMAKE_INSTALL_LIBDIR)
 sysconfdir=$(cache CMAKE_INSTALL_SYSCONFDIR)
+docdir=$(cache CMAKE_INSTALL_DOCDIR) # empty unless set: GNUInstallDirs derives it
+docdir=${docdir:-share/doc/ecc}
 # For these prefixes GNUInstallDirs puts the configurations outside the
 # prefix (/etc, /etc/opt): an install to another prefix would write there.
 case "$cfg_prefix" in
@@ -45,7 +54,7 @@ expect=(bin/eccctl "$libdir/libecc-host.so" "$libdir/libecc-host.so.${version%%.
   "$libdir/libecc-host.so.$version" "$libdir/ecc/libecc-shm.so"
   "$libdir/cmake/ecc/eccConfig.cmake" "$libdir/cmake/ecc/eccConfigVersion.cmake"
   "$libdir/cmake/ecc/eccTargets.cmake" "$libdir/pkgconfig/ecc.pc")
-expect+=(share/doc/ecc/LICENSE)
+expect+=("$docdir/LICENSE" "$docdir/examples/minimal_host.c" "$docdir/examples/minimal_plugin.c")
 for h in ecc_host.h ecc_plugin.h ecc_plugin_v1.h ecc_common.h; do expect+=("include/ecc/$h"); done
 for f in "$root"/conf/*.ini; do expect+=("etc/ecc/$(basename "$f")"); done
 for f in "${expect[@]}"; do
@@ -64,12 +73,10 @@ grep -qF "eccctl demo $confdir/default.ini" <<<"$help" ||
   die "eccctl --help does not name the configurations in $confdir: $help"
 ! grep -qF "conf/" <<<"$help" || die "eccctl --help names the source tree: $help"
 for f in "$prefix"/etc/ecc/*.ini; do
-  "$eccctl" check "$f" >"$tmp/check.out" || die "eccctl check $f: $(cat "$tmp/check.out")"
+  expect_out "$f: ok (" "$eccctl" check "$f"
 done
-"$eccctl" info "$prefix/etc/ecc/default.ini" >"$tmp/info.out"
-grep -qF "plugin:         $prefix/$libdir/ecc/libecc-shm.so" "$tmp/info.out" ||
-  die "eccctl did not load the installed plugin: $(cat "$tmp/info.out")"
-grep -qF "version:        $version" "$tmp/info.out" || die "plugin version: $(cat "$tmp/info.out")"
+expect_out "plugin:         $prefix/$libdir/ecc/libecc-shm.so" "$eccctl" info "$prefix/etc/ecc/default.ini"
+grep -qF "version:        $version" "$tmp/out" || die "plugin version: $(cat "$tmp/out")"
 say "eccctl $version: --help names $confdir; check passes on every installed INI; the installed plugin loads"
 
 # ---- a consumer project, both ways ---------------------------------------
@@ -107,6 +114,22 @@ cc -std=c11 -Wall -Wextra -Werror $(pc --cflags) -DCONSUMER_VERSION="\"$(pc --mo
   -o "$tmp/consumer-pc" $(pc --libs) -Wl,-rpath,"$(pc --variable=libdir)" ||
   die "building the consumer with pkg-config failed"
 run_consumer pkg-config "$tmp/consumer-pc"
+
+# ---- a plugin built from the installed ABI header alone ------------------
+
+plugins="$tmp/plugins"
+mkdir -m 0755 "$plugins"
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden $(pc --cflags) \
+  "$prefix/$docdir/examples/minimal_plugin.c" -o "$plugins/libecc-minimal.so" -lpthread ||
+  die "the installed minimal_plugin.c does not build against the installed headers"
+exports=$(nm -D --defined-only "$plugins/libecc-minimal.so" | awk '{print $3}')
+[ "$exports" = ecc_plugin_v1 ] || die "the minimal plugin exports: $exports"
+printf '[plugin]\nname = minimal\ndir = %s\n[minimal]\nblocks = 8\n' "$plugins" >"$tmp/minimal.ini"
+chmod 0644 "$tmp/minimal.ini"
+expect_out ": ok (minimal: 8 blocks of 4096 B" "$eccctl" check "$tmp/minimal.ini"
+expect_out "blocks:       8 x 4096 B" "$eccctl" info --open "$tmp/minimal.ini"
+say "examples/minimal_plugin.c, installed, builds from include/ecc/ alone, exports only its table, and eccctl check and info --open use it"
 
 # ---- prefix /usr, staged with DESTDIR (no build: the files only) ---------
 
