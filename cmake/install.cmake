@@ -46,3 +46,19 @@ install(FILES ${ECC_PACKAGE_DIR}/ecc.pc DESTINATION ${ECC_INSTALL_PC_DIR} COMPON
 
 # ---- documentation: the license ----
 install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT doc)
+
+# ---- manual pages: eccctl(1), ecc_host(3), and ecc_open(3) and the like ----
+set(ECC_FULL_PLUGIN_DIR ${CMAKE_INSTALL_FULL_LIBDIR}/ecc)
+set(ECC_FULL_HEADER_DIR ${CMAKE_INSTALL_FULL_INCLUDEDIR}/ecc)
+set(ECC_FULL_DOC_DIR ${CMAKE_INSTALL_FULL_DOCDIR})
+set(ECC_MAN_DIR ${CMAKE_BINARY_DIR}/man)
+configure_file(${PROJECT_SOURCE_DIR}/docs/man/eccctl.1.in ${ECC_MAN_DIR}/man1/eccctl.1 @ONLY)
+configure_file(${PROJECT_SOURCE_DIR}/docs/man/ecc_host.3.in ${ECC_MAN_DIR}/man3/ecc_host.3 @ONLY)
+# Every function ecc_host.h declares gets a page that sources ecc_host(3).
+file(STRINGS ${PROJECT_SOURCE_DIR}/host-shim/include/ecc_host.h ECC_DECLARATIONS
+     REGEX "^(int|const char) \\*?ecc_[a-z_]+\\(")
+foreach(line IN LISTS ECC_DECLARATIONS)
+  string(REGEX MATCH "ecc_[a-z_]+" fn "${line}")
+  file(CONFIGURE OUTPUT ${ECC_MAN_DIR}/man3/${fn}.3 CONTENT ".so man3/ecc_host.3\n")
+endforeach()
+install(DIRECTORY ${ECC_MAN_DIR}/ DESTINATION ${CMAKE_INSTALL_MANDIR} COMPONENT man)

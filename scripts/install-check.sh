@@ -3,13 +3,16 @@
 # Installs a build into a temporary prefix and uses it as a user would: the
 # layout, eccctl from the install, a consumer project built both ways
 # (find_package + ecc::host, and pkg-config) that moves an entry through the
-# installed plugin, one version everywhere, and the layout of prefix /usr
+# installed plugin, the example plugin built from the installed header, one
+# version everywhere, the manual pages (they render without a warning and
+# cover every function and option), and the layout of prefix /usr
 # (configurations in /etc/ecc), staged with DESTDIR.
 # Usage: scripts/install-check.sh [BUILD_DIR]   (default: build/, built already)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$root/build}" && pwd)"
 start=$(date +%s)
+"$root/scripts/deps.sh" groff-base # groff, for the manual pages
 
 say() { echo "install-check: $*"; }
 die() {
@@ -33,6 +36,8 @@ libdir=$(cache CMAKE_INSTALL_LIBDIR)
 sysconfdir=$(cache CMAKE_INSTALL_SYSCONFDIR)
 docdir=$(cache CMAKE_INSTALL_DOCDIR) # empty unless set: GNUInstallDirs derives it
 docdir=${docdir:-share/doc/ecc}
+mandir=$(cache CMAKE_INSTALL_MANDIR)
+mandir=${mandir:-share/man}
 # For these prefixes GNUInstallDirs puts the configurations outside the
 # prefix (/etc, /etc/opt): an install to another prefix would write there.
 case "$cfg_prefix" in
@@ -53,7 +58,8 @@ outside=$(grep -v "^$prefix/" "$build/install_manifest.txt" || true)
 expect=(bin/eccctl "$libdir/libecc-host.so" "$libdir/libecc-host.so.${version%%.*}"
   "$libdir/libecc-host.so.$version" "$libdir/ecc/libecc-shm.so"
   "$libdir/cmake/ecc/eccConfig.cmake" "$libdir/cmake/ecc/eccConfigVersion.cmake"
-  "$libdir/cmake/ecc/eccTargets.cmake" "$libdir/pkgconfig/ecc.pc")
+  "$libdir/cmake/ecc/eccTargets.cmake" "$libdir/pkgconfig/ecc.pc"
+  "$mandir/man1/eccctl.1" "$mandir/man3/ecc_host.3")
 expect+=("$docdir/LICENSE" "$docdir/examples/minimal_host.c" "$docdir/examples/minimal_plugin.c")
 for h in ecc_host.h ecc_plugin.h ecc_plugin_v1.h ecc_common.h; do expect+=("include/ecc/$h"); done
 for f in "$root"/conf/*.ini; do expect+=("etc/ecc/$(basename "$f")"); done
@@ -131,12 +137,38 @@ expect_out ": ok (minimal: 8 blocks of 4096 B" "$eccctl" check "$tmp/minimal.ini
 expect_out "blocks:       8 x 4096 B" "$eccctl" info --open "$tmp/minimal.ini"
 say "examples/minimal_plugin.c, installed, builds from include/ecc/ alone, exports only its table, and eccctl check and info --open use it"
 
+# ---- the manual pages ----------------------------------------------------
+
+man="$prefix/$mandir"
+pages=0
+for page in "$man"/man?/*; do
+  # From the top of the tree, where a page that sources another finds it.
+  warnings=$(cd "$man" && groff -man -ww -z -Tutf8 "${page#"$man"/}" 2>&1)
+  [ -z "$warnings" ] || die "${page#"$man"/} does not render cleanly: $warnings"
+  pages=$((pages + 1))
+done
+functions=$(sed -n 's/^\(int\|const char\) \**\(ecc_[a-z_]*\)(.*/\2/p' "$prefix/include/ecc/ecc_host.h")
+for fn in $functions; do
+  [ -f "$man/man3/$fn.3" ] || die "man $fn finds no page"
+  grep -qE "^\.SS .*\b$fn\(\)" "$man/man3/ecc_host.3" || die "ecc_host(3) has no section on $fn()"
+done
+commands=$("$eccctl" --help | sed -n '/^commands:/,/^$/s/^  \([a-z]*\) .*/\1/p')
+options=0
+for cmd in $commands; do
+  for opt in $("$eccctl" "$cmd" --help | grep -oE -- '--[a-z][a-z-]*' | sort -u); do
+    roff=${opt//-/\\-}
+    grep -qF -- "$roff" "$man/man1/eccctl.1" || die "eccctl(1) does not document $cmd $opt"
+    options=$((options + 1))
+  done
+done
+say "$pages manual pages render without a warning; ecc_host(3) covers the $(wc -w <<<"$functions") functions of ecc_host.h, eccctl(1) the $options options of $(wc -w <<<"$commands") commands"
+
 # ---- prefix /usr, staged with DESTDIR (no build: the files only) ---------
 
 cmake -S "$root" -B "$tmp/build-usr" -DCMAKE_INSTALL_PREFIX=/usr -DECC_TESTS=OFF -DECC_CUDA=OFF \
   >"$tmp/usr.log" 2>&1 || die "configuring for prefix /usr failed: $(cat "$tmp/usr.log")"
 stage="$tmp/stage"
-for component in config development; do
+for component in config development man; do
   DESTDIR="$stage" cmake --install "$tmp/build-usr" --component "$component" >>"$tmp/usr.log"
 done
 for f in "$root"/conf/*.ini; do

@@ -73,6 +73,7 @@ Test(version, help_names_the_installed_configurations)
   const char *want[] = {
       ECC_TEST_CONFIG_DIR "/*.ini",
       "eccctl demo " ECC_TEST_CONFIG_DIR "/default.ini",
+      "eccctl(1), ecc_host(3)",
   };
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
     cr_expect(strstr(out, want[i]) != NULL, "--help lacks '%s':\n%s", want[i], out);

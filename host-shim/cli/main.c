@@ -49,6 +49,7 @@ static void main_usage(FILE *out)
           "\n"
           "installed configurations: %s/*.ini, commented starting points\n"
           "the demo on them:         eccctl demo %s/default.ini\n"
+          "manual pages:             eccctl(1), ecc_host(3)\n"
           "\n"
           "exit status: 0 success, 1 failure, 2 bad command line.\n",
           ECC_INSTALL_CONFIG_DIR, ECC_INSTALL_CONFIG_DIR);
