@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # What `cmake --install` adds to the targets each directory installs: the
-# public headers and the configurations, each rule in a component, so that a
-# layout can be checked without building (scripts/install-check.sh).
+# public headers, the configurations, the CMake package, ecc.pc, the license
+# and the manual pages, each rule in a component, so that a layout can be
+# checked without building (scripts/install-check.sh).
 install(FILES ${PROJECT_SOURCE_DIR}/abi/ecc_common.h ${PROJECT_SOURCE_DIR}/abi/ecc_plugin.h
               ${PROJECT_SOURCE_DIR}/abi/ecc_plugin_v1.h
               ${PROJECT_SOURCE_DIR}/host-shim/include/ecc_host.h
@@ -48,13 +49,12 @@ install(FILES ${ECC_PACKAGE_DIR}/ecc.pc DESTINATION ${ECC_INSTALL_PC_DIR} COMPON
 install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT doc)
 
 # ---- manual pages: eccctl(1), ecc_host(3), and ecc_open(3) and the like ----
-set(ECC_FULL_PLUGIN_DIR ${CMAKE_INSTALL_FULL_LIBDIR}/ecc)
-set(ECC_FULL_HEADER_DIR ${CMAKE_INSTALL_FULL_INCLUDEDIR}/ecc)
-set(ECC_FULL_DOC_DIR ${CMAKE_INSTALL_FULL_DOCDIR})
 set(ECC_MAN_DIR ${CMAKE_BINARY_DIR}/man)
 configure_file(${PROJECT_SOURCE_DIR}/docs/man/eccctl.1.in ${ECC_MAN_DIR}/man1/eccctl.1 @ONLY)
 configure_file(${PROJECT_SOURCE_DIR}/docs/man/ecc_host.3.in ${ECC_MAN_DIR}/man3/ecc_host.3 @ONLY)
 # Every function ecc_host.h declares gets a page that sources ecc_host(3).
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+             ${PROJECT_SOURCE_DIR}/host-shim/include/ecc_host.h)
 file(STRINGS ${PROJECT_SOURCE_DIR}/host-shim/include/ecc_host.h ECC_DECLARATIONS
      REGEX "^(int|const char) \\*?ecc_[a-z_]+\\(")
 foreach(line IN LISTS ECC_DECLARATIONS)

@@ -20,6 +20,11 @@ else()
   set(ECC_INSTALL_CONFIG_DIR ${ECC_FULL_CONFIG_DIR})
 endif()
 
+# The absolute paths, as the manual pages and eccctl --help name them.
+set(ECC_FULL_PLUGIN_DIR ${CMAKE_INSTALL_FULL_LIBDIR}/ecc)
+set(ECC_FULL_HEADER_DIR ${CMAKE_INSTALL_FULL_INCLUDEDIR}/ecc)
+set(ECC_FULL_DOC_DIR ${CMAKE_INSTALL_FULL_DOCDIR})
+
 set(ECC_GENERATED_DIR ${CMAKE_BINARY_DIR}/generated)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/ecc_build_info.h.in
                ${ECC_GENERATED_DIR}/ecc_build_info.h @ONLY)

@@ -73,18 +73,14 @@ struct config {
 
 /* ---- text for the caller ----------------------------------------------- */
 
-static void put_text(char *buf, size_t cap, const char *fmt, va_list ap)
-{
-  if (buf != NULL && cap > 0)
-    vsnprintf(buf, cap, fmt, ap);
-}
-
 __attribute__((format(printf, 4, 5))) static int fail_text(char *buf, size_t cap, int code,
                                                            const char *fmt, ...)
 {
+  if (buf == NULL || cap == 0)
+    return code;
   va_list ap;
   va_start(ap, fmt);
-  put_text(buf, cap, fmt, ap);
+  vsnprintf(buf, cap, fmt, ap);
   va_end(ap);
   return code;
 }
@@ -257,8 +253,17 @@ static int store_new(const struct config *cfg, const ecc_host_services_v1_t *hos
   s->n_blocks = cfg->blocks;
   s->host = host;
   s->stats.struct_size = sizeof(s->stats);
-  pthread_mutex_init(&s->step_lock, NULL);
-  pthread_mutex_init(&s->done_lock, NULL);
+  if (pthread_mutex_init(&s->step_lock, NULL) != 0) {
+    free(s->blocks);
+    free(s);
+    return ECC_ERR_NOMEM;
+  }
+  if (pthread_mutex_init(&s->done_lock, NULL) != 0) {
+    pthread_mutex_destroy(&s->step_lock);
+    free(s->blocks);
+    free(s);
+    return ECC_ERR_NOMEM;
+  }
   *out = s;
   return ECC_OK;
 }
@@ -321,11 +326,13 @@ static void register_atfork(void)
   atfork_rc = pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-/* With table_lock held. */
+/* With table_lock held. Without a clock the stamps still never repeat while
+ * the plugin stays loaded. */
 static uint64_t next_stamp(void)
 {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+    ts = (struct timespec){0, 0};
   uint64_t now = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
   last_stamp = now > last_stamp ? now : last_stamp + 1;
   return last_stamp;
@@ -388,10 +395,12 @@ static void leave(ecc_handle_t h)
 
 /* ---- copies ------------------------------------------------------------- */
 
+/* Only for elapsed times: without a clock they read 0. */
 static uint64_t now_ns(void)
 {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+    return 0;
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
