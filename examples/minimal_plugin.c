@@ -528,6 +528,8 @@ static int check_save(struct store *s, const ecc_save_entry_v1_t *e, size_t i)
   if (e->nbytes == 0 || e->n_blocks == 0)
     return refuse(s, ECC_ERR_INVALID, "save: entry %zu: %s is 0", i,
                   e->nbytes == 0 ? "nbytes" : "n_blocks");
+  if (e->src > UINT64_MAX - e->nbytes)
+    return refuse(s, ECC_ERR_INVALID, "save: entry %zu: src + nbytes wraps around", i);
   int rc = check_ids(s, "save", i, e->block_ids, e->n_blocks);
   if (rc == ECC_OK && blocks_needed(s, e->nbytes, e->n_blocks) == 0)
     rc = refuse(s, ECC_ERR_RANGE,
@@ -670,6 +672,13 @@ static int minimal_flush(ecc_handle_t h, void *compute_stream)
 
 /* ---- load --------------------------------------------------------------- */
 
+/* min(dst_capacity, n_blocks * block_size): blocks past it are not read. */
+static uint64_t load_bytes(const struct store *s, const ecc_load_entry_v1_t *e)
+{
+  uint64_t all = (uint64_t)e->n_blocks * s->block_size;
+  return e->dst_capacity < all ? e->dst_capacity : all;
+}
+
 static int check_load(struct store *s, const ecc_load_entry_v1_t *e, size_t i)
 {
   if (e->dst == 0 || e->block_ids == NULL)
@@ -678,14 +687,10 @@ static int check_load(struct store *s, const ecc_load_entry_v1_t *e, size_t i)
   if (e->dst_capacity == 0 || e->n_blocks == 0)
     return refuse(s, ECC_ERR_INVALID, "load: entry %zu: %s is 0", i,
                   e->dst_capacity == 0 ? "dst_capacity" : "n_blocks");
-  return check_ids(s, "load", i, e->block_ids, e->n_blocks);
-}
-
-/* min(dst_capacity, n_blocks * block_size): blocks past it are not read. */
-static uint64_t load_bytes(const struct store *s, const ecc_load_entry_v1_t *e)
-{
-  uint64_t all = (uint64_t)e->n_blocks * s->block_size;
-  return e->dst_capacity < all ? e->dst_capacity : all;
+  int rc = check_ids(s, "load", i, e->block_ids, e->n_blocks);
+  if (rc == ECC_OK && e->dst > UINT64_MAX - load_bytes(s, e))
+    rc = refuse(s, ECC_ERR_INVALID, "load: entry %zu: dst + the bytes it takes wraps around", i);
+  return rc;
 }
 
 static void load_batch(struct store *s, const ecc_load_entry_v1_t *entries, size_t n)

@@ -309,6 +309,7 @@ Test(minimal, bad_saves_are_refused_whole)
       {{"k", good.src, good.nbytes, NULL, 2}, ECC_ERR_INVALID, "block_ids is NULL"},
       {{"k", good.src, 0, ok_ids, 2}, ECC_ERR_INVALID, "nbytes is 0"},
       {{"k", good.src, good.nbytes, ok_ids, 0}, ECC_ERR_INVALID, "n_blocks is 0"},
+      {{"k", UINT64_MAX - 8, good.nbytes, ok_ids, 2}, ECC_ERR_INVALID, "wraps around"},
       {{"k", good.src, good.nbytes, far, 2}, ECC_ERR_RANGE, "block id 16"},
       {{"k", good.src, good.nbytes + 1, ok_ids, 2}, ECC_ERR_RANGE, "do not fit"},
   };
@@ -349,6 +350,7 @@ Test(minimal, bad_loads_and_queries_are_refused)
       {{1, &id, 0, dst, BS}, ECC_ERR_INVALID, "n_blocks is 0"},
       {{1, &id, 1, dst, 0}, ECC_ERR_INVALID, "dst_capacity is 0"},
       {{1, &far, 1, dst, BS}, ECC_ERR_RANGE, "block id 16"},
+      {{1, &id, 1, UINT64_MAX - 8, BS}, ECC_ERR_INVALID, "wraps around"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     expect_error(c, ecc_load(c, &bad[i].l, 1, NULL), bad[i].code, bad[i].text);
