@@ -445,21 +445,31 @@ static uint64_t unpolled_batches(const struct store *s, enum dir_index d)
   return s->batch[d] - f->items[f->head].batch + 1;
 }
 
-/* With done_lock held: room for `more` records, or ECC_ERR_NOMEM. The
- * oldest record moves to the front first, so the room is all at the end. */
+/* An array of *cap items of `size` bytes with room for `want` (>= 1): the
+ * same, or a larger one with *cap raised; NULL, and the old one intact, when
+ * there is no memory for it. */
+static void *grow(void *items, size_t *cap, size_t want, size_t size)
+{
+  if (want <= *cap)
+    return items;
+  size_t n = *cap * 2 > want ? *cap * 2 : want;
+  void *grown = n <= SIZE_MAX / size ? realloc(items, n * size) : NULL;
+  if (grown != NULL)
+    *cap = n;
+  return grown;
+}
+
+/* With done_lock held: room for `more` (>= 1) records, or ECC_ERR_NOMEM.
+ * The oldest record moves to the front first, so the room is at the end. */
 static int fifo_reserve(struct fifo *f, size_t more)
 {
   if (f->head != 0)
     memmove(f->items, f->items + f->head, f->len * sizeof(*f->items));
   f->head = 0;
-  if (f->len + more <= f->cap)
-    return ECC_OK;
-  size_t cap = f->cap * 2 > f->len + more ? f->cap * 2 : f->len + more;
-  ecc_completion_v1_t *grown = realloc(f->items, cap * sizeof(*grown));
-  if (grown == NULL)
+  ecc_completion_v1_t *items = grow(f->items, &f->cap, f->len + more, sizeof(*items));
+  if (items == NULL)
     return ECC_ERR_NOMEM;
-  f->items = grown;
-  f->cap = cap;
+  f->items = items;
   return ECC_OK;
 }
 
@@ -539,29 +549,20 @@ static int check_save(struct store *s, const ecc_save_entry_v1_t *e, size_t i)
   return rc;
 }
 
-static bool grow(void **items, size_t *cap, size_t want, size_t size)
-{
-  if (want <= *cap)
-    return true;
-  size_t n = *cap * 2 > want ? *cap * 2 : want;
-  void *grown = realloc(*items, n * size);
-  if (grown == NULL)
-    return false;
-  *items = grown;
-  *cap = n;
-  return true;
-}
-
-/* Room in the queue for these entries and the blocks their bytes reach. */
+/* Room in the queue for n (>= 1) entries and the blocks their bytes reach. */
 static int reserve_saves(struct store *s, const ecc_save_entry_v1_t *entries, size_t n)
 {
   struct save_queue *q = &s->queue;
-  size_t ids = q->n_ids;
+  size_t n_ids = q->n_ids;
   for (size_t i = 0; i < n; i++)
-    ids += blocks_needed(s, entries[i].nbytes, entries[i].n_blocks);
-  if (!grow((void **)&q->entries, &q->cap, q->n + n, sizeof(*q->entries)) ||
-      !grow((void **)&q->ids, &q->cap_ids, ids, sizeof(*q->ids)))
+    n_ids += blocks_needed(s, entries[i].nbytes, entries[i].n_blocks);
+  struct queued_save *queued = grow(q->entries, &q->cap, q->n + n, sizeof(*queued));
+  if (queued != NULL)
+    q->entries = queued;
+  uint32_t *ids = queued != NULL ? grow(q->ids, &q->cap_ids, n_ids, sizeof(*ids)) : NULL;
+  if (ids == NULL)
     return refuse(s, ECC_ERR_NOMEM, "save: out of memory for %zu more entries", n);
+  q->ids = ids;
   return ECC_OK;
 }
 
@@ -583,6 +584,8 @@ static int save_locked(struct store *s, const ecc_save_entry_v1_t *entries, size
 {
   if (n != 0 && entries == NULL)
     return refuse(s, ECC_ERR_INVALID, "save: entries is NULL but n is %zu", n);
+  if (n == 0)
+    return ECC_OK;
   for (size_t i = 0; i < n; i++) {
     int rc = check_save(s, &entries[i], i);
     if (rc != ECC_OK)
