@@ -8,11 +8,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ecc_build_info.h"
 #include "ecc_host.h"
-
-#ifndef ECC_VERSION
-#define ECC_VERSION "1.0.0"
-#endif
 
 struct command {
   const char *name;
@@ -43,13 +40,19 @@ static void main_usage(FILE *out)
                "       eccctl --help | --version\n"
                "\n"
                "Encoder-cache connector control: inspect, validate and exercise a\n"
-               "connector configured by an INI file (see conf/default.ini).\n"
+               "connector configured by an INI file.\n"
                "\n"
                "commands:\n");
   for (size_t i = 0; i < N_COMMANDS; i++)
     fprintf(out, "  %-6s %s\n", commands[i].name, commands[i].summary);
-  fprintf(out, "\n"
-               "exit status: 0 success, 1 failure, 2 bad command line.\n");
+  fprintf(out,
+          "\n"
+          "installed configurations: %s/*.ini, commented starting points\n"
+          "the demo on them:         eccctl demo %s/default.ini\n"
+          "manual pages:             eccctl(1), ecc_host(3)\n"
+          "\n"
+          "exit status: 0 success, 1 failure, 2 bad command line.\n",
+          ECC_INSTALL_CONFIG_DIR, ECC_INSTALL_CONFIG_DIR);
 }
 
 static const struct command *find_command(const char *name)
@@ -124,7 +127,7 @@ int main(int argc, char **argv)
     return CLI_OK;
   }
   if (strcmp(first, "--version") == 0) {
-    printf("eccctl %s\n", ECC_VERSION);
+    printf("eccctl %s\n", ecc_version());
     return CLI_OK;
   }
   if (strcmp(first, "help") == 0) {

@@ -157,6 +157,9 @@ int ecc_check_params(const char *ini_path, const ecc_open_options_t *opt,
  * too (one text for all of them). */
 const char *ecc_strerror(int code);
 
+/* This library's version, "MAJOR.MINOR.PATCH": constant text, never NULL. */
+const char *ecc_version(void);
+
 #ifdef __cplusplus
 }
 #endif

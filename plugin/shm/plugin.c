@@ -8,11 +8,12 @@
 
 #include "config.h"
 #include "connector.h"
+#include "ecc_build_info.h"
 #include "ecc_plugin_v1.h"
 #include "engine.h"
 #include "handles.h"
 
-#define ECC_SHM_VERSION "1.0.0"
+#define ECC_SHM_VERSION ECC_PROJECT_VERSION
 
 static int err_text(char *err, size_t cap, int code, const char *text)
 {
