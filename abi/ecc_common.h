@@ -101,6 +101,14 @@ enum ecc_dir {
  * touch freed memory. */
 typedef uint64_t ecc_handle_t;
 
+/* Marks the one symbol a plugin exports, its table, when it is built with
+ * -fvisibility=hidden (as it should be: nothing else leaves the object). */
+#if defined(__GNUC__)
+#define ECC_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define ECC_PLUGIN_EXPORT
+#endif
+
 /* Whether a struct that begins with `uint32_t struct_size`, as the other
  * side compiled it, reaches past `field` of `type`: a field appended after
  * the other side was built is read (or written) only when this holds. */

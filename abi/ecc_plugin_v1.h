@@ -44,16 +44,29 @@
  * Errors
  * ------
  * Every function returns ECC_OK (0) on success or one of the negative
- * ECC_ERR_* codes of ecc_common.h (ECC_STATUS_MAP); the set is closed. Each function lists the codes it
- * can return. A call that returns an error changes no state of the handle.
- * Human-readable text goes to the host's log callback and to the handle's
- * last-error string (see last_error).
+ * ECC_ERR_* codes of ecc_common.h (ECC_STATUS_MAP); the set is closed. Each
+ * function lists the codes it can return. A call that returns an error
+ * changes no state of the handle. The handle is judged first: a call on a
+ * handle that is not open returns ECC_ERR_CLOSED whatever its other
+ * arguments. An address of 0, or an address whose byte range wraps past
+ * 2^64, is ECC_ERR_INVALID. Human-readable text goes to the host's log
+ * callback and to the handle's last-error string (see last_error).
+ *
+ * Structs the host fills for the plugin to write (stats, describe)
+ * ---------------------------------------------------------------------
+ * The caller sets struct_size to the size it was compiled with, which may
+ * be smaller (an older host) or larger (a newer one) than the plugin's. The
+ * plugin writes min(struct_size, its own size) bytes, never past them, and
+ * leaves struct_size as the caller set it; a struct_size below 4 is
+ * ECC_ERR_INVALID.
  *
  * Threading
  * ---------
  * All functions are safe to call from any thread. On one handle, save, flush
  * and load are serialised by the plugin (a second caller waits for the first
- * to return; none of them ever waits for a copy). poll, stats, last_error and
+ * to return; none of them waits for a copy or for the device, though a
+ * plugin without an engine of its own may make the copy inside the call, as
+ * long as poll is what reports it). poll, stats, last_error and
  * describe may run concurrently with anything. shutdown must be the last call
  * on a handle: a call that races with it either finishes first or returns
  * ECC_ERR_CLOSED; shutdown itself waits for calls already inside the plugin.
@@ -66,7 +79,8 @@
  * fork() its threads do not exist and its region, locks and driver state are
  * the parent's, so every call there returns ECC_ERR_CLOSED, shutdown
  * included, and touches nothing the parent uses; the child creates its own
- * handles. A plugin keeps handle values unique for the life of the process,
+ * handles (a pthread_atfork child handler is one way for a plugin to tell
+ * that it runs in a child). A plugin keeps handle values unique for the life of the process,
  * also across dlclose and a new dlopen (the shm plugin puts the time a
  * handle was given into its value).
  *
@@ -173,8 +187,20 @@ typedef struct ecc_completion_v1 {
   char key[ECC_KEY_MAX + 1]; /* saves: the key, NUL-terminated; loads: "" */
 } ecc_completion_v1_t;
 
-/* Histogram bucket upper bounds in bytes of a transfer (the last one is open). */
-#define ECC_HIST_BUCKETS 10 /* <0.5, <1, <2, <5, <10, <20, <50, <100, <250, >=250 MB */
+/* Histogram of transfers by their size in bytes: X(upper bound) of each
+ * bucket but the last, which is open (>= 250,000,000). A transfer of
+ * exactly a bound's bytes counts in the bucket above it. */
+#define ECC_HIST_BOUNDS(X) \
+  X(500000)               \
+  X(1000000)              \
+  X(2000000)              \
+  X(5000000)              \
+  X(10000000)             \
+  X(20000000)             \
+  X(50000000)             \
+  X(100000000)            \
+  X(250000000)
+#define ECC_HIST_BUCKETS 10 /* the 9 bounds above, then >= 250,000,000 bytes */
 
 /* Counters for one direction. */
 typedef struct ecc_dir_stats_v1 {
@@ -229,8 +255,9 @@ typedef struct ecc_plugin_v1 {
 
   /* create: open a connector. `args->abi_major` must be 1; a minor newer than
    * the plugin's is refused. Unknown keys and bad values are refused with the
-   * key named in args->err. On failure nothing is left behind (no file, no
-   * mapping, no registration) and *out is 0.
+   * key named in args->err; so is a key given twice (ECC_ERR_CONFIG). On
+   * failure nothing is left behind (no file, no mapping, no registration)
+   * and *out is 0.
    * Returns ECC_OK, ECC_ERR_INVALID (NULL args/out), ECC_ERR_INCOMPATIBLE,
    * ECC_ERR_CONFIG, ECC_ERR_REGION, ECC_ERR_SYSTEM, ECC_ERR_NOMEM,
    * ECC_ERR_DEVICE, ECC_ERR_UNSUPPORTED (an engine that is not available). */
@@ -282,7 +309,8 @@ typedef struct ecc_plugin_v1 {
    * order; each exactly once. A transfer finishes only after every transfer
    * submitted before it in the same direction. A failed copy is reported with
    * a negative status in each of its entries. Entries that did not fit stay
-   * for the next poll.
+   * for the next poll. On an error *n_out is 0 (when n_out is not NULL) and
+   * nothing is consumed.
    * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
   int (*poll)(ecc_handle_t h, ecc_completion_v1_t *out, size_t cap, size_t *n_out);
 
@@ -301,14 +329,18 @@ typedef struct ecc_plugin_v1 {
    * Returns ECC_OK, ECC_ERR_CONFIG, ECC_ERR_INVALID. */
   int (*validate)(const ecc_kv_v1_t *config, size_t n_config, char *err, size_t err_cap);
 
-  /* stats: copy the handle's counters. Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
+  /* stats: copy the handle's counters (see "Structs the host fills" above).
+   * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
   int (*stats)(ecc_handle_t h, ecc_stats_v1_t *out);
 
   /* last_error: copy the text of the handle's most recent error ("" if none),
-   * truncated to cap. Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
+   * truncated to cap and NUL-terminated; cap 0 (buf may then be NULL) writes
+   * nothing. Returns ECC_OK, ECC_ERR_INVALID (buf NULL with cap > 0),
+   * ECC_ERR_CLOSED. */
   int (*last_error)(ecc_handle_t h, char *buf, size_t cap);
 
-  /* describe: the region and engine in use. Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
+  /* describe: the region and engine in use (see "Structs the host fills"
+   * above). Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
   int (*describe)(ecc_handle_t h, ecc_info_v1_t *out);
 } ecc_plugin_v1_t;
 

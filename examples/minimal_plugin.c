@@ -23,7 +23,6 @@
 #include "ecc_plugin_v1.h"
 
 #define MINIMAL_VERSION "0.1.0"
-#define MINIMAL_EXPORT __attribute__((visibility("default")))
 
 /* Connectors open at once in one process; a handle's low bits name its slot. */
 #define MAX_HANDLES 64
@@ -866,22 +865,30 @@ static int minimal_validate(const ecc_kv_v1_t *config, size_t n_config, char *er
   return rc;
 }
 
-/* A caller's struct that is shorter than the first version is not one. */
+/* A caller built against another version of the header gets the part of
+ * the struct both know: min(its size, ours) bytes, its struct_size kept. */
+static void copy_out(void *out, const void *ours, size_t our_size)
+{
+  uint32_t size;
+  memcpy(&size, out, sizeof(size));
+  memcpy(out, ours, size < our_size ? size : our_size);
+  memcpy(out, &size, sizeof(size));
+}
+
 static int minimal_stats(ecc_handle_t h, ecc_stats_v1_t *out)
 {
   struct store *s = enter(h);
   if (s == NULL)
     return ECC_ERR_CLOSED;
   int rc = ECC_OK;
-  if (out == NULL || out->struct_size < sizeof(*out)) {
+  if (out == NULL || out->struct_size < sizeof(out->struct_size)) {
     rc = refuse(s, ECC_ERR_INVALID, "stats: %s",
                 out == NULL ? "out is NULL" : "out->struct_size is too small");
   } else {
     pthread_mutex_lock(&s->done_lock);
-    uint32_t size = out->struct_size;
-    *out = s->stats; /* fields a newer caller appended are left as they are */
-    out->struct_size = size;
+    ecc_stats_v1_t copy = s->stats;
     pthread_mutex_unlock(&s->done_lock);
+    copy_out(out, &copy, sizeof(copy));
   }
   leave(h);
   return rc;
@@ -904,20 +911,20 @@ static int minimal_last_error(ecc_handle_t h, char *buf, size_t cap)
   return rc;
 }
 
-static void describe_store(const struct store *s, ecc_info_v1_t *info)
+static void describe_store(const struct store *s, ecc_info_v1_t *out)
 {
-  uint32_t size = info->struct_size;
-  *info = (ecc_info_v1_t){.struct_size = size,
+  ecc_info_v1_t info = {.struct_size = sizeof(info),
                           .creator = 1,
                           .block_size = s->block_size,
                           .num_blocks = s->n_blocks,
                           .region_bytes = s->block_size * s->n_blocks,
                           .save_rank = 1,
                           .max_inflight = MAX_UNPOLLED_BATCHES};
-  snprintf(info->engine, sizeof(info->engine), "host");
-  snprintf(info->engine_detail, sizeof(info->engine_detail),
+  snprintf(info.engine, sizeof(info.engine), "host");
+  snprintf(info.engine_detail, sizeof(info.engine_detail),
            "blocks in this process's memory (no region file); copies made by flush and load");
-  snprintf(info->role, sizeof(info->role), "both");
+  snprintf(info.role, sizeof(info.role), "both");
+  copy_out(out, &info, sizeof(info));
 }
 
 static int minimal_describe(ecc_handle_t h, ecc_info_v1_t *out)
@@ -926,7 +933,7 @@ static int minimal_describe(ecc_handle_t h, ecc_info_v1_t *out)
   if (s == NULL)
     return ECC_ERR_CLOSED;
   int rc = ECC_OK;
-  if (out == NULL || out->struct_size < sizeof(*out))
+  if (out == NULL || out->struct_size < sizeof(out->struct_size))
     rc = refuse(s, ECC_ERR_INVALID, "describe: %s",
                 out == NULL ? "out is NULL" : "out->struct_size is too small");
   else
@@ -937,7 +944,7 @@ static int minimal_describe(ecc_handle_t h, ecc_info_v1_t *out)
 
 /* ---- the table ---------------------------------------------------------- */
 
-MINIMAL_EXPORT const ecc_plugin_v1_t ecc_plugin_v1 = {
+ECC_PLUGIN_EXPORT const ecc_plugin_v1_t ecc_plugin_v1 = {
     .abi_major = ECC_ABI_V1_MAJOR,
     .abi_minor = ECC_ABI_V1_MINOR,
     .struct_size = sizeof(ecc_plugin_v1_t),

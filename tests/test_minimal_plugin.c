@@ -361,10 +361,18 @@ Test(minimal, bad_loads_and_queries_are_refused)
   size_t n = 99;
   expect_error(c, ecc_poll(c, NULL, 4, &n), ECC_ERR_INVALID, "out is NULL");
   cr_expect_eq(n, 0);
-  ecc_stats_t st = {.struct_size = 8};
+  /* A struct_size too small to hold itself is refused; a short struct of
+   * an older caller gets what fits and keeps its size. */
+  ecc_stats_t st = {.struct_size = 2};
   expect_error(c, ecc_get_stats(c, &st), ECC_ERR_INVALID, "struct_size");
-  ecc_info_t info = {.struct_size = 8};
+  ecc_info_t info = {.struct_size = 3};
   expect_error(c, ecc_describe(c, &info), ECC_ERR_INVALID, "struct_size");
+  memset(&info, 0x5a, sizeof(info));
+  info.struct_size = offsetof(ecc_info_t, block_size);
+  cr_expect_eq(ecc_describe(c, &info), ECC_OK);
+  cr_expect_eq(info.struct_size, offsetof(ecc_info_t, block_size));
+  cr_expect_eq(info.creator, 1);
+  cr_expect_eq(info.block_size, 0x5a5a5a5a5a5a5a5aull, "describe wrote past the caller's size");
   ecc_completion_t done[2];
   cr_expect_eq(poll_all(c, done, 2), 0, "a refused load completed");
   cr_expect_eq(ecc_close(c), ECC_OK);
