@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ecc_host.h"
 #include "region.h"
 
@@ -148,9 +148,7 @@ static void *xmalloc(size_t n)
 
 static double now_us(void)
 {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+  return (double)ecc_now_ns() / 1e3;
 }
 
 static uint64_t rnd(struct bench *b)

@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "config.h"
 #include "engine.h"
 #include "log.h"
@@ -47,13 +47,6 @@ struct host_engine {
   size_t copying;               /* chunks claimed and not yet finished */
   int stop;
 };
-
-static uint64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Index of the descriptor holding byte `offset` of the stream. */
 static size_t find_desc(const struct host_job *j, uint64_t offset)
@@ -93,7 +86,7 @@ static void finish_chunk(struct host_engine *e, struct host_job *j)
   size_t total = j->n_chunks;
   size_t done = atomic_fetch_add_explicit(&j->chunks_done, 1, memory_order_acq_rel) + 1;
   if (done == total) {
-    j->end_ns = now_ns();
+    j->end_ns = ecc_now_ns();
     atomic_store_explicit(&j->done, 1, memory_order_release);
   }
   pthread_mutex_lock(&e->lock);
@@ -149,7 +142,7 @@ static void *worker_main(void *arg)
     if (j == NULL)
       return NULL;
     uint_fast64_t zero = 0;
-    atomic_compare_exchange_strong(&j->start_ns, &zero, now_ns());
+    atomic_compare_exchange_strong(&j->start_ns, &zero, ecc_now_ns());
     copy_chunk(j, chunk);
     finish_chunk(e, j);
   }
@@ -196,7 +189,7 @@ static int host_submit(struct engine *eng, struct transfer *t, void *stream)
   atomic_store(&j->start_ns, 0);
   j->next = NULL;
   if (j->n_chunks == 0) {
-    j->end_ns = now_ns();
+    j->end_ns = ecc_now_ns();
     atomic_store(&j->start_ns, j->end_ns);
     atomic_store_explicit(&j->done, 1, memory_order_release);
     return ECC_OK;

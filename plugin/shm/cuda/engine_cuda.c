@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "config.h"
 #include "cuda_engine.h"
 #include "engine.h"
@@ -294,13 +294,6 @@ static void slot_put(struct cuda_engine *ce, struct cuda_slot *s)
 
 /* ---- the copy of one transfer ---- */
 
-static uint64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The copy method of one batch (see the figures at the top). */
 static int pick_method(const struct cuda_engine *ce, int dir, size_t count, uint64_t bytes,
                        uint64_t now)
@@ -396,7 +389,7 @@ static int plan_kernel(struct cuda_engine *ce, struct cuda_slot *s, const struct
 static void plan_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer *t,
                       int dir, struct plan *p)
 {
-  uint64_t now = now_ns();
+  uint64_t now = ecc_now_ns();
   memset(p, 0, sizeof(*p));
   p->method = pick_method(ce, dir, t->desc.count, t->desc.bytes, now);
   ce->last_submit_ns[dir] = now;
