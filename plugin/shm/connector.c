@@ -37,7 +37,7 @@ static struct transfer *transfer_get(struct conn *c)
     t = calloc(1, sizeof(*t));
     if (t == NULL)
       return NULL;
-    desc_init(&t->desc, c->engine.ops->desc_alloc, c->engine.ops->desc_free, c->engine.impl);
+    desc_init(&t->view.desc, c->engine.ops->desc_alloc, c->engine.ops->desc_free, c->engine.impl);
   }
   t->next = NULL;
   t->n_done = 0;
@@ -46,7 +46,7 @@ static struct transfer *transfer_get(struct conn *c)
   t->finished = 0;
   t->status = ECC_OK;
   t->elapsed_ns = 0;
-  desc_clear(&t->desc);
+  desc_clear(&t->view.desc);
   return t;
 }
 
@@ -66,7 +66,7 @@ static void transfer_put(struct conn *c, struct transfer *t)
 
 static void transfer_free(struct transfer *t)
 {
-  desc_free(&t->desc);
+  desc_free(&t->view.desc);
   free(t->done);
   free(t->keys);
   free(t);
@@ -247,14 +247,14 @@ static int check_saves(struct conn *c, const ecc_save_entry_v1_t *e, size_t n, u
 static int add_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1_t *e, size_t n,
                      uint64_t descs, size_t key_bytes)
 {
-  if (desc_reserve(&t->desc, descs) != 0 || reserve_done(t, n) != 0 ||
+  if (desc_reserve(&t->view.desc, descs) != 0 || reserve_done(t, n) != 0 ||
       reserve_keys(t, t->keys_len + key_bytes) != 0)
     return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for %" PRIu64 " descriptors",
                     descs);
   /* Locals, stored back once: see struct desc_writer. */
   uint64_t base = (uint64_t)(uintptr_t)c->region.blocks, bs = c->region.block_size;
   struct desc_writer w;
-  desc_writer_open(&t->desc, &w);
+  desc_writer_open(&t->view.desc, &w);
   struct done_rec *rec = t->done + t->n_done;
   char *keys = t->keys;
   size_t keys_len = t->keys_len;
@@ -266,7 +266,7 @@ static int add_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1
     memcpy(keys + keys_len, e[i].key, klen);
     keys_len += klen;
   }
-  desc_writer_close(&t->desc, &w);
+  desc_writer_close(&t->view.desc, &w);
   t->n_done += n;
   t->keys_len = keys_len;
   return ECC_OK;
@@ -336,8 +336,8 @@ static int flush_locked(struct conn *c, void *stream)
     return log_fail_at(&c->log, ECC_LOG_DEBUG, ECC_ERR_BUSY,
                     "flush: %u save transfers are in flight (connector.max_inflight); poll first",
                     c->cfg.max_inflight);
-  t->direction = ECC_DIR_SAVE;
-  rc = c->engine.ops->submit(&c->engine, t, stream);
+  t->view.direction = ECC_DIR_SAVE;
+  rc = c->engine.ops->submit(&c->engine, &t->view, stream);
   if (rc != ECC_OK) {
     if (rc == ECC_ERR_INVALID)
       return log_fail(&c->log, rc, "flush: the %s engine takes no compute stream; pass NULL",
@@ -457,13 +457,13 @@ static int reserve_order(struct conn *c, size_t n)
 static int build_load(struct conn *c, struct transfer *t, const ecc_load_entry_v1_t *e, size_t n,
                       const struct load_plan *plan)
 {
-  if (desc_reserve(&t->desc, plan->descs) != 0)
+  if (desc_reserve(&t->view.desc, plan->descs) != 0)
     return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for %" PRIu64 " descriptors",
                     plan->descs);
   uint64_t base = (uint64_t)(uintptr_t)c->region.blocks, bs = c->region.block_size;
   const struct done_rec *rec = t->done;
   struct desc_writer w;
-  desc_writer_open(&t->desc, &w);
+  desc_writer_open(&t->view.desc, &w);
   if (plan->sort) {
     const uint64_t *sorted = radix_sort_high32(c->order, c->order + c->order_cap, n);
     for (size_t k = 0; k < n; k++) {
@@ -474,9 +474,9 @@ static int build_load(struct conn *c, struct transfer *t, const ecc_load_entry_v
     for (size_t i = 0; i < n; i++)
       desc_write_entry(&w, e[i].dst, base, bs, e[i].block_ids, rec[i].nbytes, 0);
   }
-  desc_writer_close(&t->desc, &w);
+  desc_writer_close(&t->view.desc, &w);
   t->n_done = n;
-  t->direction = ECC_DIR_LOAD;
+  t->view.direction = ECC_DIR_LOAD;
   return ECC_OK;
 }
 
@@ -500,7 +500,7 @@ static int start_load(struct conn *c, struct transfer *t, const ecc_load_entry_v
   rc = build_load(c, t, e, n, &plan);
   if (rc != ECC_OK)
     return rc;
-  rc = c->engine.ops->submit(&c->engine, t, stream);
+  rc = c->engine.ops->submit(&c->engine, &t->view, stream);
   if (rc == ECC_ERR_INVALID)
     return log_fail(&c->log, rc, "load: the %s engine takes no compute stream; pass NULL",
                     c->engine.ops->name);
@@ -527,7 +527,7 @@ static int load_locked(struct conn *c, const ecc_load_entry_v1_t *e, size_t n, v
    * may recycle it at once). The copy is running either way: from here on
    * the transfer is reported whatever happens, so its completion is never
    * lost. */
-  rc = c->engine.ops->order_after(&c->engine, t, stream);
+  rc = c->engine.ops->order_after(&c->engine, &t->view, stream);
   t->batch = ++c->load_batches;
   lock(&c->done_lock);
   fifo_push(&c->loads, t);
@@ -573,22 +573,22 @@ static unsigned hist_bucket(uint64_t bytes)
 /* Account a transfer that just finished (done_lock held). */
 static void count_finished(struct conn *c, struct transfer *t)
 {
-  ecc_dir_stats_v1_t *s = t->direction == ECC_DIR_SAVE ? &c->stats.save : &c->stats.load;
+  ecc_dir_stats_v1_t *s = t->view.direction == ECC_DIR_SAVE ? &c->stats.save : &c->stats.load;
   s->transfers++;
   s->entries += t->n_done;
-  s->descriptors += t->desc.count;
-  s->bytes += t->desc.bytes;
+  s->descriptors += t->view.desc.count;
+  s->bytes += t->view.desc.bytes;
   s->busy_ns += t->elapsed_ns;
-  s->hist[hist_bucket(t->desc.bytes)]++;
+  s->hist[hist_bucket(t->view.desc.bytes)]++;
   if (t->status != ECC_OK) {
     s->failed++;
     log_msg(&c->log, ECC_LOG_ERROR, "%s batch %" PRIu64 " failed (%d): %zu entries reported failed",
-            ecc_dir_name(t->direction), t->batch, t->status, t->n_done);
+            ecc_dir_name(t->view.direction), t->batch, t->status, t->n_done);
   } else {
     log_msg(&c->log, ECC_LOG_DEBUG, "%s batch %" PRIu64 ": %zu entries, %" PRIu64
             " bytes, %zu descriptors, %.3f ms",
-            ecc_dir_name(t->direction), t->batch, t->n_done,
-            t->desc.bytes, t->desc.count, (double)t->elapsed_ns / 1e6);
+            ecc_dir_name(t->view.direction), t->batch, t->n_done,
+            t->view.desc.bytes, t->view.desc.count, (double)t->elapsed_ns / 1e6);
   }
 }
 
@@ -599,12 +599,12 @@ static int head_finished(struct conn *c, struct transfer *t)
     return 1;
   int status = ECC_OK;
   uint64_t elapsed = 0;
-  if (!c->engine.ops->query(&c->engine, t, &status, &elapsed))
+  if (!c->engine.ops->query(&c->engine, &t->view, &status, &elapsed))
     return 0;
   t->finished = 1;
   t->status = status;
   t->elapsed_ns = elapsed;
-  c->engine.ops->release(&c->engine, t);
+  c->engine.ops->release(&c->engine, &t->view);
   count_finished(c, t);
   return 1;
 }
@@ -625,7 +625,7 @@ static void check_region_once(struct conn *c, int *checked)
  * counted so: the stats agree with the completions (done_lock held). */
 static void count_dead_region(struct conn *c, const struct transfer *t)
 {
-  ecc_dir_stats_v1_t *s = t->direction == ECC_DIR_SAVE ? &c->stats.save : &c->stats.load;
+  ecc_dir_stats_v1_t *s = t->view.direction == ECC_DIR_SAVE ? &c->stats.save : &c->stats.load;
   s->failed++;
 }
 
@@ -633,12 +633,12 @@ static void count_dead_region(struct conn *c, const struct transfer *t)
 static void report(const struct transfer *t, const struct done_rec *rec, int region_dead,
                    ecc_completion_v1_t *out)
 {
-  out->direction = (uint32_t)t->direction;
+  out->direction = (uint32_t)t->view.direction;
   out->status = t->status == ECC_OK && region_dead ? ECC_ERR_REGION : t->status;
   out->batch = t->batch;
   out->nbytes = rec->nbytes;
   out->elapsed_ns = t->elapsed_ns;
-  if (t->direction == ECC_DIR_SAVE) {
+  if (t->view.direction == ECC_DIR_SAVE) {
     const char *key = t->keys + rec->id;
     out->transfer_id = 0;
     memcpy(out->key, key, strlen(key) + 1);
@@ -798,7 +798,7 @@ static void drain_all(struct conn *c, struct fifo *f)
   while (f->head != NULL) {
     struct transfer *t = fifo_pop(f);
     if (!t->finished) {
-      c->engine.ops->wait(&c->engine, t);
+      c->engine.ops->wait(&c->engine, &t->view);
       head_finished(c, t);
     }
     transfer_free(t);

@@ -14,6 +14,7 @@
 #include "engine.h"
 #include "log.h"
 #include "region.h"
+#include "transfer.h"
 
 struct fifo {
   struct transfer *head, *tail;

@@ -25,7 +25,7 @@
 #define MAX_THREADS 256
 
 struct host_job {
-  struct transfer *t;
+  struct transfer_view *t;
   uint64_t *prefix;             /* prefix[i] = bytes before descriptor i */
   size_t prefix_cap;
   size_t n_chunks;
@@ -148,7 +148,7 @@ static void *worker_main(void *arg)
   }
 }
 
-static struct host_job *job_for(struct transfer *t)
+static struct host_job *job_for(struct transfer_view *t)
 {
   struct host_job *j = t->engine_state;
   if (j == NULL) {
@@ -168,7 +168,7 @@ static struct host_job *job_for(struct transfer *t)
   return j;
 }
 
-static int host_submit(struct engine *eng, struct transfer *t, void *stream)
+static int host_submit(struct engine *eng, struct transfer_view *t, void *stream)
 {
   struct host_engine *e = eng->impl;
   if (stream != NULL)
@@ -206,14 +206,15 @@ static int host_submit(struct engine *eng, struct transfer *t, void *stream)
   return ECC_OK;
 }
 
-static int host_order_after(struct engine *eng, struct transfer *t, void *stream)
+static int host_order_after(struct engine *eng, struct transfer_view *t, void *stream)
 {
   (void)eng;
   (void)t;
   return stream == NULL ? ECC_OK : ECC_ERR_INVALID;
 }
 
-static int host_query(struct engine *eng, struct transfer *t, int *status, uint64_t *elapsed_ns)
+static int host_query(struct engine *eng, struct transfer_view *t, int *status,
+                      uint64_t *elapsed_ns)
 {
   (void)eng;
   struct host_job *j = t->engine_state;
@@ -224,7 +225,7 @@ static int host_query(struct engine *eng, struct transfer *t, int *status, uint6
   return 1;
 }
 
-static void host_wait(struct engine *eng, struct transfer *t)
+static void host_wait(struct engine *eng, struct transfer_view *t)
 {
   struct host_engine *e = eng->impl;
   struct host_job *j = t->engine_state;
@@ -234,7 +235,7 @@ static void host_wait(struct engine *eng, struct transfer *t)
   pthread_mutex_unlock(&e->lock);
 }
 
-static void host_release(struct engine *eng, struct transfer *t)
+static void host_release(struct engine *eng, struct transfer_view *t)
 {
   (void)eng;
   struct host_job *j = t->engine_state;

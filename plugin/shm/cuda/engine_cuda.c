@@ -386,7 +386,7 @@ static int plan_kernel(struct cuda_engine *ce, struct cuda_slot *s, const struct
   return 0;
 }
 
-static void plan_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer *t,
+static void plan_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer_view *t,
                       int dir, struct plan *p)
 {
   uint64_t now = ecc_now_ns();
@@ -407,7 +407,7 @@ static int debug_on(const struct cuda_engine *ce)
 
 /* Enqueue the copy. A failure is kept in the slot and reported by query,
  * after whatever part of the copy did start. */
-static void run_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer *t,
+static void run_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer_view *t,
                      int dir, const struct plan *p, cudaStream_t stream)
 {
   const struct desc_buf *d = &t->desc;
@@ -461,7 +461,7 @@ static cudaError_t order_before(struct cuda_engine *ce, struct cuda_slot *s, int
   return rc;
 }
 
-static int cuda_submit(struct engine *e, struct transfer *t, void *host_stream)
+static int cuda_submit(struct engine *e, struct transfer_view *t, void *host_stream)
 {
   struct cuda_engine *ce = e->impl;
   struct ctx_guard g;
@@ -511,7 +511,7 @@ static int cuda_submit(struct engine *e, struct transfer *t, void *host_stream)
  * direction's last slot is this transfer's (its end event is recorded again
  * only by a later submit). The transfer itself may already have been polled
  * and released by another thread, so t->engine_state is not read. */
-static int cuda_order_after(struct engine *e, struct transfer *t, void *stream)
+static int cuda_order_after(struct engine *e, struct transfer_view *t, void *stream)
 {
   struct cuda_engine *ce = e->impl;
   int dir = t->direction == ECC_DIR_SAVE ? ECC_DIR_SAVE : ECC_DIR_LOAD;
@@ -530,7 +530,7 @@ static int cuda_order_after(struct engine *e, struct transfer *t, void *stream)
   return ECC_OK;
 }
 
-static int cuda_query(struct engine *e, struct transfer *t, int *status, uint64_t *elapsed_ns)
+static int cuda_query(struct engine *e, struct transfer_view *t, int *status, uint64_t *elapsed_ns)
 {
   struct cuda_engine *ce = e->impl;
   struct cuda_slot *s = t->engine_state;
@@ -562,7 +562,7 @@ static int cuda_query(struct engine *e, struct transfer *t, int *status, uint64_
   return 1;
 }
 
-static void cuda_wait(struct engine *e, struct transfer *t)
+static void cuda_wait(struct engine *e, struct transfer_view *t)
 {
   struct cuda_engine *ce = e->impl;
   struct cuda_slot *s = t->engine_state;
@@ -574,7 +574,7 @@ static void cuda_wait(struct engine *e, struct transfer *t)
   ctx_leave(ce, &g);
 }
 
-static void cuda_release(struct engine *e, struct transfer *t)
+static void cuda_release(struct engine *e, struct transfer_view *t)
 {
   struct cuda_engine *ce = e->impl;
   if (t->engine_state != NULL)
