@@ -24,7 +24,6 @@
 
 #include "clock.h"
 #include "ecc_host.h"
-#include "region.h"
 
 enum { M_CONTIG, M_AUTO, M_DMA, M_KERNEL, M_UPSTREAM, N_METHODS };
 static const char *const METHOD_NAMES[N_METHODS] = {"contiguous", "ours-auto", "ours-dma",
@@ -280,7 +279,8 @@ static void map_region(struct bench *b)
   close(fd);
   if (b->map == MAP_FAILED)
     die("cannot map %s: %s", info.region_path, strerror(errno));
-  b->blocks = b->map + REGION_HEADER_BYTES;
+  /* The blocks end the file, whose region_bytes count the header page too. */
+  b->blocks = b->map + (info.region_bytes - info.block_size * info.num_blocks);
   cuda_ok(cudaHostRegister(b->blocks, b->g.bs * b->g.region_blocks, cudaHostRegisterDefault),
           "cudaHostRegister of the region");
 }
