@@ -23,7 +23,6 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "config.h"
 #include "log.h"
 #include "names.h"
 #include "region_dir.h"
