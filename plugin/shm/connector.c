@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "connector_private.h"
+#include "errtext.h"
 
 static int open_engine(struct conn *c)
 {
@@ -49,15 +50,21 @@ static int open_region(struct conn *c)
   return region_open(&p, &c->region, &c->log);
 }
 
+/* What create set up before the region and the engine. */
+static void free_conn(struct conn *c)
+{
+  pthread_mutex_destroy(&c->step_lock);
+  pthread_mutex_destroy(&c->done_lock);
+  log_destroy(&c->log);
+  free(c);
+}
+
 int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1_t *host, char *err,
                 size_t err_cap, struct conn **out)
 {
   struct conn *c = calloc(1, sizeof(*c));
-  if (c == NULL) {
-    if (err != NULL && err_cap > 0)
-      snprintf(err, err_cap, "create: out of memory");
-    return ECC_ERR_NOMEM;
-  }
+  if (c == NULL)
+    return errtext_fail(err, err_cap, ECC_ERR_NOMEM, "create: out of memory");
   c->cfg = *cfg;
   log_init(&c->log, host);
   c->log.err = err;
@@ -76,10 +83,7 @@ int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1_t *h
   }
   c->log.err = NULL;
   if (rc != ECC_OK) {
-    pthread_mutex_destroy(&c->step_lock);
-    pthread_mutex_destroy(&c->done_lock);
-    log_destroy(&c->log);
-    free(c);
+    free_conn(c);
     return rc;
   }
   c->stats.pin_ns = c->engine.pin_ns;
@@ -151,10 +155,7 @@ void conn_destroy(struct conn *c)
   c->engine.ops->destroy(&c->engine);
   region_close(&c->region, &c->log);
   free(c->order);
-  pthread_mutex_destroy(&c->step_lock);
-  pthread_mutex_destroy(&c->done_lock);
-  log_destroy(&c->log);
-  free(c);
+  free_conn(c);
 }
 
 void conn_summary(const struct plugin_config *cfg, char *buf, size_t cap)

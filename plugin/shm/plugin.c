@@ -4,23 +4,15 @@
  * This is the only file whose symbol leaves the .so.
  */
 #include <stdbool.h>
-#include <stdio.h>
-#include <string.h>
 
 #include "config.h"
 #include "connector.h"
 #include "ecc_plugin_v1.h"
 #include "engine.h"
+#include "errtext.h"
 #include "handles.h"
 
 #define ECC_SHM_VERSION "1.0.0"
-
-static int err_text(char *err, size_t cap, int code, const char *text)
-{
-  if (err != NULL && cap > 0)
-    snprintf(err, cap, "%s", text);
-  return code;
-}
 
 static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
 {
@@ -32,14 +24,12 @@ static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
   if (!ECC_COVERS(args, ecc_create_args_v1_t, err_cap))
     return ECC_ERR_INVALID;
   if (args->host != NULL && !ECC_COVERS(args->host, ecc_host_services_v1_t, user))
-    return err_text(args->err, args->err_cap, ECC_ERR_INVALID,
-                    "create: the host's services struct is shorter than its first version");
-  if (args->abi_major != ECC_ABI_V1_MAJOR || args->abi_minor > ECC_ABI_V1_MINOR) {
-    char text[160];
-    snprintf(text, sizeof(text), "create: ABI %u.%u requested; this plugin implements %d.%d",
-             args->abi_major, args->abi_minor, ECC_ABI_V1_MAJOR, ECC_ABI_V1_MINOR);
-    return err_text(args->err, args->err_cap, ECC_ERR_INCOMPATIBLE, text);
-  }
+    return errtext_fail(args->err, args->err_cap, ECC_ERR_INVALID,
+                        "create: the host's services struct is shorter than its first version");
+  if (args->abi_major != ECC_ABI_V1_MAJOR || args->abi_minor > ECC_ABI_V1_MINOR)
+    return errtext_fail(args->err, args->err_cap, ECC_ERR_INCOMPATIBLE,
+                        "create: ABI %u.%u requested; this plugin implements %d.%d",
+                        args->abi_major, args->abi_minor, ECC_ABI_V1_MAJOR, ECC_ABI_V1_MINOR);
   struct plugin_config cfg;
   int rc = config_parse(args->config, args->n_config, &cfg, args->err, args->err_cap);
   if (rc != ECC_OK) {
@@ -54,10 +44,10 @@ static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
   rc = handles_add(c, out);
   if (rc != ECC_OK) {
     conn_destroy(c);
-    return err_text(args->err, args->err_cap, rc,
-                    rc == ECC_ERR_NOMEM ? "create: too many connectors open in this process"
-                                        : "create: cannot register the handler that tells "
-                                          "forked children from their parent");
+    return errtext_fail(args->err, args->err_cap, rc, "%s",
+                        rc == ECC_ERR_NOMEM ? "create: too many connectors open in this process"
+                                            : "create: cannot register the handler that tells "
+                                              "forked children from their parent");
   }
   return ECC_OK;
 }
@@ -111,8 +101,8 @@ static int shm_validate(const ecc_kv_v1_t *config, size_t n_config, char *err, s
   if (rc != ECC_OK)
     return rc;
   if (cfg.engine == ENGINE_CUDA && !engine_cuda_built())
-    return err_text(err, err_cap, ECC_ERR_CONFIG,
-                    "config: engine.type = cuda but this plugin was built without CUDA");
+    return errtext_fail(err, err_cap, ECC_ERR_CONFIG,
+                        "config: engine.type = cuda but this plugin was built without CUDA");
   if (err != NULL && err_cap > 0)
     conn_summary(&cfg, err, err_cap);
   return ECC_OK;
