@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_cuda_policy.c - the CUDA engine's copy-method policy without a GPU:
- * the configured method, and every threshold of `auto` (mean descriptor
- * size, descriptor count, the other direction's activity window) at and
- * on both sides of its boundary.
+ * the configured method, and each threshold of `auto` (mean descriptor size,
+ * count, the other direction's activity window) at and around its boundary.
  */
 #include <criterion/criterion.h>
 #include <stdbool.h>

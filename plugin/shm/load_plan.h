@@ -1,11 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * load_plan.h - the order a step's loads are copied in: by first block, so
- * that entries next to each other in the region and at their destinations
- * coalesce into one descriptor, unless the host's order serves as well.
- *
- * Inline, and included by its one caller (submit.c): the checking pass
- * calls load_order_add once per entry, and a step may hold thousands.
+ * that neighbours in region and destination coalesce, unless the host's order
+ * serves as well. Inline: submit.c's checking pass calls it once per entry.
  */
 #ifndef ECC_LOAD_PLAN_H
 #define ECC_LOAD_PLAN_H

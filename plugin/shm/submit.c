@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * submit.c - a step's saves and loads: every request checked, each
- * direction's entries batched into one transfer, and the transfer handed to
- * the engine within the in-flight bound. The per-entry loops live here, in
- * one translation unit with the checks and the load plan they inline.
+ * submit.c - a step's saves and loads: each request checked, each direction
+ * batched into one transfer and handed to the engine within the in-flight
+ * bound; one translation unit with the checks and load plan its loops inline.
  */
 #include <inttypes.h>
 #include <stdbool.h>

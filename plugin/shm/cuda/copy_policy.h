@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * copy_policy.h - the CUDA engine's copy method per batch: engine.method as
- * configured, and for `auto` the choice from the batch's descriptors and the
- * other direction's recent activity. Host arithmetic only, with no CUDA in
- * it, so that tests/test_cuda_policy.c checks every threshold on any machine.
+ * copy_policy.h - the CUDA engine's copy method per batch: engine.method, or
+ * for `auto` a choice from the batch's descriptors and the other direction's
+ * recent submits. No CUDA here, so tests check every threshold anywhere.
  */
 #ifndef ECC_COPY_POLICY_H
 #define ECC_COPY_POLICY_H

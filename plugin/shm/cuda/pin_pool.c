@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * pin_pool.c - the spare list of pin_pool.h: best fit under a lock, the
- * allocation itself outside it (pinning takes milliseconds).
+ * pin_pool.c - the spare list of pin_pool.h: best fit under a lock, and the
+ * allocation itself outside it, since pinning memory is slow.
  */
 #include "pin_pool.h"
 

@@ -1,10 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * pin_pool.h - the CUDA engine's pinned host buffers (descriptor arrays,
- * split-task lists), kept for reuse: freeing pinned memory can synchronise
- * the whole device, so a released buffer waits here for a request it fits
- * and is freed with the pool. The allocator is the caller's (cudaHostAlloc
- * in the engine, plain memory in tests/test_pin_pool.c): no CUDA here.
+ * pin_pool.h - the CUDA engine's pinned host buffers, kept for reuse (freeing
+ * pinned memory can synchronise the device) and freed with the pool; the
+ * allocator is injected, cudaHostAlloc in the engine: no CUDA here.
  */
 #ifndef ECC_PIN_POOL_H
 #define ECC_PIN_POOL_H
