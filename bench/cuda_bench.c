@@ -20,11 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ecc_host.h"
-#include "region.h"
 
 enum { M_CONTIG, M_AUTO, M_DMA, M_KERNEL, M_UPSTREAM, N_METHODS };
 static const char *const METHOD_NAMES[N_METHODS] = {"contiguous", "ours-auto", "ours-dma",
@@ -148,9 +147,7 @@ static void *xmalloc(size_t n)
 
 static double now_us(void)
 {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+  return (double)ecc_now_ns() / 1e3;
 }
 
 static uint64_t rnd(struct bench *b)
@@ -282,7 +279,8 @@ static void map_region(struct bench *b)
   close(fd);
   if (b->map == MAP_FAILED)
     die("cannot map %s: %s", info.region_path, strerror(errno));
-  b->blocks = b->map + REGION_HEADER_BYTES;
+  /* The blocks end the file, whose region_bytes count the header page too. */
+  b->blocks = b->map + (info.region_bytes - info.block_size * info.num_blocks);
   cuda_ok(cudaHostRegister(b->blocks, b->g.bs * b->g.region_blocks, cudaHostRegisterDefault),
           "cudaHostRegister of the region");
 }

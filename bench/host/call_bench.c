@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ecc_host.h"
 
 #define BS 256u
@@ -30,13 +30,6 @@ struct worker {
   pthread_barrier_t *start;
   int failed;
 };
-
-static uint64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void die(const char *what)
 {
@@ -97,10 +90,10 @@ static double run(ecc_connector_t *c, enum call call, unsigned threads, uint64_t
       die("pthread_create failed");
   }
   pthread_barrier_wait(&start);
-  uint64_t t0 = now_ns();
+  uint64_t t0 = ecc_now_ns();
   for (unsigned i = 0; i < threads; i++)
     pthread_join(t[i], NULL);
-  uint64_t ns = now_ns() - t0;
+  uint64_t ns = ecc_now_ns() - t0;
   for (unsigned i = 0; i < threads; i++)
     if (w[i].failed)
       die("a call failed");

@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ecc_host.h"
 
 #define REPS 15
@@ -22,9 +22,7 @@
 
 static double now_s(void)
 {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+  return (double)ecc_now_ns() * 1e-9;
 }
 
 static int cmp_double(const void *a, const void *b)

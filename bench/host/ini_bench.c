@@ -15,9 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ecc_host.h"
 
 #define REPS 3
@@ -28,9 +28,7 @@ static char ini_path[128];
 
 static double now_s(void)
 {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+  return (double)ecc_now_ns() * 1e-9;
 }
 
 static void key_name(char *buf, size_t i)

@@ -8,7 +8,8 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
-#include <time.h>
+
+#include "clock.h"
 
 enum { SLOT_FREE, SLOT_OPEN, SLOT_CLOSING };
 
@@ -63,10 +64,7 @@ static int ours(const struct slot *s)
  * last 570 years of uptime. Called with table_lock held. */
 static uint64_t next_seq(void)
 {
-  struct timespec ts;
-  uint64_t now = 0;
-  if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0)
-    now = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+  uint64_t now = ecc_now_ns() / 1000u;
   last_seq = now > last_seq ? now : last_seq + 1;
   return last_seq;
 }

@@ -8,39 +8,29 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-__attribute__((format(printf, 4, 5))) static int fail(char *why, size_t cap, int status,
-                                                      const char *fmt, ...)
-{
-  if (why != NULL && cap > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, cap, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
+#include "errtext.h"
 
 int trust_stat(const struct stat *st, const char *shown, char *why, size_t why_cap)
 {
   uid_t me = geteuid();
   if (st->st_uid != 0 && st->st_uid != me)
-    return fail(why, why_cap, TRUST_UNSAFE,
-                "%s is owned by uid %u, not by root or by this process's user (uid %u)", shown,
-                (unsigned)st->st_uid, (unsigned)me);
+    return errtext_fail(why, why_cap, TRUST_UNSAFE,
+                        "%s is owned by uid %u, not by root or by this process's user (uid %u)",
+                        shown, (unsigned)st->st_uid, (unsigned)me);
   mode_t others_write = st->st_mode & (S_IWGRP | S_IWOTH);
   if (others_write == 0)
     return TRUST_OK;
   if (S_ISDIR(st->st_mode) && (st->st_mode & S_ISVTX))
     return TRUST_OK;
-  return fail(why, why_cap, TRUST_UNSAFE, "%s is writable by %s (mode %04o)%s", shown,
-              others_write == S_IWGRP ? "its group" : "others", (unsigned)(st->st_mode & 07777),
-              S_ISDIR(st->st_mode) ? " and is not a sticky directory" : "");
+  return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s is writable by %s (mode %04o)%s", shown,
+                      others_write == S_IWGRP ? "its group" : "others",
+                      (unsigned)(st->st_mode & 07777),
+                      S_ISDIR(st->st_mode) ? " and is not a sticky directory" : "");
 }
 
 /* The canonical form of path, or a status with the reason. */
@@ -51,15 +41,15 @@ static int canonical(const char *path, const char *what, char *canon, size_t cap
   if (real == NULL) {
     int e = errno;
     if (e == ENOENT || e == ENOTDIR)
-      return fail(why, why_cap, TRUST_MISSING, "%s %s not found", what, path);
-    return fail(why, why_cap, TRUST_ERROR, "%s %s: cannot resolve it: %s", what, path,
-                strerror(e));
+      return errtext_fail(why, why_cap, TRUST_MISSING, "%s %s not found", what, path);
+    return errtext_fail(why, why_cap, TRUST_ERROR, "%s %s: cannot resolve it: %s", what, path,
+                        strerror(e));
   }
   size_t len = strlen(real);
   if (len >= cap) {
     free(real);
-    return fail(why, why_cap, TRUST_ERROR, "%s %s: its canonical path is longer than %zu bytes",
-                what, path, cap - 1);
+    return errtext_fail(why, why_cap, TRUST_ERROR,
+                        "%s %s: its canonical path is longer than %zu bytes", what, path, cap - 1);
   }
   memcpy(canon, real, len + 1);
   free(real);
@@ -70,14 +60,14 @@ static int walk_error(int e, const char *what, const char *path, const char *sho
                       size_t why_cap)
 {
   if (e == ENOENT)
-    return fail(why, why_cap, TRUST_MISSING, "%s %s: %s disappeared while it was checked",
-                what, path, shown);
+    return errtext_fail(why, why_cap, TRUST_MISSING, "%s %s: %s disappeared while it was checked",
+                        what, path, shown);
   if (e == ELOOP || e == ENOTDIR)
-    return fail(why, why_cap, TRUST_UNSAFE,
-                "%s %s: %s changed while it was checked (now a link or not a directory)", what,
-                path, shown);
-  return fail(why, why_cap, TRUST_ERROR, "%s %s: cannot open %s: %s", what, path, shown,
-              strerror(e));
+    return errtext_fail(why, why_cap, TRUST_UNSAFE,
+                        "%s %s: %s changed while it was checked (now a link or not a directory)",
+                        what, path, shown);
+  return errtext_fail(why, why_cap, TRUST_ERROR, "%s %s: cannot open %s: %s", what, path, shown,
+                      strerror(e));
 }
 
 /* One component against the rule; `shown` is the canonical prefix naming it. */
@@ -85,13 +75,14 @@ static int check_component(const struct stat *st, int want_dir, const char *what
                            const char *path, const char *shown, char *why, size_t why_cap)
 {
   if (want_dir && !S_ISDIR(st->st_mode))
-    return fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not a directory", what, path, shown);
+    return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not a directory", what, path,
+                        shown);
   if (!want_dir && !S_ISREG(st->st_mode))
-    return fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not a regular file", what, path,
-                shown);
+    return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not a regular file", what, path,
+                        shown);
   char reason[512];
   if (trust_stat(st, shown, reason, sizeof(reason)) != TRUST_OK)
-    return fail(why, why_cap, TRUST_UNSAFE, "%s %s refused: %s", what, path, reason);
+    return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s refused: %s", what, path, reason);
   return TRUST_OK;
 }
 
@@ -108,8 +99,8 @@ static int open_last(int parent, const char *name, const struct stat *checked, i
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_dev != checked->st_dev || st.st_ino != checked->st_ino) {
     close(fd);
-    return fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s changed while it was checked", what,
-                path, shown);
+    return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s changed while it was checked", what,
+                        path, shown);
   }
   *fd_out = fd;
   return TRUST_OK;
@@ -156,8 +147,8 @@ static int walk(const char *canon, int want_dir, const char *what, const char *p
     struct stat now;
     if (next < 0 || fstat(next, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev) {
       rc = next < 0 ? walk_error(errno, what, path, shown, why, why_cap)
-                    : fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s changed while it was checked",
-                           what, path, shown);
+                    : errtext_fail(why, why_cap, TRUST_UNSAFE,
+                                   "%s %s: %s changed while it was checked", what, path, shown);
       if (next >= 0)
         close(next);
       break;
@@ -187,17 +178,17 @@ static int written_component(const char *what, const char *path, const char *at,
   uid_t me = geteuid();
   if (S_ISLNK(st.st_mode)) {
     if (st.st_uid != 0 && st.st_uid != me)
-      return fail(why, why_cap, TRUST_UNSAFE,
-                  "%s %s refused: %s is a symbolic link owned by uid %u, not by root or by "
-                  "this process's user (uid %u); refusing to follow it",
-                  what, path, at, (unsigned)st.st_uid, (unsigned)me);
+      return errtext_fail(why, why_cap, TRUST_UNSAFE,
+                          "%s %s refused: %s is a symbolic link owned by uid %u, not by root or by "
+                          "this process's user (uid %u); refusing to follow it",
+                          what, path, at, (unsigned)st.st_uid, (unsigned)me);
     return IS_LINK;
   }
   if (!S_ISDIR(st.st_mode))
     return TRUST_OK;
   char reason[512];
   if (trust_stat(&st, at, reason, sizeof(reason)) != TRUST_OK)
-    return fail(why, why_cap, TRUST_UNSAFE, "%s %s refused: %s", what, path, reason);
+    return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s refused: %s", what, path, reason);
   return TRUST_OK;
 }
 
@@ -209,13 +200,13 @@ static int follow_link(const char *what, const char *path, char *at, size_t pare
   char target[PATH_MAX], next[PATH_MAX];
   ssize_t n = readlink(at, target, sizeof(target) - 1);
   if (n < 0)
-    return fail(why, why_cap, TRUST_ERROR, "%s %s: cannot read the link %s: %s", what, path,
-                at, strerror(errno));
+    return errtext_fail(why, why_cap, TRUST_ERROR, "%s %s: cannot read the link %s: %s", what, path,
+                        at, strerror(errno));
   target[n] = '\0';
   int len = snprintf(next, sizeof(next), "%s/%s", target, rest);
   if (len < 0 || (size_t)len >= sizeof(next) || (size_t)len >= cap)
-    return fail(why, why_cap, TRUST_ERROR, "%s %s: the path through the link %s is too long",
-                what, path, at);
+    return errtext_fail(why, why_cap, TRUST_ERROR,
+                        "%s %s: the path through the link %s is too long", what, path, at);
   at[target[0] == '/' ? 0 : parent_len] = '\0';
   memcpy(todo, next, (size_t)len + 1);
   return TRUST_OK;
@@ -230,8 +221,8 @@ static int walk_start(const char *what, const char *path, char *at, size_t cap, 
   if (path[0] == '/')
     return TRUST_OK;
   if (getcwd(at, cap) == NULL)
-    return fail(why, why_cap, TRUST_ERROR, "%s %s: cannot read the working directory: %s",
-                what, path, strerror(errno));
+    return errtext_fail(why, why_cap, TRUST_ERROR, "%s %s: cannot read the working directory: %s",
+                        what, path, strerror(errno));
   if (strcmp(at, "/") == 0)
     at[0] = '\0';
   return TRUST_OK;
@@ -267,8 +258,8 @@ static int check_written(const char *path, const char *what, char *why, size_t w
       rc = written_component(what, path, at, why, why_cap);
     }
     if (rc == IS_LINK && ++links > MAX_LINKS)
-      return fail(why, why_cap, TRUST_UNSAFE, "%s %s: more than %d symbolic links", what, path,
-                  MAX_LINKS);
+      return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s: more than %d symbolic links", what,
+                          path, MAX_LINKS);
     if (rc == IS_LINK) {
       rc = follow_link(what, path, at, parent_len, rest, todo, sizeof(todo), why, why_cap);
       p = todo;
@@ -285,7 +276,7 @@ int trust_open(const char *path, enum trust_kind kind, const char *what, int *fd
   if (fd_out != NULL)
     *fd_out = -1;
   if (path == NULL || path[0] == '\0')
-    return fail(why, why_cap, TRUST_MISSING, "%s: empty path", what);
+    return errtext_fail(why, why_cap, TRUST_MISSING, "%s: empty path", what);
   int rc = check_written(path, what, why, why_cap);
   if (rc == TRUST_OK)
     rc = canonical(path, what, canon, canon_cap, why, why_cap);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errtext.h"
 #include "region.h"
 #include "region_dir.h"
 
@@ -47,18 +48,15 @@ struct raw_config {
   const char *value[CONFIG_N_PARAMS];
 };
 
-static int fail(char *err, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t cap, const char *fmt, ...)
+/* Every configuration error is ECC_ERR_CONFIG, with the key and the reason
+ * in the caller's err. */
+__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t cap, const char *fmt, ...)
 {
-  if (err != NULL && cap > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-  }
-  return ECC_ERR_CONFIG;
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = errtext_vfail(err, cap, ECC_ERR_CONFIG, fmt, ap);
+  va_end(ap);
+  return rc;
 }
 
 static int param_index(const char *key)
@@ -227,35 +225,12 @@ static int parse_name(const struct raw_config *r, struct plugin_config *c, char 
   return ECC_OK;
 }
 
-static const struct {
-  const char *name;
-  int bytes;
-} dtypes[] = {
-#define DTYPE(name, bytes) {name, bytes},
+/* Element types, as choices whose value is their size in bytes. */
+static const struct choice dtypes[] = {
+#define DTYPE(name, bytes) {bytes, name},
     CONFIG_DTYPE_MAP(DTYPE)
 #undef DTYPE
 };
-
-static int dtype_bytes(const char *dtype)
-{
-  for (size_t i = 0; i < N_OF(dtypes); i++)
-    if (strcmp(dtype, dtypes[i].name) == 0)
-      return dtypes[i].bytes;
-  return 0;
-}
-
-static const char *dtype_list(char *buf, size_t cap)
-{
-  size_t used = 0;
-  buf[0] = '\0';
-  for (size_t i = 0; i < N_OF(dtypes) && used < cap; i++) {
-    int w = snprintf(buf + used, cap - used, "%s%s", i ? " | " : "", dtypes[i].name);
-    if (w < 0)
-      break;
-    used += (size_t)w;
-  }
-  return buf;
-}
 
 static int parse_layout(const struct raw_config *r, struct plugin_config *c, char *err, size_t cap)
 {
@@ -273,14 +248,12 @@ static int parse_layout(const struct raw_config *r, struct plugin_config *c, cha
       return fail(err, cap, "config: region.block_size = '%s' is not a positive byte size", bs);
   } else if (hidden[0] != '\0' || dtype[0] != '\0') {
     long long h;
+    int per = 0;
     int rc = parse_int("region.hidden_size", hidden, 1, 1 << 24, &h, err, cap);
+    if (rc == ECC_OK)
+      rc = parse_choice(r, "region.dtype", dtypes, N_OF(dtypes), &per, err, cap);
     if (rc != ECC_OK)
       return rc;
-    int per = dtype_bytes(dtype);
-    char list[96];
-    if (per == 0)
-      return fail(err, cap, "config: region.dtype = '%s' is not one of: %s", dtype,
-                  dtype_list(list, sizeof(list)));
     c->block_size = (uint64_t)h * (uint64_t)per;
   } else {
     return fail(err, cap, "config: region.block_size (or region.hidden_size and region.dtype) is required");

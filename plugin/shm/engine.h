@@ -1,7 +1,8 @@
 /*
  * engine.h - the transfer engine interface: how one batched transfer (a
  * descriptor list) is started, watched and waited for. The connector above
- * it knows nothing of threads or GPUs; each engine is one implementation.
+ * it knows nothing of threads or GPUs; each engine is one implementation,
+ * and sees of a transfer only its transfer_view.
  */
 #ifndef ECC_ENGINE_H
 #define ECC_ENGINE_H
@@ -16,32 +17,14 @@ struct ecc_log;
 struct plugin_config;
 struct region;
 
-/* What poll reports for one entry, kept small: a full ecc_completion_v1_t is
- * 168 bytes, and a step of thousands of entries would write (and poll copy)
- * megabytes of them at submit time. */
-struct done_rec {
-  uint64_t id;               /* loads: the host's transfer id; saves: offset of the key in keys */
-  uint64_t nbytes;           /* bytes of the entry that the copy moves */
-};
-
-/* One batched transfer, owned by the connector, lent to the engine between
- * submit() and the query() that reports it finished. */
-struct transfer {
+/* What an engine sees of one batched transfer. The connector lends it
+ * between submit() and the query() that reports it finished; the records,
+ * keys and links it keeps around it (transfer.h) are none of the engine's
+ * business. */
+struct transfer_view {
   int direction;             /* ECC_DIR_SAVE (device->region) or ECC_DIR_LOAD */
-  uint64_t batch;            /* sequence number in its direction, from 1 */
   struct desc_buf desc;      /* what to copy */
-  struct done_rec *done;     /* one record per entry, filled at submit */
-  size_t n_done;             /* records in use */
-  size_t cap_done;           /* records allocated */
-  char *keys;                /* saves: the entries' keys, each NUL-terminated, back to back */
-  size_t keys_len;           /* bytes of keys in use */
-  size_t keys_cap;           /* bytes of keys allocated */
-  size_t next_report;        /* first record poll has not returned yet */
-  int finished;              /* 1 once query() said so (status below is final) */
-  int status;                /* ECC_OK or the failure reported by the engine */
-  uint64_t elapsed_ns;       /* duration measured by the engine */
   void *engine_state;        /* the engine's per-transfer state */
-  struct transfer *next;     /* FIFO / free-list link */
 };
 
 struct engine;
@@ -51,16 +34,16 @@ struct engine_ops {
   /* Start copying t->desc asynchronously, ordered after work queued on the
    * host's `stream` (see flush in the ABI header for what NULL means to each
    * engine). On error nothing was started. */
-  int (*submit)(struct engine *e, struct transfer *t, void *stream);
+  int (*submit)(struct engine *e, struct transfer_view *t, void *stream);
   /* After a load's submit: make the host's `stream` wait for the copy. */
-  int (*order_after)(struct engine *e, struct transfer *t, void *stream);
+  int (*order_after)(struct engine *e, struct transfer_view *t, void *stream);
   /* Never blocks. Returns 0 while running; 1 when done, with *status
    * (ECC_OK or an error) and *elapsed_ns set. */
-  int (*query)(struct engine *e, struct transfer *t, int *status, uint64_t *elapsed_ns);
+  int (*query)(struct engine *e, struct transfer_view *t, int *status, uint64_t *elapsed_ns);
   /* Block until t is done (shutdown only). */
-  void (*wait)(struct engine *e, struct transfer *t);
+  void (*wait)(struct engine *e, struct transfer_view *t);
   /* Drop per-transfer state once t is done (recycle streams/events). */
-  void (*release)(struct engine *e, struct transfer *t);
+  void (*release)(struct engine *e, struct transfer_view *t);
   /* Memory for descriptor arrays, and its release. */
   void *(*desc_alloc)(void *ctx, size_t bytes);
   void (*desc_free)(void *ctx, void *p);

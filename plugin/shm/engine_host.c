@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "config.h"
 #include "engine.h"
 #include "log.h"
@@ -25,7 +25,7 @@
 #define MAX_THREADS 256
 
 struct host_job {
-  struct transfer *t;
+  struct transfer_view *t;
   uint64_t *prefix;             /* prefix[i] = bytes before descriptor i */
   size_t prefix_cap;
   size_t n_chunks;
@@ -47,13 +47,6 @@ struct host_engine {
   size_t copying;               /* chunks claimed and not yet finished */
   int stop;
 };
-
-static uint64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Index of the descriptor holding byte `offset` of the stream. */
 static size_t find_desc(const struct host_job *j, uint64_t offset)
@@ -93,7 +86,7 @@ static void finish_chunk(struct host_engine *e, struct host_job *j)
   size_t total = j->n_chunks;
   size_t done = atomic_fetch_add_explicit(&j->chunks_done, 1, memory_order_acq_rel) + 1;
   if (done == total) {
-    j->end_ns = now_ns();
+    j->end_ns = ecc_now_ns();
     atomic_store_explicit(&j->done, 1, memory_order_release);
   }
   pthread_mutex_lock(&e->lock);
@@ -149,13 +142,13 @@ static void *worker_main(void *arg)
     if (j == NULL)
       return NULL;
     uint_fast64_t zero = 0;
-    atomic_compare_exchange_strong(&j->start_ns, &zero, now_ns());
+    atomic_compare_exchange_strong(&j->start_ns, &zero, ecc_now_ns());
     copy_chunk(j, chunk);
     finish_chunk(e, j);
   }
 }
 
-static struct host_job *job_for(struct transfer *t)
+static struct host_job *job_for(struct transfer_view *t)
 {
   struct host_job *j = t->engine_state;
   if (j == NULL) {
@@ -175,7 +168,7 @@ static struct host_job *job_for(struct transfer *t)
   return j;
 }
 
-static int host_submit(struct engine *eng, struct transfer *t, void *stream)
+static int host_submit(struct engine *eng, struct transfer_view *t, void *stream)
 {
   struct host_engine *e = eng->impl;
   if (stream != NULL)
@@ -196,7 +189,7 @@ static int host_submit(struct engine *eng, struct transfer *t, void *stream)
   atomic_store(&j->start_ns, 0);
   j->next = NULL;
   if (j->n_chunks == 0) {
-    j->end_ns = now_ns();
+    j->end_ns = ecc_now_ns();
     atomic_store(&j->start_ns, j->end_ns);
     atomic_store_explicit(&j->done, 1, memory_order_release);
     return ECC_OK;
@@ -213,14 +206,15 @@ static int host_submit(struct engine *eng, struct transfer *t, void *stream)
   return ECC_OK;
 }
 
-static int host_order_after(struct engine *eng, struct transfer *t, void *stream)
+static int host_order_after(struct engine *eng, struct transfer_view *t, void *stream)
 {
   (void)eng;
   (void)t;
   return stream == NULL ? ECC_OK : ECC_ERR_INVALID;
 }
 
-static int host_query(struct engine *eng, struct transfer *t, int *status, uint64_t *elapsed_ns)
+static int host_query(struct engine *eng, struct transfer_view *t, int *status,
+                      uint64_t *elapsed_ns)
 {
   (void)eng;
   struct host_job *j = t->engine_state;
@@ -231,7 +225,7 @@ static int host_query(struct engine *eng, struct transfer *t, int *status, uint6
   return 1;
 }
 
-static void host_wait(struct engine *eng, struct transfer *t)
+static void host_wait(struct engine *eng, struct transfer_view *t)
 {
   struct host_engine *e = eng->impl;
   struct host_job *j = t->engine_state;
@@ -241,7 +235,7 @@ static void host_wait(struct engine *eng, struct transfer *t)
   pthread_mutex_unlock(&e->lock);
 }
 
-static void host_release(struct engine *eng, struct transfer *t)
+static void host_release(struct engine *eng, struct transfer_view *t)
 {
   (void)eng;
   struct host_job *j = t->engine_state;

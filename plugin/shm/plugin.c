@@ -3,24 +3,17 @@
  * thin entry points that check the handle and forward to the connector.
  * This is the only file whose symbol leaves the .so.
  */
-#include <stdio.h>
-#include <string.h>
+#include <stdbool.h>
 
 #include "config.h"
 #include "connector.h"
 #include "ecc_build_info.h"
 #include "ecc_plugin_v1.h"
 #include "engine.h"
+#include "errtext.h"
 #include "handles.h"
 
 #define ECC_SHM_VERSION ECC_PROJECT_VERSION
-
-static int err_text(char *err, size_t cap, int code, const char *text)
-{
-  if (err != NULL && cap > 0)
-    snprintf(err, cap, "%s", text);
-  return code;
-}
 
 static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
 {
@@ -32,14 +25,12 @@ static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
   if (!ECC_COVERS(args, ecc_create_args_v1_t, err_cap))
     return ECC_ERR_INVALID;
   if (args->host != NULL && !ECC_COVERS(args->host, ecc_host_services_v1_t, user))
-    return err_text(args->err, args->err_cap, ECC_ERR_INVALID,
-                    "create: the host's services struct is shorter than its first version");
-  if (args->abi_major != ECC_ABI_V1_MAJOR || args->abi_minor > ECC_ABI_V1_MINOR) {
-    char text[160];
-    snprintf(text, sizeof(text), "create: ABI %u.%u requested; this plugin implements %d.%d",
-             args->abi_major, args->abi_minor, ECC_ABI_V1_MAJOR, ECC_ABI_V1_MINOR);
-    return err_text(args->err, args->err_cap, ECC_ERR_INCOMPATIBLE, text);
-  }
+    return errtext_fail(args->err, args->err_cap, ECC_ERR_INVALID,
+                        "create: the host's services struct is shorter than its first version");
+  if (args->abi_major != ECC_ABI_V1_MAJOR || args->abi_minor > ECC_ABI_V1_MINOR)
+    return errtext_fail(args->err, args->err_cap, ECC_ERR_INCOMPATIBLE,
+                        "create: ABI %u.%u requested; this plugin implements %d.%d",
+                        args->abi_major, args->abi_minor, ECC_ABI_V1_MAJOR, ECC_ABI_V1_MINOR);
   struct plugin_config cfg;
   int rc = config_parse(args->config, args->n_config, &cfg, args->err, args->err_cap);
   if (rc != ECC_OK) {
@@ -54,58 +45,45 @@ static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
   rc = handles_add(c, out);
   if (rc != ECC_OK) {
     conn_destroy(c);
-    return err_text(args->err, args->err_cap, rc,
-                    rc == ECC_ERR_NOMEM ? "create: too many connectors open in this process"
-                                        : "create: cannot register the handler that tells "
-                                          "forked children from their parent");
+    return errtext_fail(args->err, args->err_cap, rc, "%s",
+                        rc == ECC_ERR_NOMEM ? "create: too many connectors open in this process"
+                                            : "create: cannot register the handler that tells "
+                                              "forked children from their parent");
   }
   return ECC_OK;
 }
 
-static int shm_save(ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n)
-{
-  unsigned slot;
-  struct conn *c = handles_enter(h, &slot);
-  if (c == NULL)
-    return ECC_ERR_CLOSED;
-  int rc = conn_save(c, entries, n);
-  handles_leave(slot);
-  return rc;
-}
+/* The calls made on an open handle, each forwarded to conn_<name> between
+ * handles_enter and handles_leave: X(name, parameters, arguments of
+ * conn_<name>, a condition refused with ECC_ERR_INVALID before the handle
+ * is looked at). */
+#define SHM_HANDLE_CALLS(X)                                                                   \
+  X(save, (ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n), (c, entries, n),   \
+    false)                                                                                    \
+  X(flush, (ecc_handle_t h, void *compute_stream), (c, compute_stream), false)                \
+  X(load, (ecc_handle_t h, const ecc_load_entry_v1_t *entries, size_t n, void *compute_stream), \
+    (c, entries, n, compute_stream), false)                                                   \
+  X(poll, (ecc_handle_t h, ecc_completion_v1_t *out, size_t cap, size_t *n_out),              \
+    (c, out, cap, n_out), false)                                                              \
+  X(stats, (ecc_handle_t h, ecc_stats_v1_t *out), (c, out), out == NULL)                      \
+  X(last_error, (ecc_handle_t h, char *buf, size_t cap), (c, buf, cap), buf == NULL && cap > 0) \
+  X(describe, (ecc_handle_t h, ecc_info_v1_t *out), (c, out), out == NULL)
 
-static int shm_flush(ecc_handle_t h, void *compute_stream)
-{
-  unsigned slot;
-  struct conn *c = handles_enter(h, &slot);
-  if (c == NULL)
-    return ECC_ERR_CLOSED;
-  int rc = conn_flush(c, compute_stream);
-  handles_leave(slot);
-  return rc;
-}
-
-static int shm_load(ecc_handle_t h, const ecc_load_entry_v1_t *entries, size_t n,
-                    void *compute_stream)
-{
-  unsigned slot;
-  struct conn *c = handles_enter(h, &slot);
-  if (c == NULL)
-    return ECC_ERR_CLOSED;
-  int rc = conn_load(c, entries, n, compute_stream);
-  handles_leave(slot);
-  return rc;
-}
-
-static int shm_poll(ecc_handle_t h, ecc_completion_v1_t *out, size_t cap, size_t *n_out)
-{
-  unsigned slot;
-  struct conn *c = handles_enter(h, &slot);
-  if (c == NULL)
-    return ECC_ERR_CLOSED;
-  int rc = conn_poll(c, out, cap, n_out);
-  handles_leave(slot);
-  return rc;
-}
+#define SHM_HANDLE_CALL(name, params, args, refused) \
+  static int shm_##name params                       \
+  {                                                  \
+    if (refused)                                     \
+      return ECC_ERR_INVALID;                        \
+    unsigned slot;                                   \
+    struct conn *c = handles_enter(h, &slot);        \
+    if (c == NULL)                                   \
+      return ECC_ERR_CLOSED;                         \
+    int rc = conn_##name args;                       \
+    handles_leave(slot);                             \
+    return rc;                                       \
+  }
+SHM_HANDLE_CALLS(SHM_HANDLE_CALL)
+#undef SHM_HANDLE_CALL
 
 static int shm_shutdown(ecc_handle_t h)
 {
@@ -124,49 +102,10 @@ static int shm_validate(const ecc_kv_v1_t *config, size_t n_config, char *err, s
   if (rc != ECC_OK)
     return rc;
   if (cfg.engine == ENGINE_CUDA && !engine_cuda_built())
-    return err_text(err, err_cap, ECC_ERR_CONFIG,
-                    "config: engine.type = cuda but this plugin was built without CUDA");
+    return errtext_fail(err, err_cap, ECC_ERR_CONFIG,
+                        "config: engine.type = cuda but this plugin was built without CUDA");
   if (err != NULL && err_cap > 0)
     conn_summary(&cfg, err, err_cap);
-  return ECC_OK;
-}
-
-static int shm_stats(ecc_handle_t h, ecc_stats_v1_t *out)
-{
-  if (out == NULL)
-    return ECC_ERR_INVALID;
-  unsigned slot;
-  struct conn *c = handles_enter(h, &slot);
-  if (c == NULL)
-    return ECC_ERR_CLOSED;
-  conn_stats(c, out);
-  handles_leave(slot);
-  return ECC_OK;
-}
-
-static int shm_last_error(ecc_handle_t h, char *buf, size_t cap)
-{
-  if (buf == NULL && cap > 0)
-    return ECC_ERR_INVALID;
-  unsigned slot;
-  struct conn *c = handles_enter(h, &slot);
-  if (c == NULL)
-    return ECC_ERR_CLOSED;
-  log_last(&c->log, buf, cap);
-  handles_leave(slot);
-  return ECC_OK;
-}
-
-static int shm_describe(ecc_handle_t h, ecc_info_v1_t *out)
-{
-  if (out == NULL)
-    return ECC_ERR_INVALID;
-  unsigned slot;
-  struct conn *c = handles_enter(h, &slot);
-  if (c == NULL)
-    return ECC_ERR_CLOSED;
-  conn_describe(c, out);
-  handles_leave(slot);
   return ECC_OK;
 }
 

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "clock.h"
 #include "log.h"
 #include "names.h"
 #include "region_dir.h"
@@ -46,9 +46,7 @@ enum { STEP_ABSENT = 1, STEP_EXISTS = 2, STEP_AGAIN = 3, STEP_BUILDING = 4 };
 
 static int64_t now_ms(void)
 {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  return (int64_t)(ecc_now_ns() / 1000000u);
 }
 
 static void sleep_ms(long ms)

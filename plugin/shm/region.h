@@ -52,7 +52,7 @@ struct region_params {
   const char *name;         /* region name: file is <dir>/ecc-<name>.region */
   uint64_t block_size;
   uint64_t num_blocks;
-  int mode;                 /* enum region_mode (config.h) */
+  int mode;                 /* enum region_mode (above) */
   uint32_t join_timeout_ms; /* bound on waiting for a creator */
   int reap_orphans;         /* unlink unheld region files: this one's at each open, the
                              * directory's once per process */

@@ -37,6 +37,13 @@ int ecc_copy_launch(const uint64_t *src, const uint64_t *dst, const uint64_t *le
 /* cudaSuccess when the copy kernel has code for the current device. */
 int ecc_copy_kernel_check(void);
 
+/* ---- driver functions found at run time (driver.c) ---- */
+
+/* The driver's `name` as of ABI `version`, or NULL (no sticky error left):
+ * the static runtime does not link the driver, and a driver older than the
+ * toolkit may lack a function. */
+void *cuda_driver_fn(const char *name, unsigned version);
+
 /* ---- batched copy call resolved from the driver (dma.c) ---- */
 
 struct dma_api {

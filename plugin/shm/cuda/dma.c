@@ -24,32 +24,19 @@ typedef CUresult (*error_string_fn)(CUresult rc, const char **text);
 typedef CUresult (*batch_v12_fn)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
                                  size_t count, CUmemcpyAttributes *attrs, size_t *attr_idxs,
                                  size_t n_attrs, size_t *fail_idx, CUstream stream);
-
-static void *lookup(const char *name, unsigned version)
-{
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-  cudaError_t rc = cudaGetDriverEntryPointByVersion(name, &fn, version,
-                                                    cudaEnableDefault, &q);
-  if (rc != cudaSuccess) {
-    (void)cudaGetLastError();
-    return NULL;
-  }
-  return q == cudaDriverEntryPointSuccess ? fn : NULL;
-}
 #endif
 
 void dma_resolve(struct dma_api *api)
 {
   memset(api, 0, sizeof(*api));
 #ifdef HAVE_BATCH_TYPES
-  api->error_string = lookup("cuGetErrorString", 6000);
-  api->batch = lookup("cuMemcpyBatchAsync", 13000);
+  api->error_string = cuda_driver_fn("cuGetErrorString", 6000);
+  api->batch = cuda_driver_fn("cuMemcpyBatchAsync", 13000);
   if (api->batch != NULL) {
     api->batch_abi = 13000;
     return;
   }
-  api->batch = lookup("cuMemcpyBatchAsync", 12080);
+  api->batch = cuda_driver_fn("cuMemcpyBatchAsync", 12080);
   if (api->batch != NULL)
     api->batch_abi = 12080;
 #endif

@@ -11,55 +11,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "config.h"
+#include "copy_policy.h"
 #include "cuda_engine.h"
 #include "engine.h"
 #include "log.h"
+#include "pin_pool.h"
 #include "region.h"
-
-/*
- * method = auto, per batch, from the mean descriptor size, the count, and
- * whether the other direction is busy too. Figures measured on the H200
- * with ecc-bench, 64 MiB steps (PCIe Gen5 x16, CUDA 13.0; bench/NOTES.md
- * has the tables):
- *
- * One direction at a time, the copy kernel holds 88-95% of the 55 GB/s
- * contiguous copy on 16 SMs at every block size, with one launch (a 4096-
- * descriptor step costs about 12 us to submit). cuMemcpyBatchAsync costs
- * 0.5-0.8 us of host time per descriptor and moves 11-17% at 3-4 KiB
- * scattered blocks, 33-36% at 16 KiB, 70% at 64 KiB, 86-91% at 256 KiB, but
- * 96-99% where descriptors average 512 KiB or more (1 MiB entries of any
- * block size, fragmented 256 KiB blocks), against the kernel's 88-95%. So:
- * dma when the mean is >= 512 KiB and the batch has at most 128 descriptors
- * (about 100 us of host time), else the kernel.
- *
- * Both directions at once, SM copies share the link badly: kernels both ways
- * moved 65-77% of the bidirectional rate (any launch shape, 8-32 SMs, and
- * bulk-copy (TMA) variants; a kernel one way with the copy engine the other
- * did no better), while batched copy-engine calls reached 85-103% where the
- * batch is small enough for its host time to hide (<= 600 descriptors) and
- * descriptors average >= 32 KiB (fragmented 32 KiB blocks 85%, 64 KiB 90%,
- * 256 KiB scattered 86%, 1 MiB entries 93-98%), but only 42-65% beyond 1000
- * descriptors. So when the other direction submitted within the last 50 ms
- * (an ec_both step): dma when the mean is >= 32 KiB and the batch has at
- * most 640 descriptors, else the kernel.
- */
-#define AUTO_DMA_MIN_MEAN (512ull << 10)
-#define AUTO_DMA_MAX_COUNT 128u
-#define AUTO_BOTH_MIN_MEAN (32ull << 10)
-#define AUTO_BOTH_MAX_COUNT 640u
-#define AUTO_BOTH_WINDOW_NS (50ull * 1000 * 1000)
 
 /* Split descriptors so every warp has work: aim at 4 tasks per warp of the
  * grid, none smaller than 16 KiB (a few round trips of a warp). */
 #define TASKS_PER_WARP 4u
 #define MIN_PIECE (16u << 10)
 #define PIECE_ALIGN (4u << 10)
-
-/* Bytes kept before each pinned allocation for its size and free-list link. */
-#define PIN_HDR 64u
 
 typedef CUresult (*ctx_get_fn)(CUcontext *ctx);
 typedef CUresult (*ctx_set_fn)(CUcontext ctx);
@@ -77,21 +43,13 @@ struct cuda_slot {
   struct cuda_slot *all_next; /* every slot, for destroy */
 };
 
-/* Kept in front of each pinned allocation (PIN_HDR bytes, so the user's
- * part stays 64-byte aligned). */
-struct pin_hdr {
-  size_t bytes;
-  struct pin_hdr *next; /* while spare */
-};
-
 struct cuda_engine {
   int device;
   CUcontext ctx;
   ctx_get_fn ctx_get;
   ctx_set_fn ctx_set;
   struct ecc_log *log;
-  int method;            /* enum cuda_method as configured */
-  int kernel_ok;         /* the kernel can run here (pinned, mapped, code present) */
+  struct copy_policy policy; /* the method per batch, and each direction's last submit */
   unsigned max_ctas;     /* min(engine.max_sms, SMs of the device) */
   int priority;          /* of the kernel streams: the highest, so copies get SMs soon */
   /* By direction, a stream for the kernel and one for copy-engine batches.
@@ -103,17 +61,16 @@ struct cuda_engine {
   cudaStream_t dma_stream[3];
   struct pin_state pin;
   struct dma_api dma;
-  pthread_mutex_t lock;  /* free slots and spare buffers */
+  struct pin_pool pins;  /* descriptor arrays and task lists */
+  pthread_mutex_t lock;  /* free slots */
   struct cuda_slot *free_slots;
   struct cuda_slot *all_slots;
-  struct pin_hdr *spares; /* released pinned buffers */
   /* By direction: the slot of the transfer submitted last, and its uses
    * count then (used by submit and order_after only, which the connector
    * serialises). */
   struct cuda_slot *last[3];
   uint64_t last_uses[3];
   cudaStream_t last_stream[3]; /* the stream the direction's last copy ran on */
-  uint64_t last_submit_ns[3]; /* by direction, CLOCK_MONOTONIC; submit only */
 };
 
 struct ctx_guard {
@@ -145,87 +102,45 @@ static void ctx_leave(struct cuda_engine *ce, struct ctx_guard *g)
     (void)ce->ctx_set(g->prev);
 }
 
-static void *driver_fn(const char *name, unsigned version)
-{
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return NULL;
-  }
-  return q == cudaDriverEntryPointSuccess ? fn : NULL;
-}
-
 /* ---- pinned host memory: descriptor arrays and split-task lists ---- */
 
-/* Freeing pinned memory can synchronise the whole device, so released
- * buffers are kept and reused; they are freed at destroy. */
-static void *pinned_get(struct cuda_engine *ce, size_t bytes)
+/* The pool's allocator: mapped pinned memory, made in the engine's context. */
+static void *pinned_alloc(void *ctx, size_t bytes)
 {
-  pthread_mutex_lock(&ce->lock);
-  struct pin_hdr **best = NULL;
-  for (struct pin_hdr **p = &ce->spares; *p != NULL; p = &(*p)->next) {
-    if ((*p)->bytes >= bytes && (best == NULL || (*p)->bytes < (*best)->bytes))
-      best = p;
-  }
-  struct pin_hdr *h = NULL;
-  if (best != NULL) {
-    h = *best;
-    *best = h->next;
-  }
-  pthread_mutex_unlock(&ce->lock);
-  if (h != NULL)
-    return (uint8_t *)h + PIN_HDR;
-
-  if (bytes > SIZE_MAX - PIN_HDR)
-    return NULL;
+  struct cuda_engine *ce = ctx;
   void *p = NULL;
   struct ctx_guard g;
   if (ctx_enter(ce, &g) != 0)
     return NULL;
-  cudaError_t rc = cudaHostAlloc(&p, bytes + PIN_HDR, cudaHostAllocMapped | cudaHostAllocPortable);
+  cudaError_t rc = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
   ctx_leave(ce, &g);
   if (rc != cudaSuccess) {
     (void)cudaGetLastError();
-    log_msg(ce->log, ECC_LOG_WARN, "cuda: cudaHostAlloc of %zu bytes failed: %s", bytes,
-            cudaGetErrorString(rc));
+    /* The size the pool was asked for, without its header. */
+    log_msg(ce->log, ECC_LOG_WARN, "cuda: cudaHostAlloc of %zu bytes failed: %s",
+            bytes - PIN_POOL_HDR, cudaGetErrorString(rc));
     return NULL;
   }
-  h = p;
-  h->bytes = bytes;
-  h->next = NULL;
-  return (uint8_t *)h + PIN_HDR;
+  return p;
 }
 
-static void pinned_put(struct cuda_engine *ce, void *user)
+static void pinned_release(void *ctx, void *mem)
 {
-  if (user == NULL)
-    return;
-  struct pin_hdr *h = (struct pin_hdr *)(void *)((uint8_t *)user - PIN_HDR);
-  pthread_mutex_lock(&ce->lock);
-  h->next = ce->spares;
-  ce->spares = h;
-  pthread_mutex_unlock(&ce->lock);
-}
-
-static void pinned_free_all(struct cuda_engine *ce)
-{
-  while (ce->spares != NULL) {
-    struct pin_hdr *h = ce->spares;
-    ce->spares = h->next;
-    if (cudaFreeHost(h) != cudaSuccess)
-      (void)cudaGetLastError();
-  }
+  (void)ctx;
+  if (cudaFreeHost(mem) != cudaSuccess)
+    (void)cudaGetLastError();
 }
 
 static void *cuda_desc_alloc(void *ctx, size_t bytes)
 {
-  return pinned_get(ctx, bytes);
+  struct cuda_engine *ce = ctx;
+  return pin_pool_get(&ce->pins, bytes);
 }
 
 static void cuda_desc_free(void *ctx, void *p)
 {
-  pinned_put(ctx, p);
+  struct cuda_engine *ce = ctx;
+  pin_pool_put(&ce->pins, p);
 }
 
 /* ---- slots: a stream and its events, pooled ---- */
@@ -294,28 +209,6 @@ static void slot_put(struct cuda_engine *ce, struct cuda_slot *s)
 
 /* ---- the copy of one transfer ---- */
 
-static uint64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* The copy method of one batch (see the figures at the top). */
-static int pick_method(const struct cuda_engine *ce, int dir, size_t count, uint64_t bytes,
-                       uint64_t now)
-{
-  if (!ce->kernel_ok || ce->method == METHOD_DMA)
-    return METHOD_DMA;
-  if (ce->method == METHOD_KERNEL || count == 0)
-    return METHOD_KERNEL;
-  uint64_t mean = bytes / count;
-  uint64_t other = ce->last_submit_ns[dir == ECC_DIR_SAVE ? ECC_DIR_LOAD : ECC_DIR_SAVE];
-  if (other != 0 && now - other < AUTO_BOTH_WINDOW_NS)
-    return count <= AUTO_BOTH_MAX_COUNT && mean >= AUTO_BOTH_MIN_MEAN ? METHOD_DMA : METHOD_KERNEL;
-  return count <= AUTO_DMA_MAX_COUNT && mean >= AUTO_DMA_MIN_MEAN ? METHOD_DMA : METHOD_KERNEL;
-}
-
 static uint64_t piece_bytes(const struct cuda_engine *ce, uint64_t total)
 {
   uint64_t tasks = (uint64_t)ce->max_ctas * ECC_COPY_WARPS_PER_CTA * TASKS_PER_WARP;
@@ -337,10 +230,10 @@ static int build_tasks(struct cuda_engine *ce, struct cuda_slot *s, const struct
                        uint64_t piece, size_t n)
 {
   if (s->task_cap < n) {
-    uint64_t *p = pinned_get(ce, n * 3 * sizeof(uint64_t));
+    uint64_t *p = pin_pool_get(&ce->pins, n * 3 * sizeof(uint64_t));
     if (p == NULL)
       return -1;
-    pinned_put(ce, s->tasks);
+    pin_pool_put(&ce->pins, s->tasks);
     s->tasks = p;
     s->task_cap = n;
   }
@@ -393,13 +286,13 @@ static int plan_kernel(struct cuda_engine *ce, struct cuda_slot *s, const struct
   return 0;
 }
 
-static void plan_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer *t,
+static void plan_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer_view *t,
                       int dir, struct plan *p)
 {
-  uint64_t now = now_ns();
+  uint64_t now = ecc_now_ns();
   memset(p, 0, sizeof(*p));
-  p->method = pick_method(ce, dir, t->desc.count, t->desc.bytes, now);
-  ce->last_submit_ns[dir] = now;
+  p->method = copy_policy_pick(&ce->policy, dir, t->desc.count, t->desc.bytes, now);
+  copy_policy_note(&ce->policy, dir, now);
   if (p->method == METHOD_KERNEL && plan_kernel(ce, s, &t->desc, p) != 0) {
     log_msg(ce->log, ECC_LOG_WARN, "cuda: no pinned memory for a task list; using dma");
     p->method = METHOD_DMA;
@@ -414,7 +307,7 @@ static int debug_on(const struct cuda_engine *ce)
 
 /* Enqueue the copy. A failure is kept in the slot and reported by query,
  * after whatever part of the copy did start. */
-static void run_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer *t,
+static void run_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer_view *t,
                      int dir, const struct plan *p, cudaStream_t stream)
 {
   const struct desc_buf *d = &t->desc;
@@ -468,7 +361,7 @@ static cudaError_t order_before(struct cuda_engine *ce, struct cuda_slot *s, int
   return rc;
 }
 
-static int cuda_submit(struct engine *e, struct transfer *t, void *host_stream)
+static int cuda_submit(struct engine *e, struct transfer_view *t, void *host_stream)
 {
   struct cuda_engine *ce = e->impl;
   struct ctx_guard g;
@@ -518,7 +411,7 @@ static int cuda_submit(struct engine *e, struct transfer *t, void *host_stream)
  * direction's last slot is this transfer's (its end event is recorded again
  * only by a later submit). The transfer itself may already have been polled
  * and released by another thread, so t->engine_state is not read. */
-static int cuda_order_after(struct engine *e, struct transfer *t, void *stream)
+static int cuda_order_after(struct engine *e, struct transfer_view *t, void *stream)
 {
   struct cuda_engine *ce = e->impl;
   int dir = t->direction == ECC_DIR_SAVE ? ECC_DIR_SAVE : ECC_DIR_LOAD;
@@ -537,7 +430,7 @@ static int cuda_order_after(struct engine *e, struct transfer *t, void *stream)
   return ECC_OK;
 }
 
-static int cuda_query(struct engine *e, struct transfer *t, int *status, uint64_t *elapsed_ns)
+static int cuda_query(struct engine *e, struct transfer_view *t, int *status, uint64_t *elapsed_ns)
 {
   struct cuda_engine *ce = e->impl;
   struct cuda_slot *s = t->engine_state;
@@ -569,7 +462,7 @@ static int cuda_query(struct engine *e, struct transfer *t, int *status, uint64_
   return 1;
 }
 
-static void cuda_wait(struct engine *e, struct transfer *t)
+static void cuda_wait(struct engine *e, struct transfer_view *t)
 {
   struct cuda_engine *ce = e->impl;
   struct cuda_slot *s = t->engine_state;
@@ -581,7 +474,7 @@ static void cuda_wait(struct engine *e, struct transfer *t)
   ctx_leave(ce, &g);
 }
 
-static void cuda_release(struct engine *e, struct transfer *t)
+static void cuda_release(struct engine *e, struct transfer_view *t)
 {
   struct cuda_engine *ce = e->impl;
   if (t->engine_state != NULL)
@@ -596,7 +489,7 @@ static void engine_free(struct cuda_engine *ce)
   while (ce->all_slots != NULL) {
     struct cuda_slot *s = ce->all_slots;
     ce->all_slots = s->all_next;
-    pinned_put(ce, s->tasks);
+    pin_pool_put(&ce->pins, s->tasks);
     slot_destroy(s);
   }
   ce->free_slots = NULL;
@@ -607,7 +500,7 @@ static void engine_free(struct cuda_engine *ce)
       (void)cudaStreamDestroy(ce->dma_stream[d]);
   }
   (void)cudaGetLastError();
-  pinned_free_all(ce);
+  pin_pool_destroy(&ce->pins);
   unpin_region(&ce->pin, ce->log);
   pthread_mutex_destroy(&ce->lock);
   free(ce);
@@ -694,12 +587,12 @@ static int setup_pinning(struct cuda_engine *ce, const struct plugin_config *cfg
 static int setup_method(struct cuda_engine *ce, const struct plugin_config *cfg, char *text,
                         size_t cap)
 {
-  ce->method = cfg->method;
   int code = ecc_copy_kernel_check();
-  ce->kernel_ok = ce->pin.n_chunks > 0 && ce->pin.device_view_ok && code == cudaSuccess;
+  bool kernel_ok = ce->pin.n_chunks > 0 && ce->pin.device_view_ok && code == cudaSuccess;
+  copy_policy_init(&ce->policy, cfg->method, kernel_ok);
   if (code != cudaSuccess)
     (void)cudaGetLastError();
-  if (cfg->method == METHOD_KERNEL && !ce->kernel_ok) {
+  if (cfg->method == METHOD_KERNEL && !kernel_ok) {
     if (cfg->pin == PIN_OFF)
       return log_fail(ce->log, ECC_ERR_CONFIG, "engine.method = kernel needs the region pinned, "
                       "but pinning.enabled = off");
@@ -708,7 +601,7 @@ static int setup_method(struct cuda_engine *ce, const struct plugin_config *cfg,
                                 : "the region is not mapped for the device");
   }
   const char *dma = ce->dma.batch != NULL ? "dma" : "dma (one copy per descriptor)";
-  if (!ce->kernel_ok || cfg->method == METHOD_DMA)
+  if (!kernel_ok || cfg->method == METHOD_DMA)
     snprintf(text, cap, "%s%s", dma, cfg->method == METHOD_DMA ? "" : " (no kernel)");
   else if (cfg->method == METHOD_KERNEL)
     snprintf(text, cap, "kernel on <=%u SMs", ce->max_ctas);
@@ -805,9 +698,15 @@ int engine_cuda_create(const struct plugin_config *cfg, struct region *r, struct
   ce->device = dev;
   ce->log = log;
   pthread_mutex_init(&ce->lock, NULL);
-  ce->ctx_get = (ctx_get_fn)driver_fn("cuCtxGetCurrent", 4000);
-  ce->ctx_set = (ctx_set_fn)driver_fn("cuCtxSetCurrent", 4000);
+  if (pin_pool_init(&ce->pins, pinned_alloc, pinned_release, ce) != 0) {
+    pthread_mutex_destroy(&ce->lock);
+    free(ce);
+    return log_fail(log, ECC_ERR_SYSTEM, "cuda: cannot make the lock of the pinned-buffer pool");
+  }
+  ce->ctx_get = (ctx_get_fn)cuda_driver_fn("cuCtxGetCurrent", 4000);
+  ce->ctx_set = (ctx_set_fn)cuda_driver_fn("cuCtxSetCurrent", 4000);
   if (ce->ctx_get == NULL || ce->ctx_set == NULL) {
+    pin_pool_destroy(&ce->pins);
     pthread_mutex_destroy(&ce->lock);
     free(ce);
     snprintf(out->detail, sizeof(out->detail), "the CUDA driver lacks cuCtxGetCurrent");

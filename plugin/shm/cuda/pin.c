@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cuda_engine.h"
 #include "log.h"
 #include "region.h"
@@ -26,13 +26,6 @@
  * independent of the flock every process holds on the file, and go away
  * with the descriptor, so no lock file is left behind. */
 #define PIN_LOCK_OFFSET 0
-
-static uint64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int pin_lock(int fd, short type)
 {
@@ -154,9 +147,9 @@ int pin_region(struct region *r, struct pin_state *out, struct ecc_log *log, cha
   if (!locked)
     log_msg(log, ECC_LOG_WARN, "cuda: cannot lock %s to serialise pinning (%s); pinning anyway",
             r->path, strerror(errno));
-  uint64_t t0 = now_ns();
+  uint64_t t0 = ecc_now_ns();
   int rc = register_chunks(r, out, why, why_cap);
-  out->ns = now_ns() - t0;
+  out->ns = ecc_now_ns() - t0;
   if (locked && pin_lock(r->fd, F_UNLCK) != 0)
     log_msg(log, ECC_LOG_WARN, "cuda: cannot unlock %s: %s", r->path, strerror(errno));
   if (rc != 0) {

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * connector_private.h - struct conn and what the connector's own files
+ * (connector.c, transfer.c, submit.c, poll.c) share; nothing else includes
+ * it: plugin.c and the engines know a connector only by connector.h.
+ */
+#ifndef ECC_CONNECTOR_PRIVATE_H
+#define ECC_CONNECTOR_PRIVATE_H
+
+#include <pthread.h>
+
+#include "config.h"
+#include "connector.h"
+#include "ecc_plugin_v1.h"
+#include "engine.h"
+#include "log.h"
+#include "region.h"
+#include "transfer.h"
+
+struct conn {
+  struct plugin_config cfg;
+  struct ecc_log log;
+  struct region region;
+  struct engine engine;
+  int save_rank; /* tp_rank == 0 && pcp_rank == 0 */
+
+  pthread_mutex_t step_lock; /* save / flush / load state below */
+  struct transfer *pending;  /* the save batch this step is filling */
+  uint64_t save_batches;     /* batches submitted per direction */
+  uint64_t load_batches;
+  uint64_t *order;  /* load scratch: keys (load_plan.h), then as many for the sort */
+  size_t order_cap; /* keys it has room for */
+
+  pthread_mutex_t done_lock; /* FIFOs, free transfers, stats */
+  struct fifo saves;
+  struct fifo loads;
+  struct transfer *free_list;
+  ecc_stats_v1_t stats;
+  int region_dead; /* a poll found the region removed, replaced or truncated */
+};
+
+/* Every connector lock is taken through these, so that nothing is logged to
+ * the host while one is held (see log_hold). */
+static inline void conn_lock(pthread_mutex_t *m)
+{
+  log_hold();
+  pthread_mutex_lock(m);
+}
+
+static inline void conn_unlock(pthread_mutex_t *m)
+{
+  pthread_mutex_unlock(m);
+  log_release();
+}
+
+/* ---- transfer.c: transfers, pooled with their storage ---- */
+
+/* A cleared transfer, from the pool or new; NULL when out of memory. */
+struct transfer *transfer_get(struct conn *c);
+void transfer_put(struct conn *c, struct transfer *t);
+/* Everything a transfer owns, and the transfer. */
+void transfer_free(struct transfer *t);
+
+/* transfer_put with done_lock held. */
+static inline void transfer_put_locked(struct conn *c, struct transfer *t)
+{
+  t->next = c->free_list;
+  c->free_list = t;
+}
+
+/* ---- poll.c ---- */
+
+/* Wait for every transfer in `f` and free it (shutdown; done_lock held). */
+void poll_drain_all(struct conn *c, struct fifo *f);
+
+#endif /* ECC_CONNECTOR_PRIVATE_H */

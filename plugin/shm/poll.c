@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * poll.c - completions: the head of each direction's FIFO asked of the
+ * engine, finished transfers counted in the stats, and their entries
+ * reported exactly once, in order, failed ones and dead regions included.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "connector_private.h"
+
+static unsigned hist_bucket(uint64_t bytes)
+{
+  static const uint64_t bounds[ECC_HIST_BUCKETS - 1] = {
+      500000ull,   1000000ull,  2000000ull,   5000000ull,   10000000ull,
+      20000000ull, 50000000ull, 100000000ull, 250000000ull,
+  };
+  unsigned b = 0;
+  while (b < ECC_HIST_BUCKETS - 1 && bytes >= bounds[b])
+    b++;
+  return b;
+}
+
+static ecc_dir_stats_v1_t *dir_stats(struct conn *c, int dir)
+{
+  return dir == ECC_DIR_SAVE ? &c->stats.save : &c->stats.load;
+}
+
+/* Account a transfer that just finished (done_lock held). */
+static void count_finished(struct conn *c, struct transfer *t)
+{
+  const struct desc_buf *d = &t->view.desc;
+  ecc_dir_stats_v1_t *s = dir_stats(c, t->view.direction);
+  s->transfers++;
+  s->entries += t->n_done;
+  s->descriptors += d->count;
+  s->bytes += d->bytes;
+  s->busy_ns += t->elapsed_ns;
+  s->hist[hist_bucket(d->bytes)]++;
+  if (t->status != ECC_OK) {
+    s->failed++;
+    log_msg(&c->log, ECC_LOG_ERROR, "%s batch %" PRIu64 " failed (%d): %zu entries reported failed",
+            ecc_dir_name(t->view.direction), t->batch, t->status, t->n_done);
+  } else {
+    log_msg(&c->log, ECC_LOG_DEBUG,
+            "%s batch %" PRIu64 ": %zu entries, %" PRIu64 " bytes, %zu descriptors, %.3f ms",
+            ecc_dir_name(t->view.direction), t->batch, t->n_done, d->bytes, d->count,
+            (double)t->elapsed_ns / 1e6);
+  }
+}
+
+/* Whether the head transfer has finished, asking the engine if needed. */
+static int head_finished(struct conn *c, struct transfer *t)
+{
+  if (t->finished)
+    return 1;
+  int status = ECC_OK;
+  uint64_t elapsed = 0;
+  if (!c->engine.ops->query(&c->engine, &t->view, &status, &elapsed))
+    return 0;
+  t->finished = 1;
+  t->status = status;
+  t->elapsed_ns = elapsed;
+  c->engine.ops->release(&c->engine, &t->view);
+  count_finished(c, t);
+  return 1;
+}
+
+/* Before a poll reports its first completion: whether the region is still
+ * the file others share. Once it is not, no copy through it is reported as
+ * a success (done_lock held). */
+static void check_region_once(struct conn *c, int *checked)
+{
+  if (*checked || c->region_dead)
+    return;
+  *checked = 1;
+  if (region_check(&c->region, &c->log) != ECC_OK)
+    c->region_dead = 1;
+}
+
+/* The caller's record for one entry of a finished transfer. */
+static void report(const struct transfer *t, const struct done_rec *rec, int region_dead,
+                   ecc_completion_v1_t *out)
+{
+  out->direction = (uint32_t)t->view.direction;
+  out->status = t->status == ECC_OK && region_dead ? ECC_ERR_REGION : t->status;
+  out->batch = t->batch;
+  out->nbytes = rec->nbytes;
+  out->elapsed_ns = t->elapsed_ns;
+  if (t->view.direction == ECC_DIR_SAVE) {
+    const char *key = t->keys + rec->id;
+    out->transfer_id = 0;
+    memcpy(out->key, key, strlen(key) + 1);
+  } else {
+    out->transfer_id = rec->id;
+    out->key[0] = '\0';
+  }
+}
+
+/* Up to cap completions of the finished transfers at the head of f, in
+ * order (done_lock held). A copy that went through a region found dead is
+ * reported failed, and counted so: the stats agree with the completions. */
+static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1_t *out, size_t cap,
+                    int *checked)
+{
+  size_t n = 0;
+  while (n < cap && f->head != NULL && head_finished(c, f->head)) {
+    struct transfer *t = f->head;
+    check_region_once(c, checked);
+    if (c->region_dead && t->status == ECC_OK && t->next_report == 0)
+      dir_stats(c, t->view.direction)->failed++;
+    while (n < cap && t->next_report < t->n_done)
+      report(t, &t->done[t->next_report++], c->region_dead, &out[n++]);
+    if (t->next_report == t->n_done)
+      transfer_put_locked(c, fifo_pop(f));
+  }
+  return n;
+}
+
+int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_out)
+{
+  if (n_out == NULL || (out == NULL && cap > 0))
+    return log_fail(&c->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
+  int checked = 0;
+  conn_lock(&c->done_lock);
+  size_t n = drain(c, &c->saves, out, cap, &checked);
+  n += drain(c, &c->loads, out + n, cap - n, &checked);
+  conn_unlock(&c->done_lock);
+  *n_out = n;
+  return ECC_OK;
+}
+
+void poll_drain_all(struct conn *c, struct fifo *f)
+{
+  while (f->head != NULL) {
+    struct transfer *t = fifo_pop(f);
+    if (!t->finished) {
+      c->engine.ops->wait(&c->engine, &t->view);
+      head_finished(c, t);
+    }
+    transfer_free(t);
+  }
+}

@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * transfer.h - one batched transfer as the connector keeps it: the part the
+ * engine sees, and around it the completion records, the keys, the batch
+ * number and the links of the in-flight FIFOs. The connector's files only.
+ */
+#ifndef ECC_TRANSFER_H
+#define ECC_TRANSFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "engine.h"
+
+/* What poll reports for one entry, kept small: a full ecc_completion_v1_t is
+ * 168 bytes, and a step of thousands of entries would write (and poll copy)
+ * megabytes of them at submit time. */
+struct done_rec {
+  uint64_t id;     /* loads: the host's transfer id; saves: offset of the key in keys */
+  uint64_t nbytes; /* bytes of the entry that the copy moves */
+};
+
+struct transfer {
+  struct transfer_view view; /* direction, descriptors, engine state */
+  uint64_t batch;            /* sequence number in its direction, from 1 */
+  struct done_rec *done;     /* one record per entry, filled at submit */
+  size_t n_done;             /* records in use */
+  size_t cap_done;           /* records allocated */
+  char *keys;                /* saves: the entries' keys, each NUL-terminated, back to back */
+  size_t keys_len;           /* bytes of keys in use */
+  size_t keys_cap;           /* bytes of keys allocated */
+  size_t next_report;        /* first record poll has not returned yet */
+  int finished;              /* 1 once query() said so (status below is final) */
+  int status;                /* ECC_OK or the failure reported by the engine */
+  uint64_t elapsed_ns;       /* duration measured by the engine */
+  struct transfer *next;     /* FIFO / free-list link */
+};
+
+/* Transfers in flight in one direction, oldest first. */
+struct fifo {
+  struct transfer *head, *tail;
+  size_t count; /* transfers queued, finished or not */
+};
+
+static inline void fifo_push(struct fifo *f, struct transfer *t)
+{
+  t->next = NULL;
+  if (f->tail != NULL)
+    f->tail->next = t;
+  else
+    f->head = t;
+  f->tail = t;
+  f->count++;
+}
+
+static inline struct transfer *fifo_pop(struct fifo *f)
+{
+  struct transfer *t = f->head;
+  f->head = t->next;
+  if (f->head == NULL)
+    f->tail = NULL;
+  f->count--;
+  return t;
+}
+
+/* Room for `more` completion records. Returns 0 or -1 (out of memory).
+ * Inline, as the other helpers here: every save call grows its batch. */
+static inline int transfer_reserve_done(struct transfer *t, size_t more)
+{
+  if (t->n_done + more <= t->cap_done)
+    return 0;
+  size_t cap = t->cap_done < 16 ? 16 : t->cap_done;
+  while (cap < t->n_done + more)
+    cap *= 2;
+  struct done_rec *p = realloc(t->done, cap * sizeof(*p));
+  if (p == NULL)
+    return -1;
+  t->done = p;
+  t->cap_done = cap;
+  return 0;
+}
+
+/* Room for keys up to `need` bytes in all. Records hold offsets, not
+ * pointers, so the keys may move. Returns 0 or -1 (out of memory). */
+static inline int transfer_reserve_keys(struct transfer *t, size_t need)
+{
+  if (need <= t->keys_cap)
+    return 0;
+  size_t cap = t->keys_cap < 1024 ? 1024 : t->keys_cap;
+  while (cap < need)
+    cap *= 2;
+  char *p = realloc(t->keys, cap);
+  if (p == NULL)
+    return -1;
+  t->keys = p;
+  t->keys_cap = cap;
+  return 0;
+}
+
+#endif /* ECC_TRANSFER_H */
