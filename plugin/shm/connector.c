@@ -104,8 +104,23 @@ static void copy_versioned(void *out, uint32_t *struct_size, const void *full, s
   *struct_size = size;
 }
 
+/* `struct_size` is the caller's out->struct_size, NULL when out is NULL. A
+ * struct too short to hold its own struct_size cannot say what it is. */
+static int check_versioned(struct conn *c, const char *what, const uint32_t *struct_size)
+{
+  if (struct_size == NULL)
+    return log_fail(&c->log, ECC_ERR_INVALID, "%s: out is NULL", what);
+  if (*struct_size < sizeof(*struct_size))
+    return log_fail(&c->log, ECC_ERR_INVALID, "%s: out->struct_size %u is too small to hold itself",
+                    what, *struct_size);
+  return ECC_OK;
+}
+
 int conn_stats(struct conn *c, ecc_stats_v1_t *out)
 {
+  int rc = check_versioned(c, "stats", out != NULL ? &out->struct_size : NULL);
+  if (rc != ECC_OK)
+    return rc;
   ecc_stats_v1_t copy;
   conn_lock(&c->done_lock);
   copy = c->stats;
@@ -116,6 +131,9 @@ int conn_stats(struct conn *c, ecc_stats_v1_t *out)
 
 int conn_describe(struct conn *c, ecc_info_v1_t *out)
 {
+  int rc = check_versioned(c, "describe", out != NULL ? &out->struct_size : NULL);
+  if (rc != ECC_OK)
+    return rc;
   ecc_info_v1_t info;
   memset(&info, 0, sizeof(info));
   info.creator = (uint32_t)c->region.creator;
@@ -133,8 +151,11 @@ int conn_describe(struct conn *c, ecc_info_v1_t *out)
   return ECC_OK;
 }
 
+/* A refusal here is not recorded: it would replace the text asked for. */
 int conn_last_error(struct conn *c, char *buf, size_t cap)
 {
+  if (buf == NULL && cap > 0)
+    return ECC_ERR_INVALID;
   log_last(&c->log, buf, cap);
   return ECC_OK;
 }

@@ -58,22 +58,21 @@ static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
  * conn_<name>, a condition refused with ECC_ERR_INVALID before the handle
  * is looked at). */
 #define SHM_HANDLE_CALLS(X)                                                                   \
-  X(save, (ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n), (c, entries, n),   \
-    false)                                                                                    \
-  X(flush, (ecc_handle_t h, void *compute_stream), (c, compute_stream), false)                \
+  X(save, (ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n), (c, entries, n))   \
+  X(flush, (ecc_handle_t h, void *compute_stream), (c, compute_stream))                       \
   X(load, (ecc_handle_t h, const ecc_load_entry_v1_t *entries, size_t n, void *compute_stream), \
-    (c, entries, n, compute_stream), false)                                                   \
+    (c, entries, n, compute_stream))                                                          \
   X(poll, (ecc_handle_t h, ecc_completion_v1_t *out, size_t cap, size_t *n_out),              \
-    (c, out, cap, n_out), false)                                                              \
-  X(stats, (ecc_handle_t h, ecc_stats_v1_t *out), (c, out), out == NULL)                      \
-  X(last_error, (ecc_handle_t h, char *buf, size_t cap), (c, buf, cap), buf == NULL && cap > 0) \
-  X(describe, (ecc_handle_t h, ecc_info_v1_t *out), (c, out), out == NULL)
+    (c, out, cap, n_out))                                                                     \
+  X(stats, (ecc_handle_t h, ecc_stats_v1_t *out), (c, out))                                   \
+  X(last_error, (ecc_handle_t h, char *buf, size_t cap), (c, buf, cap))                       \
+  X(describe, (ecc_handle_t h, ecc_info_v1_t *out), (c, out))
 
-#define SHM_HANDLE_CALL(name, params, args, refused) \
+/* The handle is judged first (the ABI says so): arguments are the
+ * connector's to check. */
+#define SHM_HANDLE_CALL(name, params, args)          \
   static int shm_##name params                       \
   {                                                  \
-    if (refused)                                     \
-      return ECC_ERR_INVALID;                        \
     unsigned slot;                                   \
     struct conn *c = handles_enter(h, &slot);        \
     if (c == NULL)                                   \
@@ -115,7 +114,7 @@ static int shm_validate(const ecc_kv_v1_t *config, size_t n_config, char *err, s
 #define SHM_CAPS (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS)
 #endif
 
-__attribute__((visibility("default"))) const ecc_plugin_v1_t ecc_plugin_v1 = {
+ECC_PLUGIN_EXPORT const ecc_plugin_v1_t ecc_plugin_v1 = {
   .abi_major = ECC_ABI_V1_MAJOR,
   .abi_minor = ECC_ABI_V1_MINOR,
   .struct_size = sizeof(ecc_plugin_v1_t),

@@ -12,8 +12,9 @@
 static unsigned hist_bucket(uint64_t bytes)
 {
   static const uint64_t bounds[ECC_HIST_BUCKETS - 1] = {
-      500000ull,   1000000ull,  2000000ull,   5000000ull,   10000000ull,
-      20000000ull, 50000000ull, 100000000ull, 250000000ull,
+#define HIST_BOUND(bytes) bytes##ull,
+      ECC_HIST_BOUNDS(HIST_BOUND)
+#undef HIST_BOUND
   };
   unsigned b = 0;
   while (b < ECC_HIST_BUCKETS - 1 && bytes >= bounds[b])
@@ -119,6 +120,8 @@ static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1_t *out, si
 
 int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_out)
 {
+  if (n_out != NULL)
+    *n_out = 0;
   if (n_out == NULL || (out == NULL && cap > 0))
     return log_fail(&c->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
   int checked = 0;
