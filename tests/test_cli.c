@@ -88,6 +88,19 @@ static uint64_t figure(const char *text, const char *label)
   return strtoull(p + strlen(label), NULL, 10);
 }
 
+/* A region of a test's own: its name, and the path its file will have. */
+struct own_region {
+  const char *name;
+  char path[256];
+};
+
+static struct own_region own_region(void)
+{
+  struct own_region o = {.name = th_region_name()};
+  snprintf(o.path, sizeof(o.path), "%s", th_region_path(th_default_dir(), o.name));
+  return o;
+}
+
 /* ---- help and usage ------------------------------------------------------ */
 
 Test(cli, help_lists_every_command)
@@ -218,19 +231,17 @@ Test(cli, conf_templates_all_check)
 
 Test(cli, info_open_describes_the_connector_and_removes_the_region)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
-  const char *ini = th_ini("both", name, 4096, 256, NULL);
+  struct own_region o = own_region();
+  const char *ini = th_ini("both", o.name, 4096, 256, NULL);
   struct run *r = cli("info --open '%s'", ini);
   cr_assert_eq(r->status, 0, "info --open failed: %s", r->err);
-  cr_assert(strstr(r->out, path), "region path missing:\n%s", r->out);
+  cr_assert(strstr(r->out, o.path), "region path missing:\n%s", r->out);
   cr_assert(strstr(r->out, "created by this process"), "%s", r->out);
   cr_assert(strstr(r->out, "256 x 4096 B"), "layout missing:\n%s", r->out);
   cr_assert(strstr(r->out, "engine:       host"), "%s", r->out);
   cr_assert(strstr(r->out, "pin time:"), "%s", r->out);
   cr_assert(strstr(r->out, "save rank:    yes"), "%s", r->out);
-  cr_assert_not(th_exists(path), "info --open left %s behind", path);
+  cr_assert_not(th_exists(o.path), "info --open left %s behind", o.path);
 }
 
 Test(cli, check_names_file_and_line_of_a_syntax_error)
@@ -265,18 +276,10 @@ Test(cli, check_names_an_unknown_key_and_a_bad_value)
   cr_assert(strstr(r->err, "/nonexistent/ecc.ini"), "%s", r->err);
 }
 
-/* An INI selecting fixture plugin `name` by path. */
-static const char *fixture_ini(const char *name)
-{
-  char text[1024];
-  snprintf(text, sizeof(text), "[plugin]\npath = %s/libecc-%s.so\n", ECC_FIXTURE_DIR, name);
-  return th_write_temp(text, ".ini");
-}
-
 /* check and info exit 1 saying `how`, and print nothing to stdout. */
 static void expect_cli_fails(const char *name, const char *options, const char *how)
 {
-  const char *ini = fixture_ini(name);
+  const char *ini = th_fixture_ini(name, NULL);
   const char *cmds[] = {"check", "info"};
   for (int i = 0; i < 2; i++) {
     struct run *r = cli("%s %s '%s'", cmds[i], options, ini);
@@ -304,7 +307,7 @@ Test(cli, check_and_info_say_how_a_misbehaving_plugin_ended)
 
 Test(cli, info_lists_every_key_of_the_plugin_with_its_default)
 {
-  struct run *r = cli("info --timeout-ms 5000 '%s'", fixture_ini("full"));
+  struct run *r = cli("info --timeout-ms 5000 '%s'", th_fixture_ini("full", NULL));
   cr_assert_eq(r->status, 0, "stderr: %s", r->err);
   cr_assert(strstr(r->out, "keys:           5 accepted"), "%s", r->out);
   static const char *const lines[] = {
@@ -339,14 +342,12 @@ static void assert_demo_ok(const struct run *r, unsigned n, const char *path)
 
 Test(cli, demo_moves_a_stream_through_a_small_region)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
+  struct own_region o = own_region();
   /* 2048 blocks hold about six entries of ~300 rows: the ring wraps and
    * blocks are reused only after the consumer acknowledged them. */
-  const char *ini = th_ini("both", name, 3072, 2048, NULL);
+  const char *ini = th_ini("both", o.name, 3072, 2048, NULL);
   struct run *r = cli("demo '%s' --entries 20 --rows 300 --seed 7", ini);
-  assert_demo_ok(r, 20, path);
+  assert_demo_ok(r, 20, o.path);
   uint64_t expect_min = 20ull * (300 - 300 / 8) * 3072;
   cr_assert_geq(figure(r->out, "bytes saved:  "), expect_min, "%s", r->out);
   cr_assert(strstr(r->out, "created by the producer"), "%s", r->out);
@@ -357,40 +358,34 @@ Test(cli, demo_moves_a_stream_through_a_small_region)
 
 Test(cli, demo_handles_rows_that_end_inside_a_block)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
-  const char *ini = th_ini("both", name, 4096, 1024, NULL);
+  struct own_region o = own_region();
+  const char *ini = th_ini("both", o.name, 4096, 1024, NULL);
   struct run *r =
       cli("demo '%s' --entries 9 --rows 100 --row-bytes 1000 --per-step 3", ini);
-  assert_demo_ok(r, 9, path);
+  assert_demo_ok(r, 9, o.path);
 }
 
 Test(cli, demo_reports_a_corrupted_byte)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
-  const char *ini = th_ini("both", name, 3072, 2048, NULL);
+  struct own_region o = own_region();
+  const char *ini = th_ini("both", o.name, 3072, 2048, NULL);
   struct run *r = cli("demo '%s' --entries 6 --rows 200 --corrupt 4", ini);
   cr_assert_eq(r->status, 1, "stdout: %s", r->out);
   cr_assert(strstr(r->out, "verdict: FAILED: 1 bytes differed, in 1 entries"), "%s",
             r->out);
   cr_assert_eq(figure(r->out, "mismatches:   "), 1);
-  cr_assert_not(th_exists(path));
+  cr_assert_not(th_exists(o.path));
 }
 
 Test(cli, demo_with_a_bad_config_fails_cleanly)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
-  const char *ini = th_ini("both", name, 3072, 2048, "bogus_engine_key = 1\n");
+  struct own_region o = own_region();
+  const char *ini = th_ini("both", o.name, 3072, 2048, "bogus_engine_key = 1\n");
   struct run *r = cli("demo '%s' --entries 4", ini);
   cr_assert_eq(r->status, 1, "stdout: %s", r->out);
   cr_assert(strstr(r->err, "engine.bogus_engine_key"), "key not named: %s", r->err);
   cr_assert(strstr(r->out, "verdict: FAILED"), "%s", r->out);
-  cr_assert_not(th_exists(path));
+  cr_assert_not(th_exists(o.path));
 
   r = cli("demo /nonexistent/ecc.ini --entries 4");
   cr_assert_eq(r->status, 1);
@@ -399,31 +394,27 @@ Test(cli, demo_with_a_bad_config_fails_cleanly)
 
 Test(cli, demo_refuses_a_region_too_small_for_its_entries)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
-  const char *ini = th_ini("both", name, 3072, 64, NULL);
+  struct own_region o = own_region();
+  const char *ini = th_ini("both", o.name, 3072, 64, NULL);
   struct run *r = cli("demo '%s' --entries 4 --rows 300", ini);
   cr_assert_eq(r->status, 1, "stdout: %s", r->out);
   cr_assert(strstr(r->out, "verdict: FAILED") && strstr(r->out, "region.size"), "%s",
             r->out);
-  cr_assert_not(th_exists(path), "a failed demo left %s behind", path);
+  cr_assert_not(th_exists(o.path), "a failed demo left %s behind", o.path);
 }
 
 Test(cli, demo_does_not_join_a_region_someone_else_uses)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
-  ecc_connector_t *mine = th_open("both", name, 3072, 2048, NULL);
-  cr_assert(th_exists(path));
-  const char *ini = th_ini("both", name, 3072, 2048, NULL);
+  struct own_region o = own_region();
+  ecc_connector_t *mine = th_open("both", o.name, 3072, 2048, NULL);
+  cr_assert(th_exists(o.path));
+  const char *ini = th_ini("both", o.name, 3072, 2048, NULL);
   struct run *r = cli("demo '%s' --entries 4 --rows 100", ini);
   cr_assert_eq(r->status, 1, "the demo used a live region:\n%s", r->out);
   cr_assert(strstr(r->out, "verdict: FAILED") &&
                 strstr(r->out, "cannot open the producer"),
             "%s", r->out);
-  cr_assert(th_exists(path), "the demo removed a region it did not create");
+  cr_assert(th_exists(o.path), "the demo removed a region it did not create");
   cr_assert_eq(ecc_close(mine), ECC_OK);
-  cr_assert_not(th_exists(path));
+  cr_assert_not(th_exists(o.path));
 }
