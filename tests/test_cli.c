@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,16 +218,126 @@ Test(cli, check_on_default_ini_says_ok_and_creates_nothing)
   cr_assert(strstr(r->out, "ecc-demo.region"), "summary missing: %s", r->out);
 }
 
+/* The value of `key` in [section] of an INI file as written, or "" (our
+ * templates only: no continuation lines, comments on lines of their own). */
+static const char *ini_value(const char *path, const char *section, const char *key)
+{
+  static char value[256];
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f, "cannot read %s", path);
+  char line[512], current[64] = "";
+  value[0] = '\0';
+  while (fgets(line, sizeof(line), f) != NULL) {
+    char name[64], text[256];
+    if (sscanf(line, " [%63[^]]]", name) == 1)
+      snprintf(current, sizeof(current), "%s", name);
+    else if (sscanf(line, " %63[^ =#;] = %255[^\n]", name, text) == 2 &&
+             strcmp(current, section) == 0 && strcmp(name, key) == 0)
+      snprintf(value, sizeof(value), "%s", text);
+  }
+  fclose(f);
+  return value;
+}
+
+/* A connector opened from the template (on a small region of its own, with
+ * the host engine) is what the template says, and acts as it. */
+static void expect_effective_role(const char *ini, const char *role)
+{
+  const ecc_kv_t over[] = {
+      {"region.name", th_region_name()}, {"region.size", "1MiB"}, {"engine.type", "host"}};
+  ecc_open_options_t opt = {.struct_size = sizeof(opt),
+                            .overrides = over,
+                            .n_overrides = 3,
+                            .log = th_capture,
+                            .log_level = -1};
+  ecc_connector_t *c = NULL;
+  char err[512] = "";
+  cr_assert_eq(ecc_open(ini, &opt, &c, err, sizeof(err)), ECC_OK, "%s: %s", ini, err);
+  cr_expect_str_eq(th_describe(c).role, role, "%s", ini);
+  static uint8_t buf[16384];
+  uint32_t id = 0;
+  ecc_save_entry_t s = {"k", (uint64_t)(uintptr_t)buf, 1, &id, 1};
+  ecc_load_entry_t l = {1, &id, 1, (uint64_t)(uintptr_t)buf, sizeof(buf)};
+  bool saves = strcmp(role, "consumer") != 0, loads = strcmp(role, "producer") != 0;
+  int rc = ecc_save(c, &s, 1);
+  cr_expect_eq(rc, saves ? ECC_OK : ECC_ERR_ROLE, "%s: save returned %d", ini, rc);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  rc = ecc_load(c, &l, 1, NULL);
+  cr_expect_eq(rc, loads ? ECC_OK : ECC_ERR_ROLE, "%s: load returned %d", ini, rc);
+  ecc_completion_t done[2];
+  size_t want = (size_t)saves + (size_t)loads;
+  cr_expect_eq(th_poll_until(c, done, want, 5000), want, "%s", ini);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
 Test(cli, conf_templates_all_check)
 {
-  const char *files[] = {"default", "producer", "consumer", "both"};
-  const char *roles[] = {"both", "producer", "consumer", "both"};
-  for (int i = 0; i < 4; i++) {
-    struct run *r = cli("check '%s/conf/%s.ini'", ECC_SOURCE_DIR, files[i]);
-    cr_assert_eq(r->status, 0, "conf/%s.ini: %s", files[i], r->err);
-    cr_assert(strstr(r->out, roles[i]), "conf/%s.ini summary lacks role %s: %s", files[i],
-              roles[i], r->out);
+  static const struct {
+    const char *file;
+    const char *role; /* what the template is for */
+  } templates[] = {
+      {"default", "both"}, {"producer", "producer"}, {"consumer", "consumer"}, {"both", "both"}};
+  for (size_t i = 0; i < sizeof(templates) / sizeof(templates[0]); i++) {
+    char ini[512], want[640];
+    snprintf(ini, sizeof(ini), "%s/conf/%s.ini", ECC_SOURCE_DIR, templates[i].file);
+    struct run *r = cli("check '%s'", ini);
+    cr_assert_eq(r->status, 0, "%s: %s", ini, r->err);
+    /* The summary's first word is the role the plugin will take. */
+    snprintf(want, sizeof(want), "%s: ok (%s, region ", ini, templates[i].role);
+    cr_expect(strncmp(r->out, want, strlen(want)) == 0, "expected '%s...', got: %s", want, r->out);
+    snprintf(want, sizeof(want), "/ecc-%s.region: ", ini_value(ini, "region", "name"));
+    cr_expect(strstr(r->out, want) != NULL, "the summary names another region than %s: %s", want,
+              r->out);
+    expect_effective_role(ini, templates[i].role);
   }
+}
+
+/* The line of `text` that starts with `label` (static copy, "" if none). */
+static const char *line_of(const char *text, const char *label)
+{
+  static char line[512];
+  line[0] = '\0';
+  for (const char *p = text; p != NULL && *p != '\0';) {
+    const char *end = strchr(p, '\n');
+    size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+    if (strncmp(p, label, strlen(label)) == 0) {
+      snprintf(line, sizeof(line), "%.*s", (int)len, p);
+      break;
+    }
+    p = end != NULL ? end + 1 : NULL;
+  }
+  return line;
+}
+
+Test(cli, info_open_prints_what_describe_says)
+{
+  /* Ours created the region; eccctl's joins it, so both describe one. */
+  const char *ini = th_ini("both", th_region_name(), 4096, 64,
+                           "[connector]\nmax_inflight = 5\n[pinning]\nenabled = off\n");
+  ecc_connector_t *mine = th_open_as(ini, "both");
+  ecc_info_t info = th_describe(mine);
+  struct run *r = cli("info --open '%s'", ini);
+  cr_assert_eq(r->status, 0, "info --open failed: %s", r->err);
+  char want[8][320];
+  snprintf(want[0], sizeof(want[0]), "  region:       %s (joined an existing region)",
+           info.region_path);
+  snprintf(want[1], sizeof(want[1]),
+           "  blocks:       %" PRIu64 " x %" PRIu64 " B = ", info.num_blocks, info.block_size);
+  snprintf(want[2], sizeof(want[2]), "  file bytes:   %" PRIu64 " (header page included)",
+           info.region_bytes);
+  snprintf(want[3], sizeof(want[3]), "  engine:       %s (%s)", info.engine, info.engine_detail);
+  snprintf(want[4], sizeof(want[4]), "  pinned:       %s", info.pinned ? "yes" : "no");
+  snprintf(want[5], sizeof(want[5]), "  role:         %s", info.role);
+  snprintf(want[6], sizeof(want[6]), "  save rank:    %s", info.save_rank ? "yes" : "no");
+  snprintf(want[7], sizeof(want[7]), "  max inflight: %" PRIu64 " transfers per direction",
+           info.max_inflight);
+  for (int i = 0; i < 8; i++) {
+    char label[17]; /* "  name:" padded to the values' column */
+    snprintf(label, sizeof(label), "%.16s", want[i]);
+    const char *got = line_of(r->out, label);
+    cr_expect(strncmp(got, want[i], strlen(want[i])) == 0, "expected '%s', got '%s'", want[i], got);
+  }
+  cr_assert_eq(ecc_close(mine), ECC_OK);
 }
 
 Test(cli, info_open_describes_the_connector_and_removes_the_region)
@@ -323,6 +434,20 @@ Test(cli, info_lists_every_key_of_the_plugin_with_its_default)
 
 /* ---- demo ---------------------------------------------------------------- */
 
+/* A rate line of the demo's report gives the engine's busy time over
+ * `transfers` batched transfers. */
+static void expect_rate_line(const char *out, const char *label, unsigned long long transfers)
+{
+  const char *line = line_of(out, label);
+  const char *busy = strstr(line, "over the engine's busy time (");
+  cr_assert_not_null(busy, "no engine figures in '%s'", line);
+  double seconds = 0;
+  unsigned long long n = 0;
+  cr_assert_eq(sscanf(busy, "over the engine's busy time (%lf s, %llu transfers", &seconds, &n), 2,
+               "%s", line);
+  cr_expect_eq(n, transfers, "'%s': expected %llu transfers", line, transfers);
+}
+
 /* Every figure the report prints agrees with a successful run of n entries. */
 static void assert_demo_ok(const struct run *r, unsigned n, const char *path)
 {
@@ -336,7 +461,14 @@ static void assert_demo_ok(const struct run *r, unsigned n, const char *path)
   cr_assert_eq(saved, loaded, "%s", r->out);
   cr_assert_eq(figure(r->out, "mismatches:   "), 0, "%s", r->out);
   cr_assert_eq(figure(r->out, "entries:      "), n, "%s", r->out);
-  cr_assert(strstr(r->out, "save GB/s:") && strstr(r->out, "load GB/s:"), "%s", r->out);
+  /* Each side's engine figures are its own direction's: one transfer per
+   * step it issued. */
+  unsigned long long save_steps = 0, load_steps = 0;
+  cr_assert_eq(sscanf(line_of(r->out, "steps:"), "steps: %llu save steps, %llu load steps",
+                      &save_steps, &load_steps),
+               2, "%s", r->out);
+  expect_rate_line(r->out, "save GB/s:", save_steps);
+  expect_rate_line(r->out, "load GB/s:", load_steps);
   cr_assert_not(th_exists(path), "the demo left %s behind", path);
 }
 

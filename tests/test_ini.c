@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,6 +378,64 @@ Test(ini, unknown_key_with_the_real_plugin)
   cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_ERR_CONFIG, "err: %s", err);
   cr_assert_eq(strncmp(err, want, strlen(want)), 0, "err: %s", err);
   cr_assert_not_null(strstr(err, "region.name"), "err: %s", err);
+}
+
+/* ---- log levels ---- */
+
+/* Which levels a connector's log callback was called with. */
+struct levels_seen {
+  atomic_int count[ECC_LOG_DEBUG + 2]; /* the last slot: levels out of range */
+};
+
+static void note_level(void *user, int level, const char *msg)
+{
+  (void)msg;
+  struct levels_seen *seen = user;
+  int slot = level >= 0 && level <= ECC_LOG_DEBUG ? level : ECC_LOG_DEBUG + 1;
+  atomic_fetch_add(&seen->count[slot], 1);
+}
+
+Test(ini, every_log_level_parses_and_filters_what_is_passed_on)
+{
+  static const struct {
+    int value;
+    const char *name;
+  } levels[] = {
+#define LEVEL_CASE(constant, value, text) {constant, text},
+      ECC_LOG_LEVEL_MAP(LEVEL_CASE)
+#undef LEVEL_CASE
+  };
+  for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+    const char *ini = th_ini_text("[plugin]\npath = %s\nlog_level = %s\n[region]\nname = %s\n"
+                                  "block_size = 64\nsize = 4KiB\n[engine]\ntype = host\n",
+                                  ECC_PLUGIN_PATH, levels[i].name, th_region_name());
+    static struct levels_seen seen;
+    for (int l = 0; l <= ECC_LOG_DEBUG + 1; l++)
+      atomic_store(&seen.count[l], 0);
+    ecc_open_options_t opt = {
+        .struct_size = sizeof(opt), .log = note_level, .log_user = &seen, .log_level = -1};
+    ecc_connector_t *c = NULL;
+    char err[512] = "";
+    cr_assert_eq(ecc_open(ini, &opt, &c, err, sizeof(err)), ECC_OK, "log_level = %s: %s",
+                 levels[i].name, err);
+    /* Creating logs at info (what was built), each batch at debug. */
+    static uint8_t buf[64];
+    uint32_t id = 0;
+    ecc_save_entry_t e = {"k", (uint64_t)(uintptr_t)buf, sizeof(buf), &id, 1};
+    cr_assert_eq(ecc_save(c, &e, 1), ECC_OK);
+    cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+    ecc_completion_t done[1];
+    cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
+    cr_assert_eq(ecc_close(c), ECC_OK);
+    for (int l = 0; l <= ECC_LOG_DEBUG + 1; l++) {
+      int n = atomic_load(&seen.count[l]);
+      if (l > levels[i].value)
+        cr_expect_eq(n, 0, "log_level = %s passed on %d messages of level %d", levels[i].name, n,
+                     l);
+      else if (l >= ECC_LOG_INFO)
+        cr_expect_gt(n, 0, "log_level = %s passed on no message of level %d", levels[i].name, l);
+    }
+  }
 }
 
 /* ---- overrides ---- */
