@@ -5,12 +5,16 @@
 
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
-#include <sys/prctl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -76,6 +80,125 @@ const char *th_write_temp(const char *text, const char *suffix)
   return paths[i];
 }
 
+const char *th_ini_text(const char *fmt, ...)
+{
+  char text[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(text, sizeof(text), fmt, ap);
+  va_end(ap);
+  cr_assert(n >= 0 && (size_t)n < sizeof(text), "INI text of %d bytes is too long", n);
+  return th_write_temp(text, ".ini");
+}
+
+const char *th_fixture(const char *name)
+{
+  static char paths[8][PATH_MAX];
+  static unsigned next;
+  char *p = paths[next++ % 8];
+  snprintf(p, PATH_MAX, "%s/libecc-%s.so", ECC_FIXTURE_DIR, name);
+  return p;
+}
+
+const char *th_fixture_ini(const char *name, const char *extra)
+{
+  return th_ini_text("[plugin]\npath = %s\n%s", th_fixture(name), extra != NULL ? extra : "");
+}
+
+const char *th_trace_path(void)
+{
+  static char paths[8][128];
+  static unsigned next;
+  char *p = paths[next++ % 8];
+  snprintf(p, 128, "/tmp/ecc-trace-%ld-%06x-%u", (long)getpid(), process_tag(), next);
+  unlink(p);
+  return p;
+}
+
+const char *th_read_file(const char *path)
+{
+  static char buf[1 << 16];
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return NULL;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+const char *th_path_in(const char *dir, const char *rel)
+{
+  static char paths[8][256];
+  static unsigned next;
+  char *p = paths[next++ % 8];
+  int n = snprintf(p, 256, "%s/%s", dir, rel);
+  cr_assert(n > 0 && n < 256, "path %s/%s is too long", dir, rel);
+  return p;
+}
+
+void th_make_dir(const char *path, mode_t mode)
+{
+  cr_assert_eq(mkdir(path, 0700), 0, "mkdir %s: %s", path, strerror(errno));
+  cr_assert_eq(chmod(path, mode), 0);
+}
+
+void th_copy_file(const char *from, const char *to, mode_t mode)
+{
+  int in = open(from, O_RDONLY | O_CLOEXEC);
+  cr_assert_geq(in, 0, "%s: %s", from, strerror(errno));
+  int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  cr_assert_geq(out, 0, "%s: %s", to, strerror(errno));
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(in, buf, sizeof(buf))) > 0)
+    cr_assert_eq(write(out, buf, (size_t)n), n, "write %s: %s", to, strerror(errno));
+  cr_assert_eq(n, 0, "read %s: %s", from, strerror(errno));
+  cr_assert_eq(fchmod(out, mode), 0);
+  close(in);
+  cr_assert_eq(close(out), 0);
+}
+
+bool th_mapped_under(const char *dir)
+{
+  FILE *f = fopen("/proc/self/maps", "r");
+  cr_assert_not_null(f);
+  char line[1024];
+  bool found = false;
+  while (fgets(line, sizeof(line), f) != NULL)
+    if (strstr(line, dir) != NULL)
+      found = true;
+  fclose(f);
+  return found;
+}
+
+char th_captured[16384];
+
+void th_capture(void *user, int level, const char *msg)
+{
+  (void)user;
+  size_t used = strlen(th_captured);
+  snprintf(th_captured + used, sizeof(th_captured) - used, "[%d] %s\n", level, msg);
+}
+
+const ecc_host_services_v1_t *th_capturing_host(void)
+{
+  static const ecc_host_services_v1_t host = {
+      .struct_size = sizeof(ecc_host_services_v1_t),
+      .log_level = ECC_LOG_DEBUG,
+      .log = th_capture,
+      .user = NULL,
+  };
+  return &host;
+}
+
+const char *th_log_last(struct ecc_log *log)
+{
+  static char buf[512];
+  log_last(log, buf, sizeof(buf));
+  return buf;
+}
+
 const char *th_ini_at(const char *dir, const char *role, const char *region,
                       uint64_t block_size, uint64_t num_blocks, const char *region_extra,
                       const char *extra)
@@ -127,6 +250,48 @@ ecc_connector_t *th_open(const char *role, const char *region, uint64_t block_si
   cr_assert_eq(rc, ECC_OK, "ecc_open(%s) failed: %d %s", ini, rc, err);
   cr_assert_not_null(c);
   return c;
+}
+
+ecc_connector_t *th_open_as(const char *ini, const char *role)
+{
+  ecc_kv_t kv = {"connector.role", role};
+  ecc_open_options_t o = {
+      .struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1, .log_level = -1};
+  ecc_connector_t *c = NULL;
+  char err[1024] = "";
+  int rc = ecc_open(ini, &o, &c, err, sizeof(err));
+  cr_assert_eq(rc, ECC_OK, "ecc_open(%s) as %s: %d %s", ini, role, rc, err);
+  return c;
+}
+
+ecc_stats_t th_stats(ecc_connector_t *c)
+{
+  ecc_stats_t s = {.struct_size = sizeof(s)};
+  cr_assert_eq(ecc_get_stats(c, &s), ECC_OK);
+  return s;
+}
+
+ecc_info_t th_describe(ecc_connector_t *c)
+{
+  ecc_info_t info = {.struct_size = sizeof(info)};
+  cr_assert_eq(ecc_describe(c, &info), ECC_OK);
+  return info;
+}
+
+const ecc_plugin_v1_t *th_raw_table(void **lib)
+{
+  *lib = dlopen(ECC_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  cr_assert_not_null(*lib, "%s", dlerror());
+  const ecc_plugin_v1_t *t = dlsym(*lib, ECC_PLUGIN_V1_SYMBOL);
+  cr_assert_not_null(t);
+  return t;
+}
+
+uint64_t th_now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 size_t th_poll_until(ecc_connector_t *c, ecc_completion_t *out, size_t want, int timeout_ms)

@@ -5,11 +5,13 @@
 #ifndef ECC_TEST_HELPERS_H
 #define ECC_TEST_HELPERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "ecc_host.h"
+#include "log.h"
 #include "region.h"
 
 /* A region name unique to this process and call, e.g. "t12345-3". */
@@ -18,6 +20,45 @@ const char *th_region_name(void);
 /* Write `text` to a fresh temporary file whose name ends with `suffix`;
  * returns its path (static storage, one per call, up to 64 live paths). */
 const char *th_write_temp(const char *text, const char *suffix);
+
+/* Format `fmt` into a fresh temporary INI file; returns its path. */
+const char *th_ini_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The path of fixture plugin `name` (tests/fixtures/<name>.c), and an INI
+ * loading it by path with `extra` lines after (may be NULL). Static
+ * storage, 8 live paths at a time. */
+const char *th_fixture(const char *name);
+const char *th_fixture_ini(const char *name, const char *extra);
+
+/* A fresh path in /tmp that nothing exists at yet, for a fixture's trace
+ * file (8 live at a time). */
+const char *th_trace_path(void);
+
+/* The text of a file (static storage, up to 64 KiB), or NULL if it cannot
+ * be read. */
+const char *th_read_file(const char *path);
+
+/* "dir/rel" (static storage, 8 live at a time). */
+const char *th_path_in(const char *dir, const char *rel);
+
+/* mkdir, then chmod to exactly `mode` whatever the umask. */
+void th_make_dir(const char *path, mode_t mode);
+
+/* Copy a file to `to` (created or truncated) and give the copy `mode`. */
+void th_copy_file(const char *from, const char *to, mode_t mode);
+
+/* Whether any file under `dir` is mapped into this process. */
+bool th_mapped_under(const char *dir);
+
+/* Log lines kept as text, "[level] message\n" each: th_capture is a log
+ * callback for ecc_open_options_t, th_capturing_host() lends it to the
+ * plugin's modules (every level) when a test calls them directly. */
+extern char th_captured[16384];
+void th_capture(void *user, int level, const char *msg);
+const ecc_host_services_v1_t *th_capturing_host(void);
+
+/* The most recent error of a plugin log (static storage). */
+const char *th_log_last(struct ecc_log *log);
 
 /* Write an INI for the real shm plugin (by absolute path) with the host
  * engine, the given role and region name, and `extra` appended verbatim
@@ -42,6 +83,22 @@ const char *th_default_dir(void);
  * message if it cannot. */
 ecc_connector_t *th_open(const char *role, const char *region, uint64_t block_size,
                        uint64_t num_blocks, const char *extra);
+
+/* The connector's counters and description, failing the test if it has
+ * none to give. */
+ecc_stats_t th_stats(ecc_connector_t *c);
+ecc_info_t th_describe(ecc_connector_t *c);
+
+/* The real plugin's table, loaded with dlopen beside the shim (dlclose
+ * *lib when done): the plugin's own contract, without the shim's checks. */
+const ecc_plugin_v1_t *th_raw_table(void **lib);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t th_now_ns(void);
+
+/* Open `ini` as `role` (connector.role overridden, the log level the
+ * INI's), failing the test with the shim's message if it cannot. */
+ecc_connector_t *th_open_as(const char *ini, const char *role);
 
 /* Poll until `want` completions arrived or `timeout_ms` passed; returns how
  * many arrived (stored in out[0..]). */

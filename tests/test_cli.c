@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,19 @@ static uint64_t figure(const char *text, const char *label)
   if (p == NULL)
     return UINT64_MAX;
   return strtoull(p + strlen(label), NULL, 10);
+}
+
+/* A region of a test's own: its name, and the path its file will have. */
+struct own_region {
+  const char *name;
+  char path[256];
+};
+
+static struct own_region own_region(void)
+{
+  struct own_region o = {.name = th_region_name()};
+  snprintf(o.path, sizeof(o.path), "%s", th_region_path(th_default_dir(), o.name));
+  return o;
 }
 
 /* ---- help and usage ------------------------------------------------------ */
@@ -204,33 +218,141 @@ Test(cli, check_on_default_ini_says_ok_and_creates_nothing)
   cr_assert(strstr(r->out, "ecc-demo.region"), "summary missing: %s", r->out);
 }
 
+/* The value of `key` in [section] of an INI file as written, or "" (our
+ * templates only: no continuation lines, comments on lines of their own). */
+static const char *ini_value(const char *path, const char *section, const char *key)
+{
+  static char value[256];
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f, "cannot read %s", path);
+  char line[512], current[64] = "";
+  value[0] = '\0';
+  while (fgets(line, sizeof(line), f) != NULL) {
+    char name[64], text[256];
+    if (sscanf(line, " [%63[^]]]", name) == 1)
+      snprintf(current, sizeof(current), "%s", name);
+    else if (sscanf(line, " %63[^ =#;] = %255[^\n]", name, text) == 2 &&
+             strcmp(current, section) == 0 && strcmp(name, key) == 0)
+      snprintf(value, sizeof(value), "%s", text);
+  }
+  fclose(f);
+  return value;
+}
+
+/* A connector opened from the template (on a small region of its own, with
+ * the host engine) is what the template says, and acts as it. */
+static void expect_effective_role(const char *ini, const char *role)
+{
+  const ecc_kv_t over[] = {
+      {"region.name", th_region_name()}, {"region.size", "1MiB"}, {"engine.type", "host"}};
+  ecc_open_options_t opt = {.struct_size = sizeof(opt),
+                            .overrides = over,
+                            .n_overrides = 3,
+                            .log = th_capture,
+                            .log_level = -1};
+  ecc_connector_t *c = NULL;
+  char err[512] = "";
+  cr_assert_eq(ecc_open(ini, &opt, &c, err, sizeof(err)), ECC_OK, "%s: %s", ini, err);
+  cr_expect_str_eq(th_describe(c).role, role, "%s", ini);
+  static uint8_t buf[16384];
+  uint32_t id = 0;
+  ecc_save_entry_t s = {"k", (uint64_t)(uintptr_t)buf, 1, &id, 1};
+  ecc_load_entry_t l = {1, &id, 1, (uint64_t)(uintptr_t)buf, sizeof(buf)};
+  bool saves = strcmp(role, "consumer") != 0, loads = strcmp(role, "producer") != 0;
+  int rc = ecc_save(c, &s, 1);
+  cr_expect_eq(rc, saves ? ECC_OK : ECC_ERR_ROLE, "%s: save returned %d", ini, rc);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  rc = ecc_load(c, &l, 1, NULL);
+  cr_expect_eq(rc, loads ? ECC_OK : ECC_ERR_ROLE, "%s: load returned %d", ini, rc);
+  ecc_completion_t done[2];
+  size_t want = (size_t)saves + (size_t)loads;
+  cr_expect_eq(th_poll_until(c, done, want, 5000), want, "%s", ini);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
 Test(cli, conf_templates_all_check)
 {
-  const char *files[] = {"default", "producer", "consumer", "both"};
-  const char *roles[] = {"both", "producer", "consumer", "both"};
-  for (int i = 0; i < 4; i++) {
-    struct run *r = cli("check '%s/conf/%s.ini'", ECC_SOURCE_DIR, files[i]);
-    cr_assert_eq(r->status, 0, "conf/%s.ini: %s", files[i], r->err);
-    cr_assert(strstr(r->out, roles[i]), "conf/%s.ini summary lacks role %s: %s", files[i],
-              roles[i], r->out);
+  static const struct {
+    const char *file;
+    const char *role; /* what the template is for */
+  } templates[] = {
+      {"default", "both"}, {"producer", "producer"}, {"consumer", "consumer"}, {"both", "both"}};
+  for (size_t i = 0; i < sizeof(templates) / sizeof(templates[0]); i++) {
+    char ini[512], want[640];
+    snprintf(ini, sizeof(ini), "%s/conf/%s.ini", ECC_SOURCE_DIR, templates[i].file);
+    struct run *r = cli("check '%s'", ini);
+    cr_assert_eq(r->status, 0, "%s: %s", ini, r->err);
+    /* The summary's first word is the role the plugin will take. */
+    snprintf(want, sizeof(want), "%s: ok (%s, region ", ini, templates[i].role);
+    cr_expect(strncmp(r->out, want, strlen(want)) == 0, "expected '%s...', got: %s", want, r->out);
+    snprintf(want, sizeof(want), "/ecc-%s.region: ", ini_value(ini, "region", "name"));
+    cr_expect(strstr(r->out, want) != NULL, "the summary names another region than %s: %s", want,
+              r->out);
+    expect_effective_role(ini, templates[i].role);
   }
+}
+
+/* The line of `text` that starts with `label` (static copy, "" if none). */
+static const char *line_of(const char *text, const char *label)
+{
+  static char line[512];
+  line[0] = '\0';
+  for (const char *p = text; p != NULL && *p != '\0';) {
+    const char *end = strchr(p, '\n');
+    size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+    if (strncmp(p, label, strlen(label)) == 0) {
+      snprintf(line, sizeof(line), "%.*s", (int)len, p);
+      break;
+    }
+    p = end != NULL ? end + 1 : NULL;
+  }
+  return line;
+}
+
+Test(cli, info_open_prints_what_describe_says)
+{
+  /* Ours created the region; eccctl's joins it, so both describe one. */
+  const char *ini = th_ini("both", th_region_name(), 4096, 64,
+                           "[connector]\nmax_inflight = 5\n[pinning]\nenabled = off\n");
+  ecc_connector_t *mine = th_open_as(ini, "both");
+  ecc_info_t info = th_describe(mine);
+  struct run *r = cli("info --open '%s'", ini);
+  cr_assert_eq(r->status, 0, "info --open failed: %s", r->err);
+  char want[8][320];
+  snprintf(want[0], sizeof(want[0]), "  region:       %s (joined an existing region)",
+           info.region_path);
+  snprintf(want[1], sizeof(want[1]),
+           "  blocks:       %" PRIu64 " x %" PRIu64 " B = ", info.num_blocks, info.block_size);
+  snprintf(want[2], sizeof(want[2]), "  file bytes:   %" PRIu64 " (header page included)",
+           info.region_bytes);
+  snprintf(want[3], sizeof(want[3]), "  engine:       %s (%s)", info.engine, info.engine_detail);
+  snprintf(want[4], sizeof(want[4]), "  pinned:       %s", info.pinned ? "yes" : "no");
+  snprintf(want[5], sizeof(want[5]), "  role:         %s", info.role);
+  snprintf(want[6], sizeof(want[6]), "  save rank:    %s", info.save_rank ? "yes" : "no");
+  snprintf(want[7], sizeof(want[7]), "  max inflight: %" PRIu64 " transfers per direction",
+           info.max_inflight);
+  for (int i = 0; i < 8; i++) {
+    char label[17]; /* "  name:" padded to the values' column */
+    snprintf(label, sizeof(label), "%.16s", want[i]);
+    const char *got = line_of(r->out, label);
+    cr_expect(strncmp(got, want[i], strlen(want[i])) == 0, "expected '%s', got '%s'", want[i], got);
+  }
+  cr_assert_eq(ecc_close(mine), ECC_OK);
 }
 
 Test(cli, info_open_describes_the_connector_and_removes_the_region)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
-  const char *ini = th_ini("both", name, 4096, 256, NULL);
+  struct own_region o = own_region();
+  const char *ini = th_ini("both", o.name, 4096, 256, NULL);
   struct run *r = cli("info --open '%s'", ini);
   cr_assert_eq(r->status, 0, "info --open failed: %s", r->err);
-  cr_assert(strstr(r->out, path), "region path missing:\n%s", r->out);
+  cr_assert(strstr(r->out, o.path), "region path missing:\n%s", r->out);
   cr_assert(strstr(r->out, "created by this process"), "%s", r->out);
   cr_assert(strstr(r->out, "256 x 4096 B"), "layout missing:\n%s", r->out);
   cr_assert(strstr(r->out, "engine:       host"), "%s", r->out);
   cr_assert(strstr(r->out, "pin time:"), "%s", r->out);
   cr_assert(strstr(r->out, "save rank:    yes"), "%s", r->out);
-  cr_assert_not(th_exists(path), "info --open left %s behind", path);
+  cr_assert_not(th_exists(o.path), "info --open left %s behind", o.path);
 }
 
 Test(cli, check_names_file_and_line_of_a_syntax_error)
@@ -265,18 +387,10 @@ Test(cli, check_names_an_unknown_key_and_a_bad_value)
   cr_assert(strstr(r->err, "/nonexistent/ecc.ini"), "%s", r->err);
 }
 
-/* An INI selecting fixture plugin `name` by path. */
-static const char *fixture_ini(const char *name)
-{
-  char text[1024];
-  snprintf(text, sizeof(text), "[plugin]\npath = %s/libecc-%s.so\n", ECC_FIXTURE_DIR, name);
-  return th_write_temp(text, ".ini");
-}
-
 /* check and info exit 1 saying `how`, and print nothing to stdout. */
 static void expect_cli_fails(const char *name, const char *options, const char *how)
 {
-  const char *ini = fixture_ini(name);
+  const char *ini = th_fixture_ini(name, NULL);
   const char *cmds[] = {"check", "info"};
   for (int i = 0; i < 2; i++) {
     struct run *r = cli("%s %s '%s'", cmds[i], options, ini);
@@ -304,7 +418,7 @@ Test(cli, check_and_info_say_how_a_misbehaving_plugin_ended)
 
 Test(cli, info_lists_every_key_of_the_plugin_with_its_default)
 {
-  struct run *r = cli("info --timeout-ms 5000 '%s'", fixture_ini("full"));
+  struct run *r = cli("info --timeout-ms 5000 '%s'", th_fixture_ini("full", NULL));
   cr_assert_eq(r->status, 0, "stderr: %s", r->err);
   cr_assert(strstr(r->out, "keys:           5 accepted"), "%s", r->out);
   static const char *const lines[] = {
@@ -320,6 +434,20 @@ Test(cli, info_lists_every_key_of_the_plugin_with_its_default)
 
 /* ---- demo ---------------------------------------------------------------- */
 
+/* A rate line of the demo's report gives the engine's busy time over
+ * `transfers` batched transfers. */
+static void expect_rate_line(const char *out, const char *label, unsigned long long transfers)
+{
+  const char *line = line_of(out, label);
+  const char *busy = strstr(line, "over the engine's busy time (");
+  cr_assert_not_null(busy, "no engine figures in '%s'", line);
+  double seconds = 0;
+  unsigned long long n = 0;
+  cr_assert_eq(sscanf(busy, "over the engine's busy time (%lf s, %llu transfers", &seconds, &n), 2,
+               "%s", line);
+  cr_expect_eq(n, transfers, "'%s': expected %llu transfers", line, transfers);
+}
+
 /* Every figure the report prints agrees with a successful run of n entries. */
 static void assert_demo_ok(const struct run *r, unsigned n, const char *path)
 {
@@ -333,20 +461,25 @@ static void assert_demo_ok(const struct run *r, unsigned n, const char *path)
   cr_assert_eq(saved, loaded, "%s", r->out);
   cr_assert_eq(figure(r->out, "mismatches:   "), 0, "%s", r->out);
   cr_assert_eq(figure(r->out, "entries:      "), n, "%s", r->out);
-  cr_assert(strstr(r->out, "save GB/s:") && strstr(r->out, "load GB/s:"), "%s", r->out);
+  /* Each side's engine figures are its own direction's: one transfer per
+   * step it issued. */
+  unsigned long long save_steps = 0, load_steps = 0;
+  cr_assert_eq(sscanf(line_of(r->out, "steps:"), "steps: %llu save steps, %llu load steps",
+                      &save_steps, &load_steps),
+               2, "%s", r->out);
+  expect_rate_line(r->out, "save GB/s:", save_steps);
+  expect_rate_line(r->out, "load GB/s:", load_steps);
   cr_assert_not(th_exists(path), "the demo left %s behind", path);
 }
 
 Test(cli, demo_moves_a_stream_through_a_small_region)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
+  struct own_region o = own_region();
   /* 2048 blocks hold about six entries of ~300 rows: the ring wraps and
    * blocks are reused only after the consumer acknowledged them. */
-  const char *ini = th_ini("both", name, 3072, 2048, NULL);
+  const char *ini = th_ini("both", o.name, 3072, 2048, NULL);
   struct run *r = cli("demo '%s' --entries 20 --rows 300 --seed 7", ini);
-  assert_demo_ok(r, 20, path);
+  assert_demo_ok(r, 20, o.path);
   uint64_t expect_min = 20ull * (300 - 300 / 8) * 3072;
   cr_assert_geq(figure(r->out, "bytes saved:  "), expect_min, "%s", r->out);
   cr_assert(strstr(r->out, "created by the producer"), "%s", r->out);
@@ -357,40 +490,34 @@ Test(cli, demo_moves_a_stream_through_a_small_region)
 
 Test(cli, demo_handles_rows_that_end_inside_a_block)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
-  const char *ini = th_ini("both", name, 4096, 1024, NULL);
+  struct own_region o = own_region();
+  const char *ini = th_ini("both", o.name, 4096, 1024, NULL);
   struct run *r =
       cli("demo '%s' --entries 9 --rows 100 --row-bytes 1000 --per-step 3", ini);
-  assert_demo_ok(r, 9, path);
+  assert_demo_ok(r, 9, o.path);
 }
 
 Test(cli, demo_reports_a_corrupted_byte)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
-  const char *ini = th_ini("both", name, 3072, 2048, NULL);
+  struct own_region o = own_region();
+  const char *ini = th_ini("both", o.name, 3072, 2048, NULL);
   struct run *r = cli("demo '%s' --entries 6 --rows 200 --corrupt 4", ini);
   cr_assert_eq(r->status, 1, "stdout: %s", r->out);
   cr_assert(strstr(r->out, "verdict: FAILED: 1 bytes differed, in 1 entries"), "%s",
             r->out);
   cr_assert_eq(figure(r->out, "mismatches:   "), 1);
-  cr_assert_not(th_exists(path));
+  cr_assert_not(th_exists(o.path));
 }
 
 Test(cli, demo_with_a_bad_config_fails_cleanly)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
-  const char *ini = th_ini("both", name, 3072, 2048, "bogus_engine_key = 1\n");
+  struct own_region o = own_region();
+  const char *ini = th_ini("both", o.name, 3072, 2048, "bogus_engine_key = 1\n");
   struct run *r = cli("demo '%s' --entries 4", ini);
   cr_assert_eq(r->status, 1, "stdout: %s", r->out);
   cr_assert(strstr(r->err, "engine.bogus_engine_key"), "key not named: %s", r->err);
   cr_assert(strstr(r->out, "verdict: FAILED"), "%s", r->out);
-  cr_assert_not(th_exists(path));
+  cr_assert_not(th_exists(o.path));
 
   r = cli("demo /nonexistent/ecc.ini --entries 4");
   cr_assert_eq(r->status, 1);
@@ -399,31 +526,27 @@ Test(cli, demo_with_a_bad_config_fails_cleanly)
 
 Test(cli, demo_refuses_a_region_too_small_for_its_entries)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
-  const char *ini = th_ini("both", name, 3072, 64, NULL);
+  struct own_region o = own_region();
+  const char *ini = th_ini("both", o.name, 3072, 64, NULL);
   struct run *r = cli("demo '%s' --entries 4 --rows 300", ini);
   cr_assert_eq(r->status, 1, "stdout: %s", r->out);
   cr_assert(strstr(r->out, "verdict: FAILED") && strstr(r->out, "region.size"), "%s",
             r->out);
-  cr_assert_not(th_exists(path), "a failed demo left %s behind", path);
+  cr_assert_not(th_exists(o.path), "a failed demo left %s behind", o.path);
 }
 
 Test(cli, demo_does_not_join_a_region_someone_else_uses)
 {
-  const char *name = th_region_name();
-  char path[256];
-  snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
-  ecc_connector_t *mine = th_open("both", name, 3072, 2048, NULL);
-  cr_assert(th_exists(path));
-  const char *ini = th_ini("both", name, 3072, 2048, NULL);
+  struct own_region o = own_region();
+  ecc_connector_t *mine = th_open("both", o.name, 3072, 2048, NULL);
+  cr_assert(th_exists(o.path));
+  const char *ini = th_ini("both", o.name, 3072, 2048, NULL);
   struct run *r = cli("demo '%s' --entries 4 --rows 100", ini);
   cr_assert_eq(r->status, 1, "the demo used a live region:\n%s", r->out);
   cr_assert(strstr(r->out, "verdict: FAILED") &&
                 strstr(r->out, "cannot open the producer"),
             "%s", r->out);
-  cr_assert(th_exists(path), "the demo removed a region it did not create");
+  cr_assert(th_exists(o.path), "the demo removed a region it did not create");
   cr_assert_eq(ecc_close(mine), ECC_OK);
-  cr_assert_not(th_exists(path));
+  cr_assert_not(th_exists(o.path));
 }

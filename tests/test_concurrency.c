@@ -58,18 +58,6 @@ static int64_t now_ms(void)
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static ecc_connector_t *open_ini(const char *ini, const char *role)
-{
-  ecc_kv_t kv = {"connector.role", role};
-  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
-                        .log_level = -1};
-  ecc_connector_t *c = NULL;
-  char err[1024] = "";
-  int rc = ecc_open(ini, &o, &c, err, sizeof(err));
-  cr_assert_eq(rc, ECC_OK, "ecc_open as %s: %s", role, err);
-  return c;
-}
-
 /* ---- one handle: two savers, a loader, a poller, a stats reader ---------- */
 
 #define BS 256u
@@ -274,8 +262,9 @@ Test(concurrency, savers_loader_poller_and_stats_reader_share_one_handle)
 {
   static struct shared s;
   memset(&s, 0, sizeof(s));
-  s.c = open_ini(th_ini_at(cdir, "both", th_region_name(), BS, NB, NULL, "[connector]\nmax_inflight = 8\n"),
-                 "both");
+  s.c = th_open_as(
+      th_ini_at(cdir, "both", th_region_name(), BS, NB, NULL, "[connector]\nmax_inflight = 8\n"),
+      "both");
   pthread_t savers[SAVERS], loader, poller, reader;
   struct saver_arg args[SAVERS];
   for (int i = 0; i < SAVERS; i++) {
@@ -417,7 +406,7 @@ static void slot_ids(uint64_t index, uint32_t *ids)
     ids[b] = (uint32_t)((index % RING) * ROWS + b);
 }
 
-/* open_ini for threads other than the test's: no assertion, reason kept. */
+/* th_open_as for threads other than the test's: no assertion, reason kept. */
 static ecc_connector_t *pair_open(struct pair *p, const char *role)
 {
   ecc_kv_t kv = {"connector.role", role};
@@ -656,15 +645,6 @@ static void *racer_main(void *arg)
   return NULL;
 }
 
-static const ecc_plugin_v1_t *raw_table(void **lib)
-{
-  *lib = dlopen(ECC_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  cr_assert_not_null(*lib, "%s", dlerror());
-  const ecc_plugin_v1_t *t = dlsym(*lib, ECC_PLUGIN_V1_SYMBOL);
-  cr_assert_not_null(t);
-  return t;
-}
-
 static ecc_handle_t raw_create(const ecc_plugin_v1_t *t, const char *name)
 {
   ecc_kv_v1_t kv[] = {{"region.dir", cdir}, {"region.name", name}, {"region.block_size", "64"},
@@ -681,7 +661,7 @@ static ecc_handle_t raw_create(const ecc_plugin_v1_t *t, const char *name)
 Test(concurrency, shutdown_racing_with_callers_returns_ok_or_closed)
 {
   void *lib;
-  const ecc_plugin_v1_t *t = raw_table(&lib);
+  const ecc_plugin_v1_t *t = th_raw_table(&lib);
   static struct race r;
   uint64_t rounds = 0, calls = 0, closed = 0;
   int64_t slowest = 0; /* ms a shutdown took while callers kept calling */
@@ -741,7 +721,7 @@ static void *shut_main(void *arg)
 Test(concurrency, concurrent_shutdowns_of_one_handle_succeed_exactly_once)
 {
   void *lib;
-  const ecc_plugin_v1_t *t = raw_table(&lib);
+  const ecc_plugin_v1_t *t = th_raw_table(&lib);
   int64_t end = now_ms() + stress_ms() / 4;
   uint64_t rounds = 0;
   while (now_ms() < end) {

@@ -3,11 +3,15 @@
  * size, and every kind of bad value rejected with the key named.
  */
 #include <criterion/criterion.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "helpers.h"
 #include "region.h"
 
 static int parse(const ecc_kv_v1_t *kv, size_t n, struct plugin_config *c, char *err)
@@ -51,28 +55,211 @@ Test(config, block_size_from_hidden_size_and_dtype)
   cr_expect_eq(c.num_blocks, 10000000 / 3072);
 }
 
+/* One member of a closed set: the key, the INI's word, the value parse
+ * must give, and the field it goes to. */
+struct choice_case {
+  const char *key;
+  const char *word;
+  int value;
+  size_t field;
+};
+
+#define FIELD(name) offsetof(struct plugin_config, name)
+#define ROLE_CASE(constant, value, text) {"connector.role", text, constant, FIELD(role)},
+#define MODE_CASE(constant, value, text) {"region.mode", text, constant, FIELD(region_mode)},
+#define PIN_CASE(constant, value, text) {"pinning.enabled", text, constant, FIELD(pin)},
+#define ENGINE_CASE(constant, value, text) {"engine.type", text, constant, FIELD(engine)},
+#define METHOD_CASE(constant, value, text) {"engine.method", text, constant, FIELD(method)},
+#define REAP_CASE(constant, value, text) \
+  {"region.reap_orphans", text, constant, FIELD(reap_orphans)},
+#define TMPFS_CASE(constant, value, text) \
+  {"region.require_tmpfs", text, constant, FIELD(require_tmpfs)},
+static const struct choice_case choices[] = {
+    CONFIG_ROLE_MAP(ROLE_CASE) REGION_MODE_MAP(MODE_CASE) CONFIG_PIN_MAP(PIN_CASE)
+        CONFIG_ENGINE_MAP(ENGINE_CASE) CONFIG_METHOD_MAP(METHOD_CASE) CONFIG_BOOL_MAP(REAP_CASE)
+            CONFIG_BOOL_MAP(TMPFS_CASE)};
+#undef ROLE_CASE
+#undef MODE_CASE
+#undef PIN_CASE
+#undef ENGINE_CASE
+#undef METHOD_CASE
+#undef REAP_CASE
+#undef TMPFS_CASE
+
+static int field_of(const struct plugin_config *c, size_t offset)
+{
+  int v;
+  memcpy(&v, (const char *)c + offset, sizeof(v));
+  return v;
+}
+
 Test(config, every_choice_parses)
 {
-  ecc_kv_v1_t kv[] = {{"region.block_size", "16"}, {"connector.role", "consumer"},
-                    {"engine.type", "host"}, {"engine.method", "kernel"},
-                    {"pinning.enabled", "off"}, {"region.mode", "join"},
-                    {"region.reap_orphans", "false"}, {"engine.device", "3"},
-                    {"connector.tp_rank", "2"}, {"region.require_tmpfs", "false"},
-                    {"region.dir", "/srv/regions"}};
+  for (size_t i = 0; i < sizeof(choices) / sizeof(choices[0]); i++) {
+    const struct choice_case *cc = &choices[i];
+    ecc_kv_v1_t kv[] = {{"region.block_size", "16"}, {cc->key, cc->word}};
+    struct plugin_config c;
+    char err[256] = "";
+    cr_assert_eq(parse(kv, 2, &c, err), ECC_OK, "%s = %s: %s", cc->key, cc->word, err);
+    cr_expect_eq(field_of(&c, cc->field), cc->value, "%s = %s gave %d, expected %d", cc->key,
+                 cc->word, field_of(&c, cc->field), cc->value);
+  }
+}
+
+Test(config, every_dtype_sizes_its_rows)
+{
+  static const struct {
+    const char *name;
+    int bytes;
+  } dtypes[] = {
+#define DTYPE_CASE(name, bytes) {name, bytes},
+      CONFIG_DTYPE_MAP(DTYPE_CASE)
+#undef DTYPE_CASE
+  };
+  for (size_t i = 0; i < sizeof(dtypes) / sizeof(dtypes[0]); i++) {
+    ecc_kv_v1_t kv[] = {{"region.hidden_size", "1531"}, {"region.dtype", dtypes[i].name}};
+    struct plugin_config c;
+    char err[256] = "";
+    cr_assert_eq(parse(kv, 2, &c, err), ECC_OK, "dtype %s: %s", dtypes[i].name, err);
+    cr_expect_eq(c.block_size, 1531u * (uint64_t)dtypes[i].bytes, "dtype %s: block of %llu B",
+                 dtypes[i].name, (unsigned long long)c.block_size);
+  }
+}
+
+struct named {
+  int value;
+  const char *text;
+};
+
+#define NAME_CASE(constant, value, text) {constant, text},
+static const struct named role_names[] = {CONFIG_ROLE_MAP(NAME_CASE)};
+static const struct named engine_names[] = {CONFIG_ENGINE_MAP(NAME_CASE)};
+static const struct named method_names[] = {CONFIG_METHOD_MAP(NAME_CASE)};
+#undef NAME_CASE
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+Test(config, every_name_is_the_word_the_ini_uses)
+{
+  for (size_t i = 0; i < N_OF(role_names); i++)
+    cr_expect_str_eq(config_role_name(role_names[i].value), role_names[i].text);
+  for (size_t i = 0; i < N_OF(engine_names); i++)
+    cr_expect_str_eq(config_engine_name(engine_names[i].value), engine_names[i].text);
+  for (size_t i = 0; i < N_OF(method_names); i++)
+    cr_expect_str_eq(config_method_name(method_names[i].value), method_names[i].text);
+  cr_expect_str_eq(config_role_name(-1), "?");
+  cr_expect_str_eq(config_method_name(99), "?");
+}
+
+Test(config, every_published_default_parses)
+{
+  for (size_t i = 0; i < config_n_params; i++) {
+    const ecc_param_v1_t *p = &config_params[i];
+    cr_expect_not_null(p->help, "%s has no help", p->key);
+    if (p->default_value[0] == '\0')
+      continue; /* no default: absent means none */
+    bool is_block_size = strcmp(p->key, "region.block_size") == 0;
+    ecc_kv_v1_t kv[] = {{p->key, p->default_value}, {"region.block_size", "16"}};
+    struct plugin_config c;
+    char err[256] = "";
+    cr_expect_eq(parse(kv, is_block_size ? 1 : 2, &c, err), ECC_OK, "%s = '%s': %s", p->key,
+                 p->default_value, err);
+  }
+}
+
+/* The next '|'-separated cell of a table row at *p, its blanks trimmed,
+ * into buf; advances *p past it. */
+static void next_cell(const char **p, char *buf, size_t cap)
+{
+  const char *end = strchr(*p, '|');
+  size_t len = end != NULL ? (size_t)(end - *p) : strlen(*p);
+  const char *a = *p;
+  while (len > 0 && (*a == ' ' || *a == '\t')) {
+    a++;
+    len--;
+  }
+  while (len > 0 && (a[len - 1] == ' ' || a[len - 1] == '\t' || a[len - 1] == '\n'))
+    len--;
+  snprintf(buf, cap, "%.*s", (int)len, a);
+  *p = end != NULL ? end + 1 : a + len;
+}
+
+/* The README's table of keys, row by row: "| `[section] key`, `key2` |
+ * `default` | meaning |". Calls `row` for each key documented for the
+ * plugin ([plugin] is the shim's). */
+static void readme_keys(void (*row)(const char *key, const char *def, void *arg), void *arg)
+{
+  FILE *f = fopen(ECC_SOURCE_DIR "/README.md", "r");
+  cr_assert_not_null(f, "cannot read the README");
+  char line[1024];
+  while (fgets(line, sizeof(line), f) != NULL) {
+    if (strncmp(line, "| `[", 4) != 0)
+      continue;
+    const char *p = line + 1;
+    char keys[512], cell[512], section[32], def[128] = "";
+    next_cell(&p, keys, sizeof(keys));
+    next_cell(&p, cell, sizeof(cell));
+    sscanf(cell, "`%127[^`]`", def);
+    int skip = 0;
+    if (sscanf(keys, "`[%31[^]]] %n", section, &skip) != 1 || skip == 0 ||
+        strcmp(section, "plugin") == 0)
+      continue;
+    /* "key`" or "key`, `key2`" */
+    for (const char *k = keys + skip; k != NULL && *k != '\0';) {
+      char name[64], full[128];
+      if (sscanf(k, "%63[^`]", name) != 1)
+        break;
+      snprintf(full, sizeof(full), "%s.%s", section, name);
+      row(full, def, arg);
+      k = strstr(k, ", `");
+      if (k != NULL)
+        k += 3;
+    }
+  }
+  fclose(f);
+}
+
+struct documented {
+  bool seen[CONFIG_N_PARAMS];
+  size_t rows;
+};
+
+static void check_documented(const char *key, const char *def, void *arg)
+{
+  struct documented *d = arg;
+  d->rows++;
+  size_t i = 0;
+  while (i < config_n_params && strcmp(config_params[i].key, key) != 0)
+    i++;
+  cr_expect_lt(i, config_n_params, "the README documents %s, which the plugin does not publish",
+               key);
+  if (i == config_n_params)
+    return;
+  d->seen[i] = true;
+  const char *published = config_params[i].default_value;
+  if (published[0] != '\0' || def[0] == '\0') {
+    cr_expect_str_eq(published, def, "%s: published default '%s', the README says '%s'", key,
+                     published, def);
+    return;
+  }
+  /* An empty default the README names: the directory the plugin picks,
+   * with <uid> standing for this user's. */
   struct plugin_config c;
-  char err[256] = "";
-  cr_assert_eq(parse(kv, 11, &c, err), ECC_OK, "%s", err);
-  cr_expect_eq(c.role, ROLE_CONSUMER);
-  cr_expect_eq(c.engine, ENGINE_HOST);
-  cr_expect_eq(c.method, METHOD_KERNEL);
-  cr_expect_eq(c.pin, PIN_OFF);
-  cr_expect_eq(c.region_mode, REGION_JOIN);
-  cr_expect_eq(c.reap_orphans, 0);
-  cr_expect_eq(c.device, 3);
-  cr_expect_eq(c.tp_rank, 2);
-  cr_expect_eq(c.require_tmpfs, 0);
-  char dir[64];
-  cr_expect_str_eq(config_region_dir(&c, dir, sizeof(dir)), "/srv/regions");
+  char err[256] = "", dir[128], want[128];
+  ecc_kv_v1_t kv[] = {{"region.block_size", "16"}};
+  cr_assert_eq(parse(kv, 1, &c, err), ECC_OK, "%s", err);
+  const char *uid = strstr(def, "<uid>");
+  cr_assert_not_null(uid, "%s: the README's default '%s' is not the published ''", key, def);
+  snprintf(want, sizeof(want), "%.*s%u%s", (int)(uid - def), def, (unsigned)geteuid(), uid + 5);
+  cr_expect_str_eq(config_region_dir(&c, dir, sizeof(dir)), want, "%s", key);
+}
+
+Test(config, published_defaults_are_the_documented_ones)
+{
+  struct documented d = {.rows = 0};
+  readme_keys(check_documented, &d);
+  cr_assert_gt(d.rows, 0, "no key rows read from the README");
+  for (size_t i = 0; i < config_n_params; i++)
+    cr_expect(d.seen[i], "%s is published but not in the README's table", config_params[i].key);
 }
 
 struct bad_case {
@@ -177,4 +364,19 @@ Test(config, sizes)
   cr_expect_eq(config_parse_size("18446744073709551616", &v), -1);
   cr_expect_eq(config_parse_size("+5", &v), -1);
   cr_expect_eq(config_parse_size("5kib", &v), -1);
+}
+
+Test(config, the_plugin_publishes_every_key_it_parses)
+{
+  /* What the loaded plugin hands the host is this table, whole. */
+  const char *ini = th_ini("both", th_region_name(), 64, 16, NULL);
+  ecc_plugin_meta_t *meta = NULL;
+  char err[512] = "";
+  cr_assert_eq(ecc_check_params(ini, NULL, &meta, err, sizeof(err)), ECC_OK, "%s", err);
+  cr_expect_eq(meta->n_params, config_n_params);
+  for (size_t i = 0; i < meta->n_params && i < config_n_params; i++) {
+    cr_expect_str_eq(meta->params[i].key, config_params[i].key);
+    cr_expect_str_eq(meta->params[i].default_value, config_params[i].default_value);
+  }
+  free(meta);
 }

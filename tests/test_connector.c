@@ -19,13 +19,6 @@
 #define BS 64u
 #define NB 256u
 
-static ecc_stats_t stats_of(ecc_connector_t *c)
-{
-  ecc_stats_t s = {.struct_size = sizeof(s)};
-  cr_assert_eq(ecc_get_stats(c, &s), ECC_OK);
-  return s;
-}
-
 static void expect_error(ecc_connector_t *c, int got, int want, const char *must_say)
 {
   char text[512] = "";
@@ -48,7 +41,7 @@ static void expect_nothing_queued(ecc_connector_t *c)
   cr_assert_eq(n, 1);
   cr_expect_str_eq(done[0].key, "good");
   cr_expect_eq(th_poll_until(c, done, 1, 20), 0, "a rejected entry was transferred");
-  cr_expect_eq(stats_of(c).save.bytes, BS, "bytes beyond the good entry moved");
+  cr_expect_eq(th_stats(c).save.bytes, BS, "bytes beyond the good entry moved");
 }
 
 Test(connector, bad_saves_are_rejected_and_change_nothing)
@@ -114,7 +107,7 @@ Test(connector, bad_loads_are_rejected_and_change_nothing)
   }
   ecc_completion_t done[2];
   cr_expect_eq(th_poll_until(c, done, 1, 50), 0, "a rejected load was transferred");
-  cr_expect_eq(stats_of(c).load.transfers, 0);
+  cr_expect_eq(th_stats(c).load.transfers, 0);
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
 
@@ -235,7 +228,7 @@ Test(connector, fifo_exactly_once_over_many_steps)
   size_t n = 0;
   cr_assert_eq(ecc_poll(c, done, 64, &n), ECC_OK);
   cr_expect_eq(n, 0, "completions reported after all were seen");
-  ecc_stats_t s = stats_of(c);
+  ecc_stats_t s = th_stats(c);
   cr_expect_eq(s.save.entries, STEPS * PER);
   cr_expect_eq(s.load.entries, STEPS * PER);
   cr_assert_eq(ecc_close(c), ECC_OK);
@@ -295,16 +288,8 @@ Test(connector, poll_from_another_thread_than_save)
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
 
-/* The raw table: the plugin's own state machine, without the shim. */
-static const ecc_plugin_v1_t *raw_table(void **lib)
-{
-  *lib = dlopen(ECC_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  cr_assert_not_null(*lib, "%s", dlerror());
-  const ecc_plugin_v1_t *t = dlsym(*lib, ECC_PLUGIN_V1_SYMBOL);
-  cr_assert_not_null(t);
-  return t;
-}
-
+/* A connector made through the raw table (th_raw_table): the plugin's own state
+ * machine, without the shim. */
 static ecc_handle_t raw_create(const ecc_plugin_v1_t *t, const char *region)
 {
   ecc_kv_v1_t kv[] = {{"region.name", region}, {"region.block_size", "64"},
@@ -320,7 +305,7 @@ static ecc_handle_t raw_create(const ecc_plugin_v1_t *t, const char *region)
 Test(connector, shutdown_twice_and_calls_after_shutdown)
 {
   void *lib;
-  const ecc_plugin_v1_t *t = raw_table(&lib);
+  const ecc_plugin_v1_t *t = th_raw_table(&lib);
   ecc_handle_t h = raw_create(t, th_region_name());
   static uint8_t buf[64];
   uint32_t ids[] = {0};
@@ -356,7 +341,7 @@ Test(connector, shutdown_twice_and_calls_after_shutdown)
 Test(connector, create_refuses_newer_minor_and_other_major)
 {
   void *lib;
-  const ecc_plugin_v1_t *t = raw_table(&lib);
+  const ecc_plugin_v1_t *t = th_raw_table(&lib);
   ecc_kv_v1_t kv[] = {{"region.block_size", "64"}};
   char err[256] = "";
   ecc_handle_t h = 7;
@@ -374,7 +359,7 @@ Test(connector, create_refuses_newer_minor_and_other_major)
 Test(connector, failed_create_leaves_no_file)
 {
   void *lib;
-  const ecc_plugin_v1_t *t = raw_table(&lib);
+  const ecc_plugin_v1_t *t = th_raw_table(&lib);
   const char *name = th_region_name();
   char path[256];
   snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
@@ -441,8 +426,9 @@ Test(connector, load_sorts_many_entries_so_neighbours_coalesce)
   for (uint32_t k = 0; k < N; k++)
     cr_assert_eq(done[k].transfer_id, k, "completions follow the host's order");
   cr_expect_eq(memcmp(dst, src, sizeof(src)), 0);
-  cr_expect_eq(stats_of(c).load.descriptors, 1, "%llu descriptors: the sort did not bring neighbours together",
-               (unsigned long long)stats_of(c).load.descriptors);
+  cr_expect_eq(th_stats(c).load.descriptors, 1,
+               "%llu descriptors: the sort did not bring neighbours together",
+               (unsigned long long)th_stats(c).load.descriptors);
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
 
@@ -467,7 +453,7 @@ Test(connector, load_sort_spans_several_bytes_of_block_ids)
   cr_assert_eq(ecc_load(c, e, N, NULL), ECC_OK);
   cr_assert_eq(th_poll_until(c, done, N, 5000), N);
   cr_expect_eq(memcmp(dst, src, sizeof(src)), 0);
-  cr_expect_eq(stats_of(c).load.descriptors, 1);
+  cr_expect_eq(th_stats(c).load.descriptors, 1);
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
 
@@ -502,8 +488,8 @@ Test(connector, load_in_host_order_when_destinations_ascend)
     cr_assert_eq(memcmp(dst + k * BS, src + perm[k] * BS, BS), 0, "entry %u holds the wrong block", k);
   }
   cr_expect(breaks < N, "the test must contain neighbours");
-  cr_expect_eq(stats_of(c).load.descriptors, breaks, "%llu descriptors, %llu breaks in host order",
-               (unsigned long long)stats_of(c).load.descriptors, (unsigned long long)breaks);
+  cr_expect_eq(th_stats(c).load.descriptors, breaks, "%llu descriptors, %llu breaks in host order",
+               (unsigned long long)th_stats(c).load.descriptors, (unsigned long long)breaks);
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
 
@@ -565,7 +551,7 @@ Test(connector, rejected_save_leaves_the_queued_batch_as_it_was)
   cr_expect_str_eq(done[0].key, "a");
   cr_expect_str_eq(done[1].key, "d");
   cr_expect_eq(th_poll_until(c, done, 1, 20), 0, "a rejected entry was reported");
-  cr_expect_eq(stats_of(c).save.bytes, 2 * BS);
+  cr_expect_eq(th_stats(c).save.bytes, 2 * BS);
 
   uint8_t block[BS], zero[BS] = {0};
   int fd = open(th_region_path(th_default_dir(), name), O_RDONLY); /* th_open: the default dir */

@@ -51,20 +51,13 @@ static int count_threads(void)
   return th_count_entries("/proc/self/task");
 }
 
-/* Log lines of connectors opened with capture_options(), for checks. */
-static char captured[16384];
-
-static void capture(void *user, int level, const char *msg)
-{
-  (void)user;
-  size_t used = strlen(captured);
-  snprintf(captured + used, sizeof(captured) - used, "[%d] %s\n", level, msg);
-}
-
 static ecc_open_options_t capture_options(const ecc_kv_t *overrides, size_t n, int level)
 {
-  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = overrides,
-                        .n_overrides = n, .log = capture, .log_level = level};
+  ecc_open_options_t o = {.struct_size = sizeof(o),
+                          .overrides = overrides,
+                          .n_overrides = n,
+                          .log = th_capture,
+                          .log_level = level};
   return o;
 }
 
@@ -77,13 +70,6 @@ static ecc_connector_t *open_role(const char *ini, const char *role, int level)
   int rc = ecc_open(ini, &o, &c, err, sizeof(err));
   cr_assert_eq(rc, ECC_OK, "ecc_open(%s) as %s: %d %s", ini, role, rc, err);
   return c;
-}
-
-static ecc_info_t describe(ecc_connector_t *c)
-{
-  ecc_info_t info = {.struct_size = sizeof(info)};
-  cr_assert_eq(ecc_describe(c, &info), ECC_OK);
-  return info;
 }
 
 static int64_t ms_since(const struct timespec *t0)
@@ -384,7 +370,7 @@ Test(faults, producer_killed_mid_step_hands_over_only_completed_saves_and_next_p
   cr_assert_eq(n.type, NOTE_OPENED);
   cr_assert_eq(n.creator, 1, "the first producer should have created the region");
   ecc_connector_t *cons = open_role(ini, "consumer", ECC_LOG_WARN);
-  cr_assert_eq(describe(cons).creator, 0);
+  cr_assert_eq(th_describe(cons).creator, 0);
 
   /* Entries are checked as they are handed over, while the producer runs. */
   struct note handed[SMALL_ENTRIES];
@@ -452,11 +438,11 @@ Test(faults, region_of_a_creator_killed_while_alone_is_reaped_by_the_next_open)
   cr_assert(th_wait_locks_released(p1.pid, 5000), "the killed creator's lock stayed");
   struct stat old;
   cr_assert_eq(stat(th_region_path(rdir, name), &old), 0, "the killed creator's file vanished");
-  captured[0] = '\0';
+  th_captured[0] = '\0';
   ecc_connector_t *next = open_role(ini, "producer", ECC_LOG_INFO);
-  cr_expect_eq(describe(next).creator, 1,
+  cr_expect_eq(th_describe(next).creator, 1,
                "the orphan should have been reaped and a new region created");
-  cr_expect_not_null(strstr(captured, "removed orphaned region"), "log: %s", captured);
+  cr_expect_not_null(strstr(th_captured, "removed orphaned region"), "log: %s", th_captured);
   struct stat now;
   cr_assert_eq(stat(th_region_path(rdir, name), &now), 0);
   cr_expect_neq(now.st_ino, old.st_ino, "the orphan's file was reused");
@@ -484,7 +470,7 @@ Test(faults, joiner_rejoins_after_the_creator_is_killed_while_it_holds_the_regio
   cr_assert(th_wait_locks_released(p1.pid, 5000), "the killed creator's lock stayed");
   ecc_connector_t *again = NULL;
   cr_assert_eq(ecc_open(ini, &o, &again, err, sizeof(err)), ECC_OK, "%s", err);
-  cr_expect_eq(describe(again).creator, 0);
+  cr_expect_eq(th_describe(again).creator, 0);
   cr_assert_eq(ecc_close(again), ECC_OK);
   cr_expect(th_exists(th_region_path(rdir, name)), "a joiner removed a region still held");
   cr_assert_eq(ecc_close(cons), ECC_OK);
@@ -509,11 +495,11 @@ Test(faults, unheld_files_of_a_creator_that_died_before_sizing_are_reaped)
   make_file(tmp, 0);
   make_file(th_region_path(rdir, name), 0);
   const char *ini = th_ini_at(rdir, "both", name, 64, 16, "join_timeout_ms = 300\n", NULL);
-  captured[0] = '\0';
+  th_captured[0] = '\0';
   ecc_connector_t *c = open_role(ini, "both", ECC_LOG_INFO);
-  cr_expect_eq(describe(c).creator, 1);
+  cr_expect_eq(th_describe(c).creator, 1);
   cr_expect(!th_exists(tmp), "the stale temporary file was not reaped");
-  cr_expect_not_null(strstr(captured, "removed orphaned region"), "log: %s", captured);
+  cr_expect_not_null(strstr(th_captured, "removed orphaned region"), "log: %s", th_captured);
   cr_assert_eq(ecc_close(c), ECC_OK);
   cr_expect_eq(th_count_entries(rdir), 0);
 }
@@ -633,7 +619,7 @@ Test(faults, inflight_bound_refuses_each_direction_alone_and_quietly)
 {
   const char *name = th_region_name();
   const char *ini = th_ini_at(rdir, "both", name, 64, 64, "[connector]\nmax_inflight = 3\n", NULL);
-  captured[0] = '\0';
+  th_captured[0] = '\0';
   ecc_connector_t *c = open_role(ini, "both", ECC_LOG_WARN);
   static uint8_t buf[64], dst[8][64];
   th_fill(buf, sizeof(buf), 3);
@@ -676,8 +662,8 @@ Test(faults, inflight_bound_refuses_each_direction_alone_and_quietly)
   cr_expect_str_eq(sv->key, "s3");
   cr_expect_eq(ld->direction, ECC_DIR_LOAD);
   cr_expect_eq(ld->transfer_id, 3);
-  cr_expect_null(strstr(captured, "max_inflight"),
-                 "BUSY is back-pressure and must not be logged as an error: %s", captured);
+  cr_expect_null(strstr(th_captured, "max_inflight"),
+                 "BUSY is back-pressure and must not be logged as an error: %s", th_captured);
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
 
@@ -694,7 +680,7 @@ Test(faults, shutdown_with_large_transfers_in_flight_waits_frees_and_unlinks)
   int fds = th_count_fds(), threads = count_threads();
   ecc_connector_t *c = open_role(ini, "both", ECC_LOG_WARN);
   char path[256];
-  snprintf(path, sizeof(path), "%s", describe(c).region_path);
+  snprintf(path, sizeof(path), "%s", th_describe(c).region_path);
   size_t bytes = (size_t)SBS * SROWS;
   uint8_t *src[SENTRIES], *dst[SENTRIES];
   uint32_t ids[SENTRIES][SROWS];

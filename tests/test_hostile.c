@@ -349,22 +349,6 @@ Test(hostile, region_file_of_another_user_is_refused_and_never_reaped)
 
 static char pdir[64];
 
-static void copy_file(const char *from, const char *to, mode_t mode)
-{
-  int in = open(from, O_RDONLY | O_CLOEXEC);
-  cr_assert_geq(in, 0, "%s: %s", from, strerror(errno));
-  int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  cr_assert_geq(out, 0, "%s: %s", to, strerror(errno));
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(in, buf, sizeof(buf))) > 0)
-    cr_assert_eq(write(out, buf, (size_t)n), n);
-  cr_assert_eq(n, 0);
-  cr_assert_eq(fchmod(out, mode), 0);
-  close(in);
-  close(out);
-}
-
 /* A private plugin directory holding a copy of the real plugin. */
 static const char *plugin_copy(const char *name, mode_t file_mode, mode_t dir_mode)
 {
@@ -376,7 +360,7 @@ static const char *plugin_copy(const char *name, mode_t file_mode, mode_t dir_mo
   static char path[128];
   snprintf(path, sizeof(path), "%s/libecc-%s.so", pdir, name);
   unlink(path);
-  copy_file(ECC_PLUGIN_PATH, path, file_mode);
+  th_copy_file(ECC_PLUGIN_PATH, path, file_mode);
   return path;
 }
 
@@ -386,20 +370,6 @@ static void plugin_teardown(void)
   if (pdir[0] != '\0')
     th_remove_tree(pdir);
   pdir[0] = '\0';
-}
-
-/* Whether a file under pdir is mapped into this process. */
-static int pdir_mapped(void)
-{
-  FILE *f = fopen("/proc/self/maps", "r");
-  cr_assert_not_null(f);
-  char line[1024];
-  int found = 0;
-  while (fgets(line, sizeof(line), f) != NULL)
-    if (strstr(line, pdir) != NULL)
-      found = 1;
-  fclose(f);
-  return found;
 }
 
 static const char *plugin_ini(const char *plugin_lines)
@@ -431,7 +401,7 @@ static void expect_plugin_refused(const char *lines, int line, int want, const c
   cr_expect_null(c);
   cr_expect_not_null(strstr(err, needle), "'%s': error '%s' lacks '%s'", lines, err, needle);
   if (pdir[0] != '\0')
-    cr_expect(!pdir_mapped(), "'%s': a refused plugin was loaded", lines);
+    cr_expect(!th_mapped_under(pdir), "'%s': a refused plugin was loaded", lines);
   cr_expect_eq(th_count_entries(hdir), 0, "'%s': a region was created", lines);
 }
 
@@ -569,14 +539,14 @@ Test(hostile, plugin_dir_variable_is_ignored_in_a_setuid_process, .fini = plugin
   plugin_copy("unused", 0755, 0755);
   char fake[160];
   snprintf(fake, sizeof(fake), "%s/libecc-shm.so", pdir);
-  copy_file(ECC_FIXTURE_DIR "/libecc-good.so", fake, 0755);
+  th_copy_file(ECC_FIXTURE_DIR "/libecc-good.so", fake, 0755);
   char exe[160];
   snprintf(exe, sizeof(exe), "%s/probe", pdir);
   char self[512];
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   cr_assert_gt(n, 0);
   self[n] = '\0';
-  copy_file(self, exe, 0755);
+  th_copy_file(self, exe, 0755);
   char ini[160];
   snprintf(ini, sizeof(ini), "%s/probe.ini", pdir);
   FILE *f = fopen(ini, "w");

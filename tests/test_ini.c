@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,16 +18,6 @@
 #define GOOD ECC_FIXTURE_DIR "/libecc-good.so"
 
 /* ---- helpers ---- */
-
-__attribute__((format(printf, 1, 2))) static const char *ini_text(const char *fmt, ...)
-{
-  char text[8192];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(text, sizeof(text), fmt, ap);
-  va_end(ap);
-  return th_write_temp(text, ".ini");
-}
 
 /* ecc_check and ecc_open must both refuse `ini` with `code` and exactly the
  * text "<ini>:<line>: <what>" (or "<ini>: <what>" for line 0). */
@@ -48,28 +39,6 @@ static void expect_error(const char *ini, const ecc_open_options_t *opt, int cod
   cr_assert_eq(rc, code, "ecc_open: %d (%s)", rc, err);
   cr_assert_null(c);
   cr_assert_str_eq(err, want);
-}
-
-static const char *trace_path(void)
-{
-  static char paths[8][128];
-  static unsigned next;
-  char *p = paths[next++ % 8];
-  snprintf(p, 128, "/tmp/ecc-ini-trace-%ld-%u", (long)getpid(), next);
-  unlink(p);
-  return p;
-}
-
-static char *read_all(const char *path)
-{
-  static char buf[8192];
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return NULL;
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return buf;
 }
 
 static void open_and_close(const char *ini, const ecc_open_options_t *opt)
@@ -97,28 +66,28 @@ static char *tag_line(size_t len)
 
 Test(ini, syntax_error_names_the_line)
 {
-  const char *ini = ini_text("[plugin]\npath = %s\n; a comment\nthis is not a pair\n", GOOD);
+  const char *ini = th_ini_text("[plugin]\npath = %s\n; a comment\nthis is not a pair\n", GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 4,
                "syntax error: expected 'key = value' or '[section]'");
 }
 
 Test(ini, unclosed_section_header)
 {
-  const char *ini = ini_text("[plugin]\npath = %s\n\n[region\nname = x\n", GOOD);
+  const char *ini = th_ini_text("[plugin]\npath = %s\n\n[region\nname = x\n", GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 4, "syntax error: section header has no closing ']'");
 }
 
 Test(ini, bad_section_names)
 {
-  const char *ini = ini_text("[plugin]\npath = %s\n[re gion]\nname = x\n", GOOD);
+  const char *ini = th_ini_text("[plugin]\npath = %s\n[re gion]\nname = x\n", GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 3,
                "bad section name '[re gion]': use letters, digits, '_', '-' and '.'");
-  ini = ini_text("[plugin]\npath = %s\n[]\n", GOOD);
+  ini = th_ini_text("[plugin]\npath = %s\n[]\n", GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 3, "empty section name '[]'");
   char name[64];
   memset(name, 's', 50);
   name[50] = '\0';
-  ini = ini_text("[plugin]\npath = %s\n[%s]\nkey = 1\n", GOOD, name);
+  ini = th_ini_text("[plugin]\npath = %s\n[%s]\nkey = 1\n", GOOD, name);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 3, "section name longer than 49 characters");
 }
 
@@ -139,9 +108,9 @@ Test(ini, nul_byte_is_refused)
 Test(ini, the_first_error_is_reported)
 {
   const char *ini =
-      ini_text("[plugin]\npath = %s\n[region]\nname = a\nname = b\nnot a pair\n", GOOD);
+      th_ini_text("[plugin]\npath = %s\n[region]\nname = a\nname = b\nnot a pair\n", GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 5, "duplicate key 'region.name' (first set on line 4)");
-  ini = ini_text("[plugin]\npath = %s\n[region]\nnot a pair\nname = a\nname = b\n", GOOD);
+  ini = th_ini_text("[plugin]\npath = %s\n[region]\nnot a pair\nname = a\nname = b\n", GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 4, "syntax error: expected 'key = value' or '[section]'");
 }
 
@@ -149,41 +118,41 @@ Test(ini, the_first_error_is_reported)
 
 Test(ini, duplicate_key)
 {
-  const char *ini = ini_text("[plugin]\npath = %s\n\n[region]\n# the name\nname = a\n"
-                             "[connector]\nrole = both\n[region]\nname = b\n",
-                             GOOD);
+  const char *ini = th_ini_text("[plugin]\npath = %s\n\n[region]\n# the name\nname = a\n"
+                                "[connector]\nrole = both\n[region]\nname = b\n",
+                                GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 10, "duplicate key 'region.name' (first set on line 6)");
-  ini = ini_text("[plugin]\npath = %s\nlog_level = info\npath = %s\n", GOOD, GOOD);
+  ini = th_ini_text("[plugin]\npath = %s\nlog_level = info\npath = %s\n", GOOD, GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 4, "duplicate key 'path' in [plugin] (first set on line 2)");
 }
 
 Test(ini, key_before_any_section)
 {
-  const char *ini = ini_text("\nname = good\n[plugin]\npath = %s\n", GOOD);
+  const char *ini = th_ini_text("\nname = good\n[plugin]\npath = %s\n", GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 2,
                "key 'name' is outside any section (put it under a [section])");
 }
 
 Test(ini, empty_value_is_refused)
 {
-  const char *ini = ini_text("[plugin]\npath = %s\n[region]\nname =\n", GOOD);
+  const char *ini = th_ini_text("[plugin]\npath = %s\n[region]\nname =\n", GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 4,
                "key 'name' in [region] has an empty value (delete the line to use the default)");
-  ini = ini_text("[plugin]\npath = %s\ndir = \n", GOOD);
+  ini = th_ini_text("[plugin]\npath = %s\ndir = \n", GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 3,
                "key 'dir' in [plugin] has an empty value (delete the line to use the default)");
 }
 
 Test(ini, unknown_plugin_section_key)
 {
-  const char *ini = ini_text("[plugin]\npath = %s\npth = x\n", GOOD);
+  const char *ini = th_ini_text("[plugin]\npath = %s\npth = x\n", GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 3,
                "unknown key 'pth' in [plugin] (accepted: name, path, dir, log_level)");
 }
 
 Test(ini, bad_log_level)
 {
-  const char *ini = ini_text("[plugin]\npath = %s\nlog_level = loud\n", GOOD);
+  const char *ini = th_ini_text("[plugin]\npath = %s\nlog_level = loud\n", GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 3, "bad log_level 'loud' (error | warn | info | debug)");
 }
 
@@ -191,17 +160,17 @@ Test(ini, bad_log_level)
 
 Test(ini, both_name_and_path)
 {
-  const char *ini = ini_text("[plugin]\nname = good\npath = %s\n", GOOD);
+  const char *ini = th_ini_text("[plugin]\nname = good\npath = %s\n", GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 3,
                "[plugin] gives both 'name' (line 2) and 'path' (line 3); keep one");
 }
 
 Test(ini, neither_name_nor_path)
 {
-  const char *ini = ini_text("[region]\nname = x\n\n[plugin]\nlog_level = info\n");
+  const char *ini = th_ini_text("[region]\nname = x\n\n[plugin]\nlog_level = info\n");
   expect_error(ini, NULL, ECC_ERR_CONFIG, 4,
                "[plugin] needs 'name' (a short name) or 'path' (an absolute path)");
-  ini = ini_text("[region]\nname = x\n");
+  ini = th_ini_text("[region]\nname = x\n");
   expect_error(ini, NULL, ECC_ERR_CONFIG, 0,
                "no [plugin] section: it must give the plugin's 'name' or 'path'");
 }
@@ -221,20 +190,20 @@ Test(ini, missing_file)
  * bytes: 198 characters fit, 199 do not, and the line number is right. */
 Test(ini, long_lines)
 {
-  const char *trace = trace_path();
+  const char *trace = th_trace_path();
   const char *ini =
-      ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n%s\n", GOOD, trace, tag_line(198));
+      th_ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n%s\n", GOOD, trace, tag_line(198));
   open_and_close(ini, NULL);
-  const char *text = read_all(trace);
+  const char *text = th_read_file(trace);
   cr_assert_not_null(text);
   char want[256];
   snprintf(want, sizeof(want), "tag %s\n", tag_line(198) + 6);
   cr_assert_not_null(strstr(text, want), "the whole value must arrive: %s", text);
 
-  ini = ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n%s\n[x]\n", GOOD, trace,
-                 tag_line(199));
+  ini =
+      th_ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n%s\n[x]\n", GOOD, trace, tag_line(199));
   expect_error(ini, NULL, ECC_ERR_CONFIG, 5, "line longer than 198 characters");
-  ini = ini_text("[plugin]\npath = %s\n\n%s\nnot a pair\n", GOOD, tag_line(300));
+  ini = th_ini_text("[plugin]\npath = %s\n\n%s\nnot a pair\n", GOOD, tag_line(300));
   expect_error(ini, NULL, ECC_ERR_CONFIG, 4, "line longer than 198 characters");
 }
 
@@ -242,15 +211,15 @@ Test(ini, long_lines)
 
 Test(ini, comments_indentation_crlf_and_colons)
 {
-  const char *trace = trace_path();
+  const char *trace = th_trace_path();
   /* The indented "trace" after "tag" would be a continuation of tag's value
    * to inih; the shim reads it as a key of its own. */
-  const char *ini = ini_text("\xEF\xBB\xBF; comment\r\n# another\r\n  [plugin]  \r\n"
-                             "   path = %s ; why this one\r\n\r\n[good]\r\n"
-                             "tag: a b ; inline comment\r\n    trace = %s\r\n",
-                             GOOD, trace);
+  const char *ini = th_ini_text("\xEF\xBB\xBF; comment\r\n# another\r\n  [plugin]  \r\n"
+                                "   path = %s ; why this one\r\n\r\n[good]\r\n"
+                                "tag: a b ; inline comment\r\n    trace = %s\r\n",
+                                GOOD, trace);
   open_and_close(ini, NULL);
-  const char *text = read_all(trace);
+  const char *text = th_read_file(trace);
   cr_assert_not_null(text, "trace was not taken as a key of its own");
   cr_assert_not_null(strstr(text, "n_config 2 tag a b\n"), "trace: %s", text);
 }
@@ -262,12 +231,12 @@ static const char comment_chars[] = {'#', ';'};
 /* The value good.tag reaches the plugin with, from the line "tag<rest>". */
 static const char *tag_as_read(const char *rest)
 {
-  const char *trace = trace_path();
-  const char *ini = ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\ntag%s\n", GOOD, trace,
-                             rest);
+  const char *trace = th_trace_path();
+  const char *ini =
+      th_ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\ntag%s\n", GOOD, trace, rest);
   open_and_close(ini, NULL);
   static char tag[256];
-  const char *text = read_all(trace);
+  const char *text = th_read_file(trace);
   cr_assert_not_null(text, "no trace for tag%s", rest);
   const char *at = strstr(text, " tag ");
   cr_assert_not_null(at, "trace: %s", text);
@@ -316,20 +285,20 @@ Test(ini, comment_characters_in_plugin_keys)
     char c = comment_chars[i];
     ecc_plugin_meta_t m;
     char err[1024] = "";
-    const char *ini = ini_text("%c whole line\n  %c indented\n[plugin] %c header\n"
-                               "path = %s %c which plugin\nlog_level = info\t%c note\n",
-                               c, c, c, GOOD, c, c);
+    const char *ini = th_ini_text("%c whole line\n  %c indented\n[plugin] %c header\n"
+                                  "path = %s %c which plugin\nlog_level = info\t%c note\n",
+                                  c, c, c, GOOD, c, c);
     cr_assert_eq(ecc_check(ini, NULL, &m, err, sizeof(err)), ECC_OK, "'%c': %s", c, err);
     cr_assert_str_eq(m.name, "good");
 
     char text[32];
     snprintf(text, sizeof(text), "info%cnote", c);
-    ini = ini_text("[plugin]\npath = %s\nlog_level = %s\n", GOOD, text);
+    ini = th_ini_text("[plugin]\npath = %s\nlog_level = %s\n", GOOD, text);
     char want[128];
     snprintf(want, sizeof(want), "bad log_level '%s' (error | warn | info | debug)", text);
     expect_error(ini, NULL, ECC_ERR_CONFIG, 3, want);
 
-    ini = ini_text("[plugin]\npath = %s%cx\n", GOOD, c);
+    ini = th_ini_text("[plugin]\npath = %s%cx\n", GOOD, c);
     cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_ERR_CONFIG);
     snprintf(want, sizeof(want), "plugin file not found: %s%cx", GOOD, c);
     cr_assert_not_null(strstr(err, want), "'%c': %s", c, err);
@@ -341,12 +310,12 @@ Test(ini, a_comment_can_leave_a_line_incomplete)
 {
   for (size_t i = 0; i < sizeof(comment_chars); i++) {
     char c = comment_chars[i];
-    const char *ini = ini_text("[plugin]\npath = %s\n[good]\ntag = %cnote\n", GOOD, c);
+    const char *ini = th_ini_text("[plugin]\npath = %s\n[good]\ntag = %cnote\n", GOOD, c);
     expect_error(ini, NULL, ECC_ERR_CONFIG, 4,
                  "key 'tag' in [good] has an empty value (delete the line to use the default)");
-    ini = ini_text("[plugin]\npath = %s\n[go %cod]\n", GOOD, c);
+    ini = th_ini_text("[plugin]\npath = %s\n[go %cod]\n", GOOD, c);
     expect_error(ini, NULL, ECC_ERR_CONFIG, 3, "syntax error: section header has no closing ']'");
-    ini = ini_text("[plugin]\npath = %s\n[good]\ntag %c= x\n", GOOD, c);
+    ini = th_ini_text("[plugin]\npath = %s\n[good]\ntag %c= x\n", GOOD, c);
     expect_error(ini, NULL, ECC_ERR_CONFIG, 4,
                  "syntax error: expected 'key = value' or '[section]'");
   }
@@ -362,9 +331,9 @@ Test(ini, comments_after_values_of_the_real_plugin)
   snprintf(dir, sizeof(dir), "/dev/shm/eccini-XXXXXX");
   cr_assert_not_null(mkdtemp(dir));
   const char *name = th_region_name();
-  const char *ini = ini_text("[plugin]\npath = %s\n[region]\ndir = %s #note\nname = %s ; x\n"
-                             "block_size = 64\nsize = 4KiB ; note\n[engine]\ntype = host\n",
-                             ECC_PLUGIN_PATH, dir, name);
+  const char *ini = th_ini_text("[plugin]\npath = %s\n[region]\ndir = %s #note\nname = %s ; x\n"
+                                "block_size = 64\nsize = 4KiB ; note\n[engine]\ntype = host\n",
+                                ECC_PLUGIN_PATH, dir, name);
   ecc_connector_t *c = NULL;
   char err[1024] = "";
   int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
@@ -384,15 +353,15 @@ Test(ini, comments_after_values_of_the_real_plugin)
 
 Test(ini, unknown_key_is_named_with_its_line_before_create)
 {
-  const char *trace = trace_path();
-  const char *ini = ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n[region]\nnmae = x\n",
-                             GOOD, trace);
+  const char *trace = th_trace_path();
+  const char *ini =
+      th_ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n[region]\nnmae = x\n", GOOD, trace);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 6,
                "unknown key 'region.nmae' (the plugin 'good' accepts: connector.role, "
                "region.name, region.size, good.trace, good.tag); did you mean 'region.name'?");
   cr_assert_not(th_exists(trace), "create must not run");
 
-  ini = ini_text("[plugin]\npath = %s\n[region]\nsomething = x\n", GOOD);
+  ini = th_ini_text("[plugin]\npath = %s\n[region]\nsomething = x\n", GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 4,
                "unknown key 'region.something' (the plugin 'good' accepts: connector.role, "
                "region.name, region.size, good.trace, good.tag)");
@@ -402,8 +371,8 @@ Test(ini, unknown_key_with_the_real_plugin)
 {
   if (!th_exists(ECC_PLUGIN_PATH))
     cr_skip_test("%s is not built", ECC_PLUGIN_PATH);
-  const char *ini = ini_text("[plugin]\npath = %s\n[region]\nnmae = x\nblock_size = 4096\n",
-                             ECC_PLUGIN_PATH);
+  const char *ini =
+      th_ini_text("[plugin]\npath = %s\n[region]\nnmae = x\nblock_size = 4096\n", ECC_PLUGIN_PATH);
   char err[4096], want[512];
   snprintf(want, sizeof(want), "%s:4: unknown key 'region.nmae' (the plugin 'shm' accepts: ", ini);
   cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_ERR_CONFIG, "err: %s", err);
@@ -411,26 +380,84 @@ Test(ini, unknown_key_with_the_real_plugin)
   cr_assert_not_null(strstr(err, "region.name"), "err: %s", err);
 }
 
+/* ---- log levels ---- */
+
+/* Which levels a connector's log callback was called with. */
+struct levels_seen {
+  atomic_int count[ECC_LOG_DEBUG + 2]; /* the last slot: levels out of range */
+};
+
+static void note_level(void *user, int level, const char *msg)
+{
+  (void)msg;
+  struct levels_seen *seen = user;
+  int slot = level >= 0 && level <= ECC_LOG_DEBUG ? level : ECC_LOG_DEBUG + 1;
+  atomic_fetch_add(&seen->count[slot], 1);
+}
+
+Test(ini, every_log_level_parses_and_filters_what_is_passed_on)
+{
+  static const struct {
+    int value;
+    const char *name;
+  } levels[] = {
+#define LEVEL_CASE(constant, value, text) {constant, text},
+      ECC_LOG_LEVEL_MAP(LEVEL_CASE)
+#undef LEVEL_CASE
+  };
+  for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+    const char *ini = th_ini_text("[plugin]\npath = %s\nlog_level = %s\n[region]\nname = %s\n"
+                                  "block_size = 64\nsize = 4KiB\n[engine]\ntype = host\n",
+                                  ECC_PLUGIN_PATH, levels[i].name, th_region_name());
+    static struct levels_seen seen;
+    for (int l = 0; l <= ECC_LOG_DEBUG + 1; l++)
+      atomic_store(&seen.count[l], 0);
+    ecc_open_options_t opt = {
+        .struct_size = sizeof(opt), .log = note_level, .log_user = &seen, .log_level = -1};
+    ecc_connector_t *c = NULL;
+    char err[512] = "";
+    cr_assert_eq(ecc_open(ini, &opt, &c, err, sizeof(err)), ECC_OK, "log_level = %s: %s",
+                 levels[i].name, err);
+    /* Creating logs at info (what was built), each batch at debug. */
+    static uint8_t buf[64];
+    uint32_t id = 0;
+    ecc_save_entry_t e = {"k", (uint64_t)(uintptr_t)buf, sizeof(buf), &id, 1};
+    cr_assert_eq(ecc_save(c, &e, 1), ECC_OK);
+    cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+    ecc_completion_t done[1];
+    cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
+    cr_assert_eq(ecc_close(c), ECC_OK);
+    for (int l = 0; l <= ECC_LOG_DEBUG + 1; l++) {
+      int n = atomic_load(&seen.count[l]);
+      if (l > levels[i].value)
+        cr_expect_eq(n, 0, "log_level = %s passed on %d messages of level %d", levels[i].name, n,
+                     l);
+      else if (l >= ECC_LOG_INFO)
+        cr_expect_gt(n, 0, "log_level = %s passed on no message of level %d", levels[i].name, l);
+    }
+  }
+}
+
 /* ---- overrides ---- */
 
 Test(ini, override_replaces_and_adds_keys)
 {
-  const char *in_file = trace_path();
-  const char *overridden = trace_path();
-  const char *ini = ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n", GOOD, in_file);
+  const char *in_file = th_trace_path();
+  const char *overridden = th_trace_path();
+  const char *ini = th_ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n", GOOD, in_file);
   ecc_kv_t kv[2] = {{"good.trace", overridden}, {"good.tag", "from-override"}};
   ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = 2,
                           .log_level = -1};
   open_and_close(ini, &opt);
   cr_assert_not(th_exists(in_file), "the INI's good.trace must be replaced");
-  const char *text = read_all(overridden);
+  const char *text = th_read_file(overridden);
   cr_assert_not_null(text);
   cr_assert_not_null(strstr(text, "n_config 2 tag from-override\n"), "trace: %s", text);
 }
 
 Test(ini, override_of_plugin_path_replaces_name)
 {
-  const char *ini = ini_text("[plugin]\nname = not-installed\nlog_level = error\n");
+  const char *ini = th_ini_text("[plugin]\nname = not-installed\nlog_level = error\n");
   ecc_kv_t kv[1] = {{"plugin.path", GOOD}};
   ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = 1,
                           .log_level = -1};
@@ -446,7 +473,7 @@ Test(ini, override_of_plugin_path_replaces_name)
 Test(ini, bad_overrides)
 {
   char err[1024];
-  const char *ini = ini_text("[plugin]\npath = %s\n", GOOD);
+  const char *ini = th_ini_text("[plugin]\npath = %s\n", GOOD);
   ecc_kv_t unknown[1] = {{"region.nmae", "x"}};
   ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = unknown, .n_overrides = 1,
                           .log_level = -1};
@@ -479,7 +506,7 @@ Test(ini, bad_overrides)
 
 Test(ini, small_error_buffer_is_truncated_not_overrun)
 {
-  const char *ini = ini_text("[plugin]\npath = %s\npth = x\n", GOOD);
+  const char *ini = th_ini_text("[plugin]\npath = %s\npth = x\n", GOOD);
   char err[24];
   memset(err, 'Z', sizeof(err));
   cr_assert_eq(ecc_check(ini, NULL, NULL, err, 16), ECC_ERR_CONFIG);

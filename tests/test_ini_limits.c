@@ -46,11 +46,7 @@ TestSuite(ini_limits, .init = setup, .fini = teardown, .timeout = 10);
 
 static const char *at(const char *rel)
 {
-  static char paths[8][256];
-  static int next;
-  char *p = paths[next++ % 8];
-  snprintf(p, 256, "%s/%s", base, rel);
-  return p;
+  return th_path_in(base, rel);
 }
 
 /* Writes len bytes of text to path with the given mode. */

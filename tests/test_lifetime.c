@@ -40,21 +40,12 @@ static void teardown(void)
 
 TestSuite(lifetime, .init = setup, .fini = teardown, .timeout = 60);
 
-static const char *fixture(const char *name)
-{
-  static char paths[4][PATH_MAX];
-  static unsigned next;
-  char *p = paths[next++ % 4];
-  snprintf(p, PATH_MAX, "%s/libecc-%s.so", ECC_FIXTURE_DIR, name);
-  return p;
-}
-
 static ecc_connector_t *open_fixture(const char *name, const char *tag,
                                    const ecc_open_options_t *opt)
 {
   char text[1024];
   snprintf(text, sizeof(text), "[plugin]\npath = %s\nlog_level = error\n[good]\ntag = %s\n",
-           fixture(name), tag);
+           th_fixture(name), tag);
   char err[512] = "";
   ecc_connector_t *c = NULL;
   int rc = ecc_open(th_write_temp(text, ".ini"), opt, &c, err, sizeof(err));
@@ -117,7 +108,7 @@ static void *race(void *arg)
 Test(lifetime, close_waits_for_calls_inside_and_turns_away_later_ones)
 {
   ecc_connector_t *c = open_fixture("gate", "race", NULL);
-  void *dl = dlopen(fixture("gate"), RTLD_NOW | RTLD_NOLOAD);
+  void *dl = dlopen(th_fixture("gate"), RTLD_NOW | RTLD_NOLOAD);
   cr_assert_not_null(dl, "the fixture is loaded: %s", dlerror());
   struct fx_gate *gate = dlsym(dl, "fx_gate");
   cr_assert_not_null(gate);

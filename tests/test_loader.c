@@ -24,63 +24,15 @@
 
 /* ---- helpers ---- */
 
-static const char *fixture(const char *name)
-{
-  static char paths[8][PATH_MAX];
-  static unsigned next;
-  char *p = paths[next++ % 8];
-  snprintf(p, PATH_MAX, "%s/libecc-%s.so", ECC_FIXTURE_DIR, name);
-  return p;
-}
-
-__attribute__((format(printf, 1, 2))) static const char *ini_text(const char *fmt, ...)
-{
-  char text[8192];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(text, sizeof(text), fmt, ap);
-  va_end(ap);
-  return th_write_temp(text, ".ini");
-}
-
-/* An INI loading fixture `name` by path, with `extra` lines after it. */
-static const char *fixture_ini(const char *name, const char *extra)
-{
-  return ini_text("[plugin]\npath = %s\n%s", fixture(name), extra != NULL ? extra : "");
-}
-
 static int open_ini(const char *ini, ecc_connector_t **c, char *err, size_t cap)
 {
   *c = (ecc_connector_t *)&err; /* must be overwritten, with NULL on failure */
   return ecc_open(ini, NULL, c, err, cap);
 }
 
-/* A fresh trace file path (not created yet) and the [good] lines naming it. */
-static const char *trace_path(void)
-{
-  static char paths[8][128];
-  static unsigned next;
-  char *p = paths[next++ % 8];
-  snprintf(p, 128, "/tmp/ecc-trace-%ld-%u", (long)getpid(), next);
-  unlink(p);
-  return p;
-}
-
-static char *read_all(const char *path)
-{
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return NULL;
-  static char buf[1 << 16];
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-  return buf;
-}
-
 static int count_lines_with(const char *path, const char *prefix)
 {
-  const char *text = read_all(path);
+  const char *text = th_read_file(path);
   if (text == NULL)
     return 0;
   int n = 0;
@@ -116,21 +68,6 @@ static char *private_dir(void)
   return d;
 }
 
-static void copy_file(const char *src, const char *dst, mode_t mode)
-{
-  FILE *in = fopen(src, "rb");
-  cr_assert_not_null(in, "open %s", src);
-  FILE *out = fopen(dst, "wb");
-  cr_assert_not_null(out, "create %s", dst);
-  char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
-    cr_assert_eq(fwrite(buf, 1, n, out), n);
-  fclose(in);
-  fclose(out);
-  cr_assert_eq(chmod(dst, mode), 0);
-}
-
 static void expect_open_fails(const char *ini, int code, const char *what)
 {
   char err[1024] = "";
@@ -155,12 +92,12 @@ static ecc_connector_t *open_ok(const char *ini)
 
 Test(loader, good_plugin_forwards_every_call)
 {
-  const char *trace = trace_path();
+  const char *trace = th_trace_path();
   char extra[256];
   snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n", trace);
-  ecc_connector_t *c = open_ok(fixture_ini("good", extra));
+  ecc_connector_t *c = open_ok(th_fixture_ini("good", extra));
   cr_assert_eq(count_lines_with(trace, "create 1 minor 0 n_config 1 "), 1, "trace: %s",
-               read_all(trace));
+               th_read_file(trace));
 
   uint32_t blocks[1] = {0};
   ecc_save_entry_t saves[2] = {{.key = "k-one", .nbytes = 1, .block_ids = blocks, .n_blocks = 1},
@@ -184,16 +121,16 @@ Test(loader, good_plugin_forwards_every_call)
   cr_assert_eq(ecc_save(c, &bad, 1), ECC_ERR_INVALID);
 
   cr_assert_eq(ecc_close(c), ECC_OK);
-  cr_assert_eq(count_lines_with(trace, "shutdown 1"), 1, "trace: %s", read_all(trace));
-  cr_assert(still_loaded(fixture("good")), "an accepted plugin stays loaded after ecc_close");
+  cr_assert_eq(count_lines_with(trace, "shutdown 1"), 1, "trace: %s", th_read_file(trace));
+  cr_assert(still_loaded(th_fixture("good")), "an accepted plugin stays loaded after ecc_close");
 }
 
 Test(loader, plugin_info_reports_the_table)
 {
-  ecc_connector_t *c = open_ok(fixture_ini("good", NULL));
+  ecc_connector_t *c = open_ok(th_fixture_ini("good", NULL));
   ecc_plugin_meta_t m;
   cr_assert_eq(ecc_plugin_info(c, &m), ECC_OK);
-  char *real = realpath(fixture("good"), NULL);
+  char *real = realpath(th_fixture("good"), NULL);
   cr_assert_str_eq(m.path, real);
   free(real);
   cr_assert_str_eq(m.name, "good");
@@ -231,7 +168,7 @@ Test(loader, null_connector_is_invalid)
 Test(loader, open_checks_its_arguments)
 {
   char err[256] = "";
-  cr_assert_eq(ecc_open(fixture_ini("good", NULL), NULL, NULL, err, sizeof(err)),
+  cr_assert_eq(ecc_open(th_fixture_ini("good", NULL), NULL, NULL, err, sizeof(err)),
                ECC_ERR_INVALID);
   cr_assert_not_null(strstr(err, "out is NULL"), "err: %s", err);
 
@@ -240,17 +177,17 @@ Test(loader, open_checks_its_arguments)
   cr_assert_null(c);
 
   ecc_open_options_t bad_size = {.struct_size = 0};
-  cr_assert_eq(ecc_open(fixture_ini("good", NULL), &bad_size, &c, err, sizeof(err)),
+  cr_assert_eq(ecc_open(th_fixture_ini("good", NULL), &bad_size, &c, err, sizeof(err)),
                ECC_ERR_INVALID);
   cr_assert_not_null(strstr(err, "struct_size"), "err: %s", err);
 
   ecc_open_options_t bad_level = {.struct_size = sizeof(bad_level), .log_level = 9};
-  cr_assert_eq(ecc_open(fixture_ini("good", NULL), &bad_level, &c, err, sizeof(err)),
+  cr_assert_eq(ecc_open(th_fixture_ini("good", NULL), &bad_level, &c, err, sizeof(err)),
                ECC_ERR_INVALID);
   cr_assert_not_null(strstr(err, "log_level 9"), "err: %s", err);
 
   /* no error buffer at all is allowed */
-  cr_assert_eq(ecc_open(fixture_ini("wrong_major", NULL), NULL, &c, NULL, 0),
+  cr_assert_eq(ecc_open(th_fixture_ini("wrong_major", NULL), NULL, &c, NULL, 0),
                ECC_ERR_INCOMPATIBLE);
   cr_assert_null(c);
 }
@@ -261,22 +198,22 @@ Test(loader, wrong_major_is_refused)
 {
   char want[PATH_MAX + 64];
   snprintf(want, sizeof(want), "plugin %s: its ecc_plugin_v1 table says ABI major 2",
-           fixture("wrong_major"));
-  expect_open_fails(fixture_ini("wrong_major", NULL), ECC_ERR_INCOMPATIBLE, want);
-  cr_assert_not(still_loaded(fixture("wrong_major")));
+           th_fixture("wrong_major"));
+  expect_open_fails(th_fixture_ini("wrong_major", NULL), ECC_ERR_INCOMPATIBLE, want);
+  cr_assert_not(still_loaded(th_fixture("wrong_major")));
 }
 
 Test(loader, missing_symbol_is_refused)
 {
   char want[PATH_MAX + 64];
-  snprintf(want, sizeof(want), "plugin %s exports no ecc_plugin_v1 table", fixture("no_symbol"));
-  expect_open_fails(fixture_ini("no_symbol", NULL), ECC_ERR_INCOMPATIBLE, want);
-  cr_assert_not(still_loaded(fixture("no_symbol")));
+  snprintf(want, sizeof(want), "plugin %s exports no ecc_plugin_v1 table", th_fixture("no_symbol"));
+  expect_open_fails(th_fixture_ini("no_symbol", NULL), ECC_ERR_INCOMPATIBLE, want);
+  cr_assert_not(still_loaded(th_fixture("no_symbol")));
 }
 
 Test(loader, null_required_function_is_named)
 {
-  expect_open_fails(fixture_ini("null_required", NULL), ECC_ERR_INCOMPATIBLE,
+  expect_open_fails(th_fixture_ini("null_required", NULL), ECC_ERR_INCOMPATIBLE,
                     "required function 'poll' is NULL");
 }
 
@@ -287,7 +224,7 @@ Test(loader, small_struct_is_refused)
            "table struct_size %zu is smaller than the %zu bytes of the required v1 fields",
            offsetof(ecc_plugin_v1_t, shutdown),
            offsetof(ecc_plugin_v1_t, shutdown) + sizeof(void (*)(void)));
-  expect_open_fails(fixture_ini("small_struct", NULL), ECC_ERR_INCOMPATIBLE, want);
+  expect_open_fails(th_fixture_ini("small_struct", NULL), ECC_ERR_INCOMPATIBLE, want);
 }
 
 Test(loader, struct_size_larger_than_the_table_is_refused)
@@ -295,12 +232,12 @@ Test(loader, struct_size_larger_than_the_table_is_refused)
   char want[128];
   snprintf(want, sizeof(want), "table struct_size %zu is larger than the table (%zu bytes)",
            sizeof(ecc_plugin_v1_t) + 4096, sizeof(ecc_plugin_v1_t));
-  expect_open_fails(fixture_ini("lying_size", NULL), ECC_ERR_INCOMPATIBLE, want);
+  expect_open_fails(th_fixture_ini("lying_size", NULL), ECC_ERR_INCOMPATIBLE, want);
 }
 
 Test(loader, table_without_name_is_refused)
 {
-  expect_open_fails(fixture_ini("no_name", NULL), ECC_ERR_INCOMPATIBLE,
+  expect_open_fails(th_fixture_ini("no_name", NULL), ECC_ERR_INCOMPATIBLE,
                     "table field 'name' is NULL");
 }
 
@@ -310,7 +247,7 @@ Test(loader, table_without_name_is_refused)
  * saying `want` and `also` (may be NULL), and nothing stays loaded. */
 static void expect_refused_both(const char *name, const char *want, const char *also)
 {
-  const char *ini = fixture_ini(name, NULL);
+  const char *ini = th_fixture_ini(name, NULL);
   expect_open_fails(ini, ECC_ERR_INCOMPATIBLE, want);
   if (also != NULL)
     expect_open_fails(ini, ECC_ERR_INCOMPATIBLE, also);
@@ -319,7 +256,7 @@ static void expect_refused_both(const char *name, const char *want, const char *
   cr_assert_eq(rc, ECC_ERR_INCOMPATIBLE, "ecc_check: rc %d: %s", rc, err);
   cr_assert_not_null(strstr(err, want), "ecc_check said '%s', not '%s'", err, want);
   cr_assert(also == NULL || strstr(err, also) != NULL, "ecc_check said '%s'", err);
-  cr_assert_not(still_loaded(fixture(name)), "a refused plugin stayed loaded");
+  cr_assert_not(still_loaded(th_fixture(name)), "a refused plugin stayed loaded");
 }
 
 Test(loader, table_at_an_absolute_address_is_refused)
@@ -328,7 +265,7 @@ Test(loader, table_at_an_absolute_address_is_refused)
   snprintf(want, sizeof(want),
            "plugin %s: its table symbol is at 0x10, which is not inside the plugin's "
            "readable segments",
-           fixture("abs_table"));
+           th_fixture("abs_table"));
   expect_refused_both("abs_table", want, NULL);
 }
 
@@ -336,7 +273,7 @@ Test(loader, function_outside_the_plugin_is_refused)
 {
   char want[PATH_MAX + 128];
   snprintf(want, sizeof(want), "plugin %s: table function 'describe' is at 0x",
-           fixture("foreign_function"));
+           th_fixture("foreign_function"));
   expect_refused_both("foreign_function", want,
                       "which is not inside the plugin's executable segments");
 }
@@ -346,7 +283,7 @@ Test(loader, name_outside_the_plugin_is_refused)
   char want[PATH_MAX + 128];
   snprintf(want, sizeof(want),
            "plugin %s: table field 'name' does not point to a string inside the plugin",
-           fixture("stray_name"));
+           th_fixture("stray_name"));
   expect_refused_both("stray_name", want, NULL);
 }
 
@@ -355,16 +292,16 @@ Test(loader, params_outside_the_plugin_are_refused)
   char want[PATH_MAX + 128];
   snprintf(want, sizeof(want),
            "plugin %s: its 3 params do not lie inside the plugin's readable segments",
-           fixture("stray_params"));
+           th_fixture("stray_params"));
   expect_refused_both("stray_params", want, NULL);
 }
 
 Test(loader, failing_create_reports_the_plugin_text_and_line)
 {
-  const char *trace = trace_path();
+  const char *trace = th_trace_path();
   char extra[256];
   snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n[region]\nsize = 3\n", trace);
-  const char *ini = fixture_ini("failing_create", extra);
+  const char *ini = th_fixture_ini("failing_create", extra);
   char want[PATH_MAX + 128];
   /* [plugin] path trace... : region.size is on line 6 */
   snprintf(want, sizeof(want), "%s:6: plugin 'failing_create' (", ini);
@@ -373,12 +310,12 @@ Test(loader, failing_create_reports_the_plugin_text_and_line)
   cr_assert_eq(count_lines_with(trace, "create refused"), 2);
   cr_assert_eq(count_lines_with(trace, "shutdown"), 0);
   /* No connector was made, so nothing of the plugin is left either. */
-  cr_assert_not(still_loaded(fixture("failing_create")));
+  cr_assert_not(still_loaded(th_fixture("failing_create")));
 }
 
 Test(loader, zero_handle_from_create_is_refused)
 {
-  expect_open_fails(fixture_ini("zero_handle", NULL), ECC_ERR_INCOMPATIBLE,
+  expect_open_fails(th_fixture_ini("zero_handle", NULL), ECC_ERR_INCOMPATIBLE,
                     "returned ECC_OK from create but handle 0");
 }
 
@@ -386,10 +323,10 @@ Test(loader, zero_handle_from_create_is_refused)
 
 Test(loader, newer_minor_is_used_at_the_host_minor)
 {
-  const char *trace = trace_path();
+  const char *trace = th_trace_path();
   char extra[256];
   snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n", trace);
-  ecc_connector_t *c = open_ok(fixture_ini("newer_minor", extra));
+  ecc_connector_t *c = open_ok(th_fixture_ini("newer_minor", extra));
   ecc_plugin_meta_t m;
   cr_assert_eq(ecc_plugin_info(c, &m), ECC_OK);
   cr_assert_eq(m.abi_minor, 7);
@@ -397,7 +334,7 @@ Test(loader, newer_minor_is_used_at_the_host_minor)
   /* create was told the negotiated minor, not the plugin's own */
   char want[64];
   snprintf(want, sizeof(want), "create 1 minor %d ", ECC_ABI_V1_MINOR);
-  cr_assert_eq(count_lines_with(trace, want), 1, "trace: %s", read_all(trace));
+  cr_assert_eq(count_lines_with(trace, want), 1, "trace: %s", th_read_file(trace));
   ecc_stats_t st = {.struct_size = sizeof(st)};
   cr_assert_eq(ecc_get_stats(c, &st), ECC_OK, "stats is covered by its struct_size");
   cr_assert_eq(ecc_close(c), ECC_OK);
@@ -405,7 +342,7 @@ Test(loader, newer_minor_is_used_at_the_host_minor)
 
 Test(loader, missing_optional_functions_are_unsupported)
 {
-  ecc_connector_t *c = open_ok(fixture_ini("good", NULL));
+  ecc_connector_t *c = open_ok(th_fixture_ini("good", NULL));
   ecc_stats_t st = {.struct_size = sizeof(st)};
   ecc_info_t info = {.struct_size = sizeof(info)};
   char buf[64];
@@ -419,7 +356,7 @@ Test(loader, missing_optional_functions_are_unsupported)
  * fields past the plugin's struct_size. */
 Test(loader, optional_functions_past_struct_size_are_not_used)
 {
-  const char *ini = fixture_ini("old_struct", NULL);
+  const char *ini = th_fixture_ini("old_struct", NULL);
   ecc_connector_t *c = open_ok(ini);
   ecc_stats_t st = {.struct_size = sizeof(st)};
   ecc_info_t info = {.struct_size = sizeof(info)};
@@ -435,7 +372,7 @@ Test(loader, optional_functions_past_struct_size_are_not_used)
 
 Test(loader, optional_functions_are_forwarded)
 {
-  ecc_connector_t *c = open_ok(fixture_ini("full", NULL));
+  ecc_connector_t *c = open_ok(th_fixture_ini("full", NULL));
   uint32_t blocks[1] = {0};
   ecc_save_entry_t saves[3] = {{.key = "a", .nbytes = 1, .block_ids = blocks, .n_blocks = 1},
                              {.key = "b", .nbytes = 1, .block_ids = blocks, .n_blocks = 1},
@@ -461,13 +398,13 @@ Test(loader, optional_functions_are_forwarded)
 
 Test(loader, check_uses_validate_and_creates_nothing)
 {
-  const char *trace = trace_path();
+  const char *trace = th_trace_path();
   char extra[256];
   snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n[region]\nsize = 4096\n", trace);
   ecc_plugin_meta_t m;
   memset(&m, 0xff, sizeof(m));
   char err[512] = "";
-  cr_assert_eq(ecc_check(fixture_ini("full", extra), NULL, &m, err, sizeof(err)), ECC_OK,
+  cr_assert_eq(ecc_check(th_fixture_ini("full", extra), NULL, &m, err, sizeof(err)), ECC_OK,
                "err: %s", err);
   cr_assert_str_eq(err, "fixture would create a connector from 2 keys");
   cr_assert_str_eq(m.name, "full");
@@ -475,9 +412,9 @@ Test(loader, check_uses_validate_and_creates_nothing)
   cr_assert_null(m.params, "params would dangle once the plugin is unloaded");
   cr_assert_eq(m.n_params, 0);
   cr_assert_not(th_exists(trace), "check must not create a connector");
-  cr_assert_not(still_loaded(fixture("full")));
+  cr_assert_not(still_loaded(th_fixture("full")));
 
-  const char *ini = fixture_ini("full", "[region]\nsize = 0\n");
+  const char *ini = th_fixture_ini("full", "[region]\nsize = 0\n");
   cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_ERR_CONFIG);
   char want[PATH_MAX + 128];
   snprintf(want, sizeof(want),
@@ -487,7 +424,7 @@ Test(loader, check_uses_validate_and_creates_nothing)
 
 Test(loader, plugin_without_params_leaves_keys_to_create)
 {
-  const char *ini = fixture_ini("no_params", "[region]\nnmae = x\n");
+  const char *ini = th_fixture_ini("no_params", "[region]\nnmae = x\n");
   expect_open_fails(ini, ECC_ERR_CONFIG, "could not create a connector: unknown key 'region.nmae'");
   char err[512];
   cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_OK, "err: %s", err);
@@ -530,10 +467,10 @@ static ecc_open_options_t check_timeout(uint64_t ms)
  * process ended; this process goes on and never maps the plugin. */
 static void expect_check_reports(const char *name, uint64_t timeout_ms, const char *how)
 {
-  const char *ini = fixture_ini(name, NULL);
+  const char *ini = th_fixture_ini(name, NULL);
   ecc_open_options_t o = check_timeout(timeout_ms);
   char want[2 * PATH_MAX], err[2048] = "";
-  snprintf(want, sizeof(want), "%s:2: plugin %s: the check process %s", ini, fixture(name), how);
+  snprintf(want, sizeof(want), "%s:2: plugin %s: the check process %s", ini, th_fixture(name), how);
   int rc = ecc_check(ini, &o, NULL, err, sizeof(err));
   cr_assert_eq(rc, ECC_ERR_INCOMPATIBLE, "rc %d: %s", rc, err);
   cr_assert_str_eq(err, want);
@@ -542,7 +479,7 @@ static void expect_check_reports(const char *name, uint64_t timeout_ms, const ch
   cr_assert_eq(rc, ECC_ERR_INCOMPATIBLE, "rc %d: %s", rc, err);
   cr_assert_null(meta);
   cr_assert_str_eq(err, want);
-  cr_assert_not(mapped_here(fixture(name)), "the plugin was mapped into the caller");
+  cr_assert_not(mapped_here(th_fixture(name)), "the plugin was mapped into the caller");
 }
 
 /* Ends with exit status 7 on purpose: where the plugin is loaded into the
@@ -602,7 +539,7 @@ Test(loader, exit_in_a_plugin_runs_none_of_the_callers_exit_handlers)
   snprintf(handler_marker, sizeof(handler_marker), "/tmp/ecc-exit-marker-%ld", (long)getpid());
   unlink(handler_marker);
   cr_assert_eq(atexit(mark_if_run_elsewhere), 0);
-  const char *ini = fixture_ini("ctor_exit42", NULL);
+  const char *ini = th_fixture_ini("ctor_exit42", NULL);
   char err[1024];
   cr_assert_eq(ecc_check(ini, NULL, NULL, err, sizeof(err)), ECC_ERR_INCOMPATIBLE, "%s", err);
   cr_assert_not(th_exists(handler_marker), "the caller's exit handler ran in the check process");
@@ -617,10 +554,10 @@ Test(loader, check_works_when_the_caller_ignores_sigchld)
   cr_assert_neq(signal(SIGCHLD, SIG_IGN), SIG_ERR);
   char err[1024] = "";
   ecc_plugin_meta_t m;
-  cr_assert_eq(ecc_check(fixture_ini("full", NULL), NULL, &m, err, sizeof(err)), ECC_OK, "%s",
+  cr_assert_eq(ecc_check(th_fixture_ini("full", NULL), NULL, &m, err, sizeof(err)), ECC_OK, "%s",
                err);
   cr_assert_str_eq(m.name, "full");
-  int rc = ecc_check(fixture_ini("ctor_exit42", NULL), NULL, NULL, err, sizeof(err));
+  int rc = ecc_check(th_fixture_ini("ctor_exit42", NULL), NULL, NULL, err, sizeof(err));
   cr_assert_eq(rc, ECC_ERR_SYSTEM, "rc %d: %s", rc, err);
   cr_assert_not_null(strstr(err, "cannot learn how the check process ended"), "%s", err);
   cr_assert_neq(signal(SIGCHLD, SIG_DFL), SIG_ERR);
@@ -628,13 +565,13 @@ Test(loader, check_works_when_the_caller_ignores_sigchld)
 
 Test(loader, check_params_returns_every_key_in_one_block)
 {
-  const char *ini = fixture_ini("full", "[region]\nsize = 4096\n");
+  const char *ini = th_fixture_ini("full", "[region]\nsize = 4096\n");
   ecc_plugin_meta_t *m = NULL;
   char err[512] = "";
   cr_assert_eq(ecc_check_params(ini, NULL, &m, err, sizeof(err)), ECC_OK, "%s", err);
   cr_assert_str_eq(err, "fixture would create a connector from 1 keys");
   cr_assert_not_null(m);
-  char *real = realpath(fixture("full"), NULL);
+  char *real = realpath(th_fixture("full"), NULL);
   cr_assert_str_eq(m->path, real);
   free(real);
   cr_assert_str_eq(m->name, "full");
@@ -650,12 +587,12 @@ Test(loader, check_params_returns_every_key_in_one_block)
     cr_assert_not_null(m->params[i].help);
     cr_assert_gt(strlen(m->params[i].help), 5);
   }
-  cr_assert_not(mapped_here(fixture("full")));
+  cr_assert_not(mapped_here(th_fixture("full")));
   free(m);
 
   char *before = (char *)err;
   ecc_plugin_meta_t *none = (ecc_plugin_meta_t *)before;
-  cr_assert_eq(ecc_check_params(fixture_ini("full", "[region]\nsize = 0\n"), NULL, &none, err,
+  cr_assert_eq(ecc_check_params(th_fixture_ini("full", "[region]\nsize = 0\n"), NULL, &none, err,
                                 sizeof(err)),
                ECC_ERR_CONFIG);
   cr_assert_null(none);
@@ -666,7 +603,7 @@ Test(loader, check_params_returns_every_key_in_one_block)
 
 Test(loader, check_timeout_option_is_bounded)
 {
-  const char *ini = fixture_ini("full", NULL);
+  const char *ini = th_fixture_ini("full", NULL);
   ecc_open_options_t o = check_timeout(3600001);
   char err[256] = "";
   cr_assert_eq(ecc_check(ini, &o, NULL, err, sizeof(err)), ECC_ERR_INVALID);
@@ -677,7 +614,7 @@ Test(loader, check_timeout_option_is_bounded)
    * it, so the value there is not read and the default (10 s) applies. */
   o = check_timeout(5);
   o.struct_size = offsetof(ecc_open_options_t, check_timeout_ms);
-  cr_assert_eq(ecc_check(fixture_ini("ctor_hang", NULL), &o, NULL, err, sizeof(err)),
+  cr_assert_eq(ecc_check(th_fixture_ini("ctor_hang", NULL), &o, NULL, err, sizeof(err)),
                ECC_ERR_INCOMPATIBLE);
   cr_assert_not_null(strstr(err, "within 10000 ms; it was killed"), "%s", err);
 }
@@ -692,7 +629,7 @@ Test(loader, missing_file_is_told_apart_from_a_corrupt_one)
   snprintf(corrupt, sizeof(corrupt), "%s/libecc-corrupt.so", dir);
 
   snprintf(want, sizeof(want), "plugin file not found: %s", missing);
-  const char *ini = ini_text("[plugin]\npath = %s\n", missing);
+  const char *ini = th_ini_text("[plugin]\npath = %s\n", missing);
   expect_open_fails(ini, ECC_ERR_CONFIG, want);
 
   FILE *f = fopen(corrupt, "wb");
@@ -701,7 +638,7 @@ Test(loader, missing_file_is_told_apart_from_a_corrupt_one)
   fclose(f);
   chmod(corrupt, 0644);
   snprintf(want, sizeof(want), "cannot load plugin %s: ", corrupt);
-  ini = ini_text("[plugin]\npath = %s\n", corrupt);
+  ini = th_ini_text("[plugin]\npath = %s\n", corrupt);
   char err[1024];
   ecc_connector_t *c;
   cr_assert_eq(open_ini(ini, &c, err, sizeof(err)), ECC_ERR_SYSTEM, "err: %s", err);
@@ -713,7 +650,8 @@ Test(loader, missing_file_is_told_apart_from_a_corrupt_one)
 
 Test(loader, relative_path_is_refused)
 {
-  const char *ini = ini_text("[plugin]\nlog_level = error\npath = tests/fixtures/libecc-good.so\n");
+  const char *ini =
+      th_ini_text("[plugin]\nlog_level = error\npath = tests/fixtures/libecc-good.so\n");
   char want[PATH_MAX];
   snprintf(want, sizeof(want), "%s:3: plugin path 'tests/fixtures/libecc-good.so' must be absolute",
            ini);
@@ -727,30 +665,30 @@ Test(loader, short_names_cannot_leave_the_plugin_dir)
   too_long[ECC_NAME_MAX + 1] = '\0';
   const char *bad[] = {"../good", "fixtures/good", "good.so", "go od", too_long};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-    const char *ini = ini_text("[plugin]\nname = %s\ndir = %s\n", bad[i], ECC_FIXTURE_DIR);
+    const char *ini = th_ini_text("[plugin]\nname = %s\ndir = %s\n", bad[i], ECC_FIXTURE_DIR);
     char want[256];
     snprintf(want, sizeof(want), "%s:2: bad plugin name '%s'", ini, bad[i]);
     expect_open_fails(ini, ECC_ERR_CONFIG, want);
   }
   /* ECC_NAME_MAX characters is still a name */
   too_long[ECC_NAME_MAX] = '\0';
-  const char *ini = ini_text("[plugin]\nname = %s\ndir = %s\n", too_long, ECC_FIXTURE_DIR);
+  const char *ini = th_ini_text("[plugin]\nname = %s\ndir = %s\n", too_long, ECC_FIXTURE_DIR);
   expect_open_fails(ini, ECC_ERR_CONFIG, "plugin file not found: ");
 }
 
 Test(loader, short_name_resolves_in_plugin_dir)
 {
   setenv("ECC_PLUGIN_DIR", "/nonexistent-ecc-dir", 1); /* [plugin] dir comes first */
-  const char *ini = ini_text("[plugin]\nname = good\ndir = %s/\n", ECC_FIXTURE_DIR);
+  const char *ini = th_ini_text("[plugin]\nname = good\ndir = %s/\n", ECC_FIXTURE_DIR);
   ecc_connector_t *c = open_ok(ini);
   ecc_plugin_meta_t m;
   cr_assert_eq(ecc_plugin_info(c, &m), ECC_OK);
-  char *real = realpath(fixture("good"), NULL);
+  char *real = realpath(th_fixture("good"), NULL);
   cr_assert_str_eq(m.path, real);
   free(real);
   cr_assert_eq(ecc_close(c), ECC_OK);
 
-  ini = ini_text("[plugin]\nname = good\ndir = relative/dir\n");
+  ini = th_ini_text("[plugin]\nname = good\ndir = relative/dir\n");
   char want[256];
   snprintf(want, sizeof(want), "%s:3: plugin dir 'relative/dir' must be an absolute path", ini);
   expect_open_fails(ini, ECC_ERR_CONFIG, want);
@@ -759,14 +697,14 @@ Test(loader, short_name_resolves_in_plugin_dir)
 Test(loader, short_name_resolves_in_env_dir)
 {
   setenv("ECC_PLUGIN_DIR", ECC_FIXTURE_DIR, 1);
-  ecc_connector_t *c = open_ok(ini_text("[plugin]\nname = full\n"));
+  ecc_connector_t *c = open_ok(th_ini_text("[plugin]\nname = full\n"));
   ecc_plugin_meta_t m;
   cr_assert_eq(ecc_plugin_info(c, &m), ECC_OK);
   cr_assert_str_eq(m.name, "full");
   cr_assert_eq(ecc_close(c), ECC_OK);
 
   setenv("ECC_PLUGIN_DIR", "not/absolute", 1);
-  expect_open_fails(ini_text("[plugin]\nname = full\n"), ECC_ERR_CONFIG,
+  expect_open_fails(th_ini_text("[plugin]\nname = full\n"), ECC_ERR_CONFIG,
                     "ECC_PLUGIN_DIR 'not/absolute' must be an absolute path");
 }
 
@@ -782,7 +720,7 @@ Test(loader, short_name_defaults_to_the_dir_beside_the_library)
   char want[PATH_MAX + 64];
   snprintf(want, sizeof(want), "%.*s/ecc/libecc-shm.so", (int)(strrchr(lib, '/') - lib), lib);
   free(lib);
-  const char *ini = ini_text("[plugin]\nname = shm\n[region]\nblock_size = 4096\n");
+  const char *ini = th_ini_text("[plugin]\nname = shm\n[region]\nblock_size = 4096\n");
   char err[1024];
   ecc_plugin_meta_t m;
   int rc = ecc_check(ini, NULL, &m, err, sizeof(err));
@@ -804,7 +742,7 @@ Test(loader, not_a_regular_file_is_refused)
   const char *dir = private_dir();
   char want[PATH_MAX];
   snprintf(want, sizeof(want), "plugin %s: %s is not a regular file", dir, dir);
-  expect_open_fails(ini_text("[plugin]\npath = %s\n", dir), ECC_ERR_CONFIG, want);
+  expect_open_fails(th_ini_text("[plugin]\npath = %s\n", dir), ECC_ERR_CONFIG, want);
   rmdir(dir);
 }
 
@@ -814,8 +752,8 @@ Test(loader, world_writable_plugin_or_dir_is_refused)
   cr_assert_eq(chmod(dir, 0755), 0);
   char copy[PATH_MAX], want[3 * PATH_MAX];
   snprintf(copy, sizeof(copy), "%s/libecc-copy.so", dir);
-  copy_file(fixture("good"), copy, 0666);
-  const char *ini = ini_text("[plugin]\npath = %s\n", copy);
+  th_copy_file(th_fixture("good"), copy, 0666);
+  const char *ini = th_ini_text("[plugin]\npath = %s\n", copy);
   snprintf(want, sizeof(want), "plugin %s refused: %s is writable by others (mode 0666)", copy,
            copy);
   expect_open_fails(ini, ECC_ERR_CONFIG, want);
@@ -827,7 +765,7 @@ Test(loader, world_writable_plugin_or_dir_is_refused)
            copy, dir);
   expect_open_fails(ini, ECC_ERR_CONFIG, want);
   /* the same name through the directory: refused as well */
-  expect_open_fails(ini_text("[plugin]\nname = copy\ndir = %s\n", dir), ECC_ERR_CONFIG, want);
+  expect_open_fails(th_ini_text("[plugin]\nname = copy\ndir = %s\n", dir), ECC_ERR_CONFIG, want);
 
   cr_assert_eq(chmod(dir, 0755), 0);
   ecc_connector_t *c = open_ok(ini);
@@ -842,7 +780,7 @@ Test(loader, world_writable_plugin_or_dir_is_refused)
  * shutdown twice, and any call after shutdown, answer ECC_ERR_CLOSED. */
 Test(loader, plugin_state_machine_after_shutdown)
 {
-  void *dl = dlopen(fixture("good"), RTLD_NOW | RTLD_LOCAL);
+  void *dl = dlopen(th_fixture("good"), RTLD_NOW | RTLD_LOCAL);
   cr_assert_not_null(dl, "%s", dlerror());
   const ecc_plugin_v1_t *t = dlsym(dl, ECC_PLUGIN_V1_SYMBOL);
   cr_assert_not_null(t);
@@ -874,27 +812,27 @@ Test(loader, plugin_state_machine_after_shutdown)
 
 Test(loader, two_connectors_share_one_loaded_plugin)
 {
-  const char *trace = trace_path();
+  const char *trace = th_trace_path();
   char extra[256];
   snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n", trace);
-  const char *ini = fixture_ini("good", extra);
+  const char *ini = th_fixture_ini("good", extra);
   ecc_connector_t *a = open_ok(ini);
   ecc_connector_t *b = open_ok(ini);
   cr_assert_eq(ecc_close(a), ECC_OK);
-  cr_assert(still_loaded(fixture("good")), "b still needs the plugin");
+  cr_assert(still_loaded(th_fixture("good")), "b still needs the plugin");
   uint32_t blocks[1] = {0};
   ecc_save_entry_t save = {.key = "k", .nbytes = 1, .block_ids = blocks, .n_blocks = 1};
   cr_assert_eq(ecc_save(b, &save, 1), ECC_OK);
   cr_assert_eq(ecc_close(b), ECC_OK);
-  cr_assert(still_loaded(fixture("good")), "an accepted plugin stays loaded");
+  cr_assert(still_loaded(th_fixture("good")), "an accepted plugin stays loaded");
   cr_assert_eq(count_lines_with(trace, "create "), 2);
   cr_assert_eq(count_lines_with(trace, "shutdown "), 2);
 }
 
 Test(loader, load_unload_loop_leaks_no_fds)
 {
-  const char *ini = fixture_ini("good", NULL);
-  const char *broken = fixture_ini("null_required", NULL);
+  const char *ini = th_fixture_ini("good", NULL);
+  const char *broken = th_fixture_ini("null_required", NULL);
   char err[512];
   int before = th_count_fds();
   for (int i = 0; i < 200; i++) {
@@ -905,14 +843,14 @@ Test(loader, load_unload_loop_leaks_no_fds)
     cr_assert_eq(ecc_open(broken, NULL, &c, err, sizeof(err)), ECC_ERR_INCOMPATIBLE);
   }
   cr_assert_eq(th_count_fds(), before, "file descriptors leaked");
-  cr_assert(still_loaded(fixture("good")), "an accepted plugin stays loaded");
-  cr_assert_not(still_loaded(fixture("null_required")), "a refused plugin is unloaded");
+  cr_assert(still_loaded(th_fixture("good")), "an accepted plugin stays loaded");
+  cr_assert_not(still_loaded(th_fixture("null_required")), "a refused plugin is unloaded");
 }
 
 /* The handles the good fixture gave, in order, read back from its trace. */
 static size_t traced_handles(const char *trace, unsigned long long *out, size_t cap)
 {
-  const char *text = read_all(trace);
+  const char *text = th_read_file(trace);
   size_t n = 0;
   for (const char *line = text; line != NULL && *line != '\0' && n < cap;) {
     unsigned long long h;
@@ -930,16 +868,16 @@ static size_t traced_handles(const char *trace, unsigned long long *out, size_t 
  * and give the old value out again. */
 Test(loader, shut_handle_stays_invalid_after_the_plugin_is_opened_again)
 {
-  const char *trace = trace_path();
+  const char *trace = th_trace_path();
   char extra[256];
   snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n", trace);
-  const char *ini = fixture_ini("good", extra);
+  const char *ini = th_fixture_ini("good", extra);
   cr_assert_eq(ecc_close(open_ok(ini)), ECC_OK);
   ecc_connector_t *c = open_ok(ini);
   unsigned long long h[2];
-  cr_assert_eq(traced_handles(trace, h, 2), 2, "trace: %s", read_all(trace));
+  cr_assert_eq(traced_handles(trace, h, 2), 2, "trace: %s", th_read_file(trace));
   /* Only now does this test hold a reference of its own. */
-  void *dl = dlopen(fixture("good"), RTLD_NOW | RTLD_NOLOAD);
+  void *dl = dlopen(th_fixture("good"), RTLD_NOW | RTLD_NOLOAD);
   cr_assert_not_null(dl, "the open connector's plugin is not loaded");
   const ecc_plugin_v1_t *t = dlsym(dl, ECC_PLUGIN_V1_SYMBOL);
   cr_assert_not_null(t);
@@ -957,7 +895,7 @@ Test(loader, shut_handle_stays_invalid_after_the_plugin_is_opened_again)
   cr_assert_eq(ecc_save(c, &save, 1), ECC_OK, "the open connector is untouched");
   cr_assert_eq(ecc_close(c), ECC_OK);
   dlclose(dl);
-  cr_assert_eq(count_lines_with(trace, "shutdown "), 2, "trace: %s", read_all(trace));
+  cr_assert_eq(count_lines_with(trace, "shutdown "), 2, "trace: %s", th_read_file(trace));
 }
 
 /* ---- logging ---- */
@@ -983,7 +921,7 @@ Test(loader, log_sink_and_level_reach_plugin_and_shim)
   struct log_capture cap = {.max_level = -1};
   ecc_open_options_t opt = {.struct_size = sizeof(opt), .log = capture, .log_user = &cap,
                           .log_level = ECC_LOG_INFO};
-  const char *ini = fixture_ini("good", NULL);
+  const char *ini = th_fixture_ini("good", NULL);
   ecc_connector_t *c = NULL;
   char err[512];
   cr_assert_eq(ecc_open(ini, &opt, &c, err, sizeof(err)), ECC_OK, "%s", err);
@@ -1001,7 +939,7 @@ Test(loader, log_sink_and_level_reach_plugin_and_shim)
 
   struct log_capture chatty = {.max_level = -1};
   opt.log_user = &chatty;
-  ini = ini_text("[plugin]\npath = %s\nlog_level = debug\n", fixture("good"));
+  ini = th_ini_text("[plugin]\npath = %s\nlog_level = debug\n", th_fixture("good"));
   cr_assert_eq(ecc_open(ini, &opt, &c, err, sizeof(err)), ECC_OK, "%s", err);
   cr_assert_eq(chatty.count, 2, "log: %s", chatty.text);
   cr_assert_eq(ecc_close(c), ECC_OK);

@@ -40,11 +40,7 @@ TestSuite(plugin_trust, .init = setup, .fini = teardown, .timeout = 60);
 
 static const char *at(const char *rel)
 {
-  static char paths[8][256];
-  static unsigned next;
-  char *p = paths[next++ % 8];
-  snprintf(p, 256, "%s/%s", base, rel);
-  return p;
+  return th_path_in(base, rel);
 }
 
 static void need_root(void)
@@ -55,46 +51,9 @@ static void need_root(void)
   }
 }
 
-static void make_dir(const char *path, mode_t mode)
-{
-  cr_assert_eq(mkdir(path, 0700), 0, "mkdir %s: %s", path, strerror(errno));
-  cr_assert_eq(chmod(path, mode), 0);
-}
-
-/* A copy of the good fixture plugin at `to`, owned by this user. */
-static void place_plugin(const char *to, mode_t mode)
-{
-  int in = open(GOOD, O_RDONLY | O_CLOEXEC);
-  cr_assert_geq(in, 0, "%s: %s", GOOD, strerror(errno));
-  int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  cr_assert_geq(out, 0, "%s: %s", to, strerror(errno));
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(in, buf, sizeof(buf))) > 0)
-    cr_assert_eq(write(out, buf, (size_t)n), n);
-  cr_assert_eq(n, 0);
-  cr_assert_eq(fchmod(out, mode), 0);
-  close(in);
-  close(out);
-}
-
 static void give_away(const char *path)
 {
   cr_assert_eq(chown(path, OTHER_UID, OTHER_UID), 0, "chown %s: %s", path, strerror(errno));
-}
-
-/* Whether anything under `dir` is mapped into this process. */
-static int mapped_under(const char *dir)
-{
-  FILE *f = fopen("/proc/self/maps", "r");
-  cr_assert_not_null(f);
-  char line[1024];
-  int found = 0;
-  while (fgets(line, sizeof(line), f) != NULL)
-    if (strstr(line, dir) != NULL)
-      found = 1;
-  fclose(f);
-  return found;
 }
 
 static const char *plugin_ini(const char *plugin_lines)
@@ -121,7 +80,7 @@ static void expect_refused(const char *lines, const char *plugin, const char *co
   cr_expect_eq(rc, ECC_ERR_CONFIG, "ecc_open: rc %d: %s", rc, err);
   cr_expect_null(c);
   cr_expect_not_null(strstr(err, want), "ecc_open said '%s'\nwanted '%s'", err, want);
-  cr_expect_not(mapped_under(base), "a refused plugin was mapped");
+  cr_expect_not(th_mapped_under(base), "a refused plugin was mapped");
 }
 
 static void expect_loads(const char *lines, const char *canonical)
@@ -161,8 +120,8 @@ static int rename_as_other_user(const char *from, const char *to)
 Test(plugin_trust, plugin_in_a_folder_another_user_owns_is_refused)
 {
   need_root();
-  make_dir(at("theirs"), 0755);
-  place_plugin(at("theirs/libecc-good.so"), 0755); /* the file itself is root's */
+  th_make_dir(at("theirs"), 0755);
+  th_copy_file(GOOD, at("theirs/libecc-good.so"), 0755); /* the file itself is root's */
   give_away(at("theirs"));
   char lines[256];
   snprintf(lines, sizeof(lines), "path = %s", at("theirs/libecc-good.so"));
@@ -172,9 +131,9 @@ Test(plugin_trust, plugin_in_a_folder_another_user_owns_is_refused)
 
 Test(plugin_trust, folder_under_a_writable_grandparent_is_refused)
 {
-  make_dir(at("open"), 0777);
-  make_dir(at("open/plugins"), 0755);
-  place_plugin(at("open/plugins/libecc-good.so"), 0755);
+  th_make_dir(at("open"), 0777);
+  th_make_dir(at("open/plugins"), 0755);
+  th_copy_file(GOOD, at("open/plugins/libecc-good.so"), 0755);
   char lines[256];
   snprintf(lines, sizeof(lines), "path = %s", at("open/plugins/libecc-good.so"));
   expect_refused(lines, at("open/plugins/libecc-good.so"), at("open"),
@@ -194,8 +153,8 @@ Test(plugin_trust, folder_under_a_writable_grandparent_is_refused)
 Test(plugin_trust, plugin_dir_another_user_owns_is_refused)
 {
   need_root();
-  make_dir(at("theirs"), 0755);
-  place_plugin(at("theirs/libecc-good.so"), 0755);
+  th_make_dir(at("theirs"), 0755);
+  th_copy_file(GOOD, at("theirs/libecc-good.so"), 0755);
   give_away(at("theirs"));
   char lines[256];
   snprintf(lines, sizeof(lines), "name = good\ndir = %s", at("theirs"));
@@ -205,8 +164,8 @@ Test(plugin_trust, plugin_dir_another_user_owns_is_refused)
 Test(plugin_trust, plugin_dir_variable_naming_another_users_folder_is_refused)
 {
   need_root();
-  make_dir(at("theirs"), 0755);
-  place_plugin(at("theirs/libecc-good.so"), 0755);
+  th_make_dir(at("theirs"), 0755);
+  th_copy_file(GOOD, at("theirs/libecc-good.so"), 0755);
   give_away(at("theirs"));
   cr_assert_eq(setenv("ECC_PLUGIN_DIR", at("theirs"), 1), 0);
   expect_refused("name = good", at("theirs/libecc-good.so"), at("theirs"),
@@ -216,7 +175,7 @@ Test(plugin_trust, plugin_dir_variable_naming_another_users_folder_is_refused)
 
 Test(plugin_trust, group_writable_plugin_is_refused)
 {
-  place_plugin(at("libecc-good.so"), 0775);
+  th_copy_file(GOOD, at("libecc-good.so"), 0775);
   char lines[256];
   snprintf(lines, sizeof(lines), "path = %s", at("libecc-good.so"));
   expect_refused(lines, at("libecc-good.so"), at("libecc-good.so"),
@@ -226,7 +185,7 @@ Test(plugin_trust, group_writable_plugin_is_refused)
 Test(plugin_trust, plugin_file_another_user_owns_is_refused)
 {
   need_root();
-  place_plugin(at("libecc-good.so"), 0755);
+  th_copy_file(GOOD, at("libecc-good.so"), 0755);
   give_away(at("libecc-good.so"));
   char lines[256];
   snprintf(lines, sizeof(lines), "path = %s", at("libecc-good.so"));
@@ -248,7 +207,7 @@ Test(plugin_trust, own_plugin_in_sticky_tmp_is_accepted)
   char plugin[128];
   snprintf(plugin, sizeof(plugin), "/tmp/libecc-pt%ld.so", (long)getpid());
   unlink(plugin);
-  place_plugin(plugin, 0755);
+  th_copy_file(GOOD, plugin, 0755);
   char lines[256];
   snprintf(lines, sizeof(lines), "path = %s", plugin);
   expect_loads(lines, plugin);
@@ -260,10 +219,10 @@ Test(plugin_trust, own_plugin_in_sticky_tmp_is_accepted)
 Test(plugin_trust, symlinked_plugin_is_checked_at_its_target)
 {
   need_root();
-  make_dir(at("safe"), 0755);
-  make_dir(at("theirs"), 0755);
-  place_plugin(at("safe/libecc-real.so"), 0755);
-  place_plugin(at("theirs/libecc-good.so"), 0755);
+  th_make_dir(at("safe"), 0755);
+  th_make_dir(at("theirs"), 0755);
+  th_copy_file(GOOD, at("safe/libecc-real.so"), 0755);
+  th_copy_file(GOOD, at("theirs/libecc-good.so"), 0755);
   give_away(at("theirs"));
   /* A link in a safe folder leading into theirs: refused for theirs. */
   cr_assert_eq(symlink(at("theirs/libecc-good.so"), at("safe/libecc-link.so")), 0);

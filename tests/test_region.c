@@ -23,28 +23,13 @@
 #include "log.h"
 #include "region.h"
 
-static char captured[16384];
 static char tdir[64];
 static struct ecc_log tlog;
 
-static void capture(void *user, int level, const char *msg)
-{
-  (void)user;
-  size_t used = strlen(captured);
-  snprintf(captured + used, sizeof(captured) - used, "[%d] %s\n", level, msg);
-}
-
-static const ecc_host_services_v1_t host = {
-    .struct_size = sizeof(ecc_host_services_v1_t),
-    .log_level = ECC_LOG_DEBUG,
-    .log = capture,
-    .user = NULL,
-};
-
 static void setup(void)
 {
-  captured[0] = '\0';
-  log_init(&tlog, &host);
+  th_captured[0] = '\0';
+  log_init(&tlog, th_capturing_host());
   snprintf(tdir, sizeof(tdir), "/dev/shm/ecctest-XXXXXX");
   cr_assert_not_null(mkdtemp(tdir), "mkdtemp: %s", strerror(errno));
 }
@@ -95,13 +80,6 @@ static const char *path_of(const char *name)
   return paths[i];
 }
 
-static const char *last_error(void)
-{
-  static char buf[512];
-  log_last(&tlog, buf, sizeof(buf));
-  return buf;
-}
-
 static int64_t elapsed_ms(const struct timespec *t0)
 {
   struct timespec now;
@@ -131,14 +109,14 @@ static void expect_region_error(const struct region_params *p, const char *needl
   struct region r;
   int fds = th_count_fds();
   int rc = region_open(p, &r, &tlog);
-  cr_assert_eq(rc, ECC_ERR_REGION, "rc %d, error '%s'", rc, last_error());
+  cr_assert_eq(rc, ECC_ERR_REGION, "rc %d, error '%s'", rc, th_log_last(&tlog));
   cr_assert_eq(r.fd, -1);
   cr_assert_null(r.map);
   cr_assert_eq(th_count_fds(), fds, "a failed open leaked a descriptor");
-  cr_assert_not_null(strstr(last_error(), needle), "error '%s' lacks '%s'", last_error(),
-                     needle);
-  cr_assert_not_null(strstr(last_error(), path_of(p->name)), "error '%s' lacks the path",
-                     last_error());
+  cr_assert_not_null(strstr(th_log_last(&tlog), needle), "error '%s' lacks '%s'",
+                     th_log_last(&tlog), needle);
+  cr_assert_not_null(strstr(th_log_last(&tlog), path_of(p->name)), "error '%s' lacks the path",
+                     th_log_last(&tlog));
 }
 
 static void fill(uint8_t *buf, size_t n, unsigned seed)
@@ -217,7 +195,7 @@ Test(region, create_writes_a_correct_header)
   struct region_params p = params(name, 192, 10, REGION_AUTO, 1000);
   struct region r;
   struct timespec now;
-  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   clock_gettime(CLOCK_REALTIME, &now);
 
   cr_assert_str_eq(r.path, path_of(name));
@@ -246,7 +224,7 @@ Test(region, create_writes_a_correct_header)
   cr_assert_eq(st.st_mode & 0777, 0600);
   cr_assert_eq(st.st_ino, r.ino);
   cr_assert_eq(th_count_entries(tdir), 1, "the temporary name was left behind");
-  cr_assert_not_null(strstr(captured, "created region"), "log: %s", captured);
+  cr_assert_not_null(strstr(th_captured, "created region"), "log: %s", th_captured);
 
   region_close(&r, &tlog);
   cr_assert_eq(r.fd, -1);
@@ -262,8 +240,8 @@ Test(region, join_in_same_process_shares_data)
   struct region_params pc = params(name, 256, 16, REGION_CREATE, 1000);
   struct region_params pj = params(name, 256, 16, REGION_JOIN, 1000);
   struct region a, b;
-  cr_assert_eq(region_open(&pc, &a, &tlog), ECC_OK, "%s", last_error());
-  cr_assert_eq(region_open(&pj, &b, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&pc, &a, &tlog), ECC_OK, "%s", th_log_last(&tlog));
+  cr_assert_eq(region_open(&pj, &b, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   cr_assert_eq(a.creator, 1);
   cr_assert_eq(b.creator, 0);
   cr_assert_eq(b.ino, a.ino);
@@ -286,14 +264,14 @@ Test(region, joiner_outlives_creator_and_next_open_joins_the_same_file)
   const char *name = uniq();
   struct region_params p = params(name, 64, 4, REGION_AUTO, 1000);
   struct region a, b, c;
-  cr_assert_eq(region_open(&p, &a, &tlog), ECC_OK, "%s", last_error());
-  cr_assert_eq(region_open(&p, &b, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&p, &a, &tlog), ECC_OK, "%s", th_log_last(&tlog));
+  cr_assert_eq(region_open(&p, &b, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   cr_assert_eq(b.creator, 0, "auto must join an existing region");
   fill(a.blocks, 64, 5);
   region_close(&a, &tlog);
   cr_assert(th_exists(path_of(name)), "the creator removed a region the joiner holds");
   cr_assert(check_fill(b.blocks, 64, 5), "the joiner's mapping must survive the close");
-  cr_assert_eq(region_open(&p, &c, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&p, &c, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   cr_assert_eq(c.creator, 0, "the next open must join the live region");
   cr_assert_eq(c.ino, b.ino);
   cr_assert(check_fill(c.blocks, 64, 5));
@@ -308,7 +286,7 @@ Test(region, join_from_forked_child_sees_and_writes_data)
   const char *name = uniq();
   struct region_params pc = params(name, 512, 8, REGION_AUTO, 1000);
   struct region a;
-  cr_assert_eq(region_open(&pc, &a, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&pc, &a, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   fill(a.blocks + 2 * 512, 512, 11);
 
   pid_t pid = fork();
@@ -369,7 +347,7 @@ Test(region, join_waits_for_a_late_creator)
   close(go[1]);
   int status = 0;
   waitpid(pid, &status, 0);
-  cr_assert_eq(rc, ECC_OK, "%s", last_error());
+  cr_assert_eq(rc, ECC_OK, "%s", th_log_last(&tlog));
   cr_assert_eq(r.creator, 0);
   cr_assert(ms >= 100 && ms < 4000, "joined after %lld ms", (long long)ms);
   cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -447,7 +425,7 @@ Test(region, join_with_other_block_size_fails_naming_both_layouts)
   const char *name = uniq();
   struct region_params pc = params(name, 64, 8, REGION_AUTO, 1000);
   struct region a;
-  cr_assert_eq(region_open(&pc, &a, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&pc, &a, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   struct region_params pj = params(name, 128, 8, REGION_AUTO, 1000);
   expect_region_error(&pj, "has 8 blocks of 64 bytes but this connector is configured for "
                            "8 blocks of 128 bytes");
@@ -460,7 +438,7 @@ Test(region, join_with_other_block_count_fails_naming_both_layouts)
   const char *name = uniq();
   struct region_params pc = params(name, 64, 8, REGION_CREATE, 1000);
   struct region a;
-  cr_assert_eq(region_open(&pc, &a, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&pc, &a, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   struct region_params pj = params(name, 64, 9, REGION_JOIN, 1000);
   expect_region_error(&pj, "has 8 blocks of 64 bytes but this connector is configured for "
                            "9 blocks of 64 bytes");
@@ -566,7 +544,7 @@ Test(region, hand_made_valid_file_is_joined)
   write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 8, 0600);
   struct region_params p = params(name, 64, 8, REGION_JOIN, 1000);
   struct region r;
-  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   cr_assert_eq(r.creator, 0);
   region_close(&r, &tlog);
 }
@@ -601,7 +579,7 @@ Test(region, group_or_world_writable_file_is_refused)
   expect_region_error(&p, "writable by group or others (mode 0620)");
   cr_assert_eq(chmod(path_of(name), 0644), 0); /* readable is fine */
   struct region r;
-  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   region_close(&r, &tlog);
 }
 
@@ -667,7 +645,7 @@ Test(region, create_when_the_file_exists_fails)
   const char *name = uniq();
   struct region_params p = params(name, 64, 8, REGION_CREATE, 1000);
   struct region a;
-  cr_assert_eq(region_open(&p, &a, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&p, &a, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   expect_region_error(&p, "already exists");
   cr_assert_eq(th_count_entries(tdir), 1);
   cr_assert(th_exists(path_of(name)), "the failed create removed the existing region");
@@ -685,8 +663,8 @@ Test(region, region_of_an_exited_process_is_reaped)
   cr_assert(th_exists(path_of(name)), "the child should have left its region behind");
   cr_assert_eq(region_reap_orphans(tdir, &tlog), 1);
   cr_assert(!th_exists(path_of(name)));
-  cr_assert_not_null(strstr(captured, "removed orphaned region"), "log: %s", captured);
-  cr_assert_not_null(strstr(captured, path_of(name)), "log: %s", captured);
+  cr_assert_not_null(strstr(th_captured, "removed orphaned region"), "log: %s", th_captured);
+  cr_assert_not_null(strstr(th_captured, path_of(name)), "log: %s", th_captured);
 }
 
 Test(region, region_held_by_a_live_process_is_not_reaped)
@@ -698,7 +676,7 @@ Test(region, region_held_by_a_live_process_is_not_reaped)
   cr_assert(th_exists(path_of(name)), "a held region was reaped");
   /* Held by a joiner in this process only. */
   struct region r;
-  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   cr_assert_eq(r.creator, 0);
   cr_assert_eq(stop_holder(&h), 0);
   cr_assert_eq(region_reap_orphans(tdir, &tlog), 0);
@@ -713,7 +691,7 @@ Test(region, region_created_here_is_not_reaped)
   const char *name = uniq();
   struct region_params p = params(name, 64, 8, REGION_AUTO, 1000);
   struct region r;
-  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   cr_assert_eq(region_reap_orphans(tdir, &tlog), 0);
   cr_assert(th_exists(path_of(name)));
   region_close(&r, &tlog);
@@ -761,10 +739,10 @@ Test(region, open_with_reaping_replaces_an_orphan_of_another_layout)
   struct region_params p = params(name, 128, 4, REGION_AUTO, 1000);
   p.reap_orphans = 1;
   struct region r;
-  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   cr_assert_eq(r.creator, 1);
   cr_assert_eq(r.block_size, 128);
-  cr_assert_not_null(strstr(captured, "removed orphaned region"), "log: %s", captured);
+  cr_assert_not_null(strstr(th_captured, "removed orphaned region"), "log: %s", th_captured);
   region_close(&r, &tlog);
 }
 
@@ -790,7 +768,7 @@ Test(region, bad_names_and_paths_are_refused_before_touching_anything)
     struct region_params p = params(bad[i], 64, 8, REGION_AUTO, 100);
     struct region r;
     cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_CONFIG, "name '%s' accepted", bad[i]);
-    cr_assert_not_null(strstr(last_error(), "region.name"), "%s", last_error());
+    cr_assert_not_null(strstr(th_log_last(&tlog), "region.name"), "%s", th_log_last(&tlog));
     cr_assert_eq(r.fd, -1);
   }
   char longest[ECC_NAME_MAX + 1];
@@ -798,7 +776,7 @@ Test(region, bad_names_and_paths_are_refused_before_touching_anything)
   longest[ECC_NAME_MAX] = '\0';
   struct region_params ok = params(longest, 64, 8, REGION_AUTO, 100);
   struct region r;
-  cr_assert_eq(region_open(&ok, &r, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&ok, &r, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   region_close(&r, &tlog);
 
   char dir[300];
@@ -808,7 +786,7 @@ Test(region, bad_names_and_paths_are_refused_before_touching_anything)
   struct region_params p = params("fine", 64, 8, REGION_AUTO, 100);
   p.dir = dir;
   cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_CONFIG);
-  cr_assert_not_null(strstr(last_error(), "too long"), "%s", last_error());
+  cr_assert_not_null(strstr(th_log_last(&tlog), "too long"), "%s", th_log_last(&tlog));
   cr_assert_eq(th_count_entries(tdir), 0);
 }
 
@@ -822,8 +800,8 @@ Test(region, zero_and_overflowing_layouts_are_refused)
   cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_CONFIG);
   p = params(name, 1ull << 40, 1ull << 40, REGION_CREATE, 100);
   cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_CONFIG);
-  cr_assert_not_null(strstr(last_error(), "too large"), "%s", last_error());
-  cr_assert_not_null(strstr(last_error(), path_of(name)), "%s", last_error());
+  cr_assert_not_null(strstr(th_log_last(&tlog), "too large"), "%s", th_log_last(&tlog));
+  cr_assert_not_null(strstr(th_log_last(&tlog), path_of(name)), "%s", th_log_last(&tlog));
   p = params(name, 1ull << 62, 2, REGION_CREATE, 100); /* exceeds off_t by the header */
   cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_CONFIG);
   p = params(name, 64, 8, 17, 100);
@@ -840,9 +818,9 @@ Test(region, missing_directory_fails_with_the_path_named)
   p.dir = dir;
   struct region r;
   int fds = th_count_fds();
-  cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_SYSTEM, "%s", last_error());
-  cr_assert_not_null(strstr(last_error(), dir), "%s", last_error());
-  cr_assert_not_null(strstr(last_error(), strerror(ENOENT)), "%s", last_error());
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_SYSTEM, "%s", th_log_last(&tlog));
+  cr_assert_not_null(strstr(th_log_last(&tlog), dir), "%s", th_log_last(&tlog));
+  cr_assert_not_null(strstr(th_log_last(&tlog), strerror(ENOENT)), "%s", th_log_last(&tlog));
   cr_assert_eq(th_count_fds(), fds);
   cr_assert_eq(th_count_entries(tdir), 0);
 }
@@ -861,9 +839,9 @@ Test(region, region_larger_than_the_filesystem_fails_with_enospc_and_leaves_noth
   struct region_params p = params(name, bs, fs_bytes / bs + 2, REGION_CREATE, 100);
   struct region r;
   int fds = th_count_fds();
-  cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_SYSTEM, "%s", last_error());
-  cr_assert_not_null(strstr(last_error(), strerror(ENOSPC)), "%s", last_error());
-  cr_assert_not_null(strstr(last_error(), path_of(name)), "%s", last_error());
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_SYSTEM, "%s", th_log_last(&tlog));
+  cr_assert_not_null(strstr(th_log_last(&tlog), strerror(ENOSPC)), "%s", th_log_last(&tlog));
+  cr_assert_not_null(strstr(th_log_last(&tlog), path_of(name)), "%s", th_log_last(&tlog));
   cr_assert_eq(r.fd, -1);
   cr_assert_null(r.map);
   cr_assert_eq(th_count_fds(), fds);

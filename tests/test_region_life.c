@@ -36,27 +36,12 @@
 #define OTHER_UID 65534 /* nobody */
 
 static char rdir[64];
-static char captured[16384];
 static struct ecc_log tlog;
-
-static void capture(void *user, int level, const char *msg)
-{
-  (void)user;
-  size_t used = strlen(captured);
-  snprintf(captured + used, sizeof(captured) - used, "[%d] %s\n", level, msg);
-}
-
-static const ecc_host_services_v1_t host = {
-    .struct_size = sizeof(ecc_host_services_v1_t),
-    .log_level = ECC_LOG_DEBUG,
-    .log = capture,
-    .user = NULL,
-};
 
 static void setup(void)
 {
-  captured[0] = '\0';
-  log_init(&tlog, &host);
+  th_captured[0] = '\0';
+  log_init(&tlog, th_capturing_host());
   snprintf(rdir, sizeof(rdir), "/dev/shm/ecclife-XXXXXX");
   cr_assert_not_null(mkdtemp(rdir), "mkdtemp: %s", strerror(errno));
 }
@@ -97,13 +82,6 @@ static void make_region_file(const char *path, int sparse)
   struct region_header h = th_region_header(BS, NB);
   cr_assert_eq(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
   close(fd);
-}
-
-static ecc_info_t describe(ecc_connector_t *c)
-{
-  ecc_info_t info = {.struct_size = sizeof(info)};
-  cr_assert_eq(ecc_describe(c, &info), ECC_OK);
-  return info;
 }
 
 /* ---- region.dir ----------------------------------------------------------- */
@@ -180,7 +158,7 @@ Test(life, linked_directory_is_resolved_and_the_real_one_checked)
   cr_assert_eq(symlink(real, link), 0);
   const char *name = th_region_name();
   ecc_connector_t *c = open_in(link, name, NULL);
-  cr_expect_str_eq(describe(c).region_path, th_region_path(real, name),
+  cr_expect_str_eq(th_describe(c).region_path, th_region_path(real, name),
                    "the region path should name the real directory");
   cr_expect(th_exists(th_region_path(real, name)));
   cr_assert_eq(ecc_close(c), ECC_OK);
@@ -365,13 +343,6 @@ Test(life, validation_names_the_default_directory_and_makes_nothing)
   cr_expect(!th_exists(dir), "validation made %s", dir);
 }
 
-static const char *last_error(void)
-{
-  static char buf[512];
-  log_last(&tlog, buf, sizeof(buf));
-  return buf;
-}
-
 static void write_bytes(const char *path, const char *text)
 {
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -381,18 +352,6 @@ static void write_bytes(const char *path, const char *text)
 }
 
 /* ---- connectors through the shim, in this process --------------------- */
-
-static ecc_connector_t *open_role(const char *ini, const char *role)
-{
-  ecc_kv_t kv = {"connector.role", role};
-  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
-                        .log_level = -1};
-  ecc_connector_t *c = NULL;
-  char err[1024] = "";
-  int rc = ecc_open(ini, &o, &c, err, sizeof(err));
-  cr_assert_eq(rc, ECC_OK, "ecc_open(%s) as %s: %d %s", ini, role, rc, err);
-  return c;
-}
 
 static uint64_t seed_of(uint64_t seed, uint32_t i)
 {
@@ -615,7 +574,7 @@ Test(life, restarted_producer_joins_the_region_the_consumer_still_holds)
   cr_assert_eq(r.rc, ECC_OK, "producer: %s", r.text);
   cr_assert_eq(r.creator, 1);
   uint64_t dev = r.dev, ino = r.ino;
-  ecc_connector_t *cons = open_role(ini, "consumer");
+  ecc_connector_t *cons = th_open_as(ini, "consumer");
   cr_assert_eq(remote_do(&prod, CMD_SAVE, NULL, 1, 0, ENTRIES).rc, ECC_OK);
   cr_assert_eq(load_wrong(cons, 1, 0, ENTRIES), 0);
 
@@ -647,8 +606,8 @@ Test(life, restarted_consumer_that_created_the_region_joins_it_again)
   cr_assert_eq(r.rc, ECC_OK, "consumer: %s", r.text);
   cr_assert_eq(r.creator, 1);
   uint64_t dev = r.dev, ino = r.ino;
-  ecc_connector_t *prod = open_role(ini, "producer");
-  cr_assert_eq(describe(prod).creator, 0);
+  ecc_connector_t *prod = th_open_as(ini, "producer");
+  cr_assert_eq(th_describe(prod).creator, 0);
   cr_assert_eq(save_entries(prod, 1, 0, ENTRIES), ECC_OK);
   cr_assert_eq(remote_do(&cons, CMD_LOAD, NULL, 1, 0, ENTRIES).wrong, 0);
 
@@ -675,8 +634,8 @@ Test(life, last_holder_removes_the_file_in_either_order)
     const char *name = th_region_name();
     struct region_params p = params(rdir, name, REGION_AUTO, 1000, 0);
     struct region a, b;
-    cr_assert_eq(region_open(&p, &a, &tlog), ECC_OK, "%s", last_error());
-    cr_assert_eq(region_open(&p, &b, &tlog), ECC_OK, "%s", last_error());
+    cr_assert_eq(region_open(&p, &a, &tlog), ECC_OK, "%s", th_log_last(&tlog));
+    cr_assert_eq(region_open(&p, &b, &tlog), ECC_OK, "%s", th_log_last(&tlog));
     cr_assert(a.creator == 1 && b.creator == 0);
     region_close(creator_first ? &a : &b, &tlog);
     cr_assert(th_exists(th_region_path(rdir, name)), "%s closed first and removed the region",
@@ -714,8 +673,8 @@ Test(life, two_holders_closing_at_once_leave_no_file)
   int left = 0;
   for (int round = 0; round < ROUNDS; round++) {
     struct closer c[2] = {{.go = &go}, {.go = &go}};
-    cr_assert_eq(region_open(&p, &c[0].r, &tlog), ECC_OK, "%s", last_error());
-    cr_assert_eq(region_open(&p, &c[1].r, &tlog), ECC_OK, "%s", last_error());
+    cr_assert_eq(region_open(&p, &c[0].r, &tlog), ECC_OK, "%s", th_log_last(&tlog));
+    cr_assert_eq(region_open(&p, &c[1].r, &tlog), ECC_OK, "%s", th_log_last(&tlog));
     pthread_t t[2];
     for (int i = 0; i < 2; i++)
       cr_assert_eq(pthread_create(&t[i], NULL, close_at_once, &c[i]), 0);
@@ -759,9 +718,9 @@ static void gone_underneath(int replace)
 {
   const char *name = th_region_name();
   const char *ini = th_ini_at(rdir, "both", name, BS, NB, NULL, NULL);
-  ecc_connector_t *c = open_role(ini, "both");
+  ecc_connector_t *c = th_open_as(ini, "both");
   char path[256];
-  snprintf(path, sizeof(path), "%s", describe(c).region_path);
+  snprintf(path, sizeof(path), "%s", th_describe(c).region_path);
   int old = open(path, O_RDONLY | O_CLOEXEC);
   cr_assert_geq(old, 0);
   static uint8_t a[BS], b[BS], dst[BS];
@@ -822,9 +781,9 @@ Test(life, region_truncated_while_mapped_is_reported_without_sigbus)
 {
   const char *name = th_region_name();
   const char *ini = th_ini_at(rdir, "both", name, BS, NB, NULL, NULL);
-  ecc_connector_t *c = open_role(ini, "both");
+  ecc_connector_t *c = th_open_as(ini, "both");
   char path[256];
-  snprintf(path, sizeof(path), "%s", describe(c).region_path);
+  snprintf(path, sizeof(path), "%s", th_describe(c).region_path);
   static uint8_t a[BS], dst[BS];
   th_fill(a, BS, 3);
   save_one(c, "before", 0, a);
@@ -1035,10 +994,10 @@ Test(life, temporary_file_of_a_killed_builder_goes_whatever_reap_orphans_says)
   cr_assert(th_exists(tmp_of(name)));
   struct region_params p = params(rdir, name, REGION_AUTO, 2000, 0);
   struct region r;
-  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   cr_expect_eq(r.creator, 1);
   cr_expect(!th_exists(tmp_of(name)), "the dead builder's temporary file is still there");
-  cr_expect_not_null(strstr(captured, "removed stale temporary file"), "log: %s", captured);
+  cr_expect_not_null(strstr(th_captured, "removed stale temporary file"), "log: %s", th_captured);
   cr_expect_eq(th_count_entries(rdir), 1);
   region_close(&r, &tlog);
   cr_expect_eq(th_count_entries(rdir), 0);
@@ -1054,7 +1013,7 @@ Test(life, leftover_temporary_files_go_and_unheld_regions_stay_without_reaping)
   const char *name = th_region_name();
   struct region_params p = params(rdir, name, REGION_AUTO, 2000, 0);
   struct region r;
-  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   cr_expect(!th_exists(old_form), "an unheld temporary file of the old form is still there");
   cr_expect(!th_exists(tmp_of("other")), "an unheld temporary file is still there");
   cr_expect(th_exists(th_region_path(rdir, "orphan")), "a region was reaped with reaping off");
@@ -1063,7 +1022,7 @@ Test(life, leftover_temporary_files_go_and_unheld_regions_stay_without_reaping)
   make_region_file(tmp_of("later"), 0);
   struct region r2;
   struct region_params p2 = params(rdir, th_region_name(), REGION_AUTO, 2000, 1);
-  cr_assert_eq(region_open(&p2, &r2, &tlog), ECC_OK, "%s", last_error());
+  cr_assert_eq(region_open(&p2, &r2, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   cr_expect(th_exists(tmp_of("later")), "a second open in one process scanned again");
   cr_expect(!th_exists(th_region_path(rdir, "orphan")),
             "the first open with reaping on did not scan for orphaned regions");
@@ -1102,9 +1061,9 @@ Test(life, temporary_file_being_built_is_waited_for_not_removed)
   /* A short wait ends in an error that says why, and builds nothing. */
   struct region_params p = params(rdir, name, REGION_AUTO, 200, 1);
   struct region r;
-  cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_REGION, "%s", last_error());
-  cr_expect_not_null(strstr(last_error(), "another process is still building it"), "%s",
-                     last_error());
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_REGION, "%s", th_log_last(&tlog));
+  cr_expect_not_null(strstr(th_log_last(&tlog), "another process is still building it"), "%s",
+                     th_log_last(&tlog));
   cr_expect_eq(ino_of(tmp), ino, "a temporary file being built was removed");
   cr_expect_eq(th_count_entries(rdir), 1);
   /* A longer one joins the region once the builder has linked it in. */
@@ -1159,13 +1118,15 @@ static void expect_sparse_refused(const struct region_params *p, const char *pat
   struct region r;
   int fds = th_count_fds();
   int rc = region_open(p, &r, &tlog);
-  cr_assert_eq(rc, ECC_ERR_REGION, "a sparse region was accepted (rc %d): %s", rc, last_error());
+  cr_assert_eq(rc, ECC_ERR_REGION, "a sparse region was accepted (rc %d): %s", rc,
+               th_log_last(&tlog));
   char want[160];
   snprintf(want, sizeof(want), "%llu bytes are allocated of the %lld it holds",
            (unsigned long long)before->st.st_blocks * 512, (long long)before->st.st_size);
-  cr_expect_not_null(strstr(last_error(), path), "'%s' does not name the file", last_error());
-  cr_expect_not_null(strstr(last_error(), "is sparse"), "%s", last_error());
-  cr_expect_not_null(strstr(last_error(), want), "'%s' lacks '%s'", last_error(), want);
+  cr_expect_not_null(strstr(th_log_last(&tlog), path), "'%s' does not name the file",
+                     th_log_last(&tlog));
+  cr_expect_not_null(strstr(th_log_last(&tlog), "is sparse"), "%s", th_log_last(&tlog));
+  cr_expect_not_null(strstr(th_log_last(&tlog), want), "'%s' lacks '%s'", th_log_last(&tlog), want);
   cr_expect_eq(th_count_fds(), fds);
   expect_unchanged(path, before);
 }

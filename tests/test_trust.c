@@ -35,11 +35,7 @@ TestSuite(trust, .init = setup, .fini = teardown, .timeout = 30);
 
 static const char *at(const char *rel)
 {
-  static char paths[8][256];
-  static int next;
-  char *p = paths[next++ % 8];
-  snprintf(p, 256, "%s/%s", base, rel);
-  return p;
+  return th_path_in(base, rel);
 }
 
 static void make_file(const char *path, mode_t mode)
@@ -49,12 +45,6 @@ static void make_file(const char *path, mode_t mode)
   cr_assert_eq(write(fd, "x", 1), 1);
   cr_assert_eq(fchmod(fd, mode), 0);
   close(fd);
-}
-
-static void make_dir(const char *path, mode_t mode)
-{
-  cr_assert_eq(mkdir(path, 0700), 0, "mkdir %s: %s", path, strerror(errno));
-  cr_assert_eq(chmod(path, mode), 0);
 }
 
 static int check(const char *path, enum trust_kind kind)
@@ -89,18 +79,18 @@ Test(trust, group_or_world_writable_file_is_refused)
 
 Test(trust, writable_directory_without_sticky_bit_is_refused)
 {
-  make_dir(at("open"), 0777);
+  th_make_dir(at("open"), 0777);
   make_file(at("open/f"), 0644);
   cr_assert_eq(check(at("open/f"), TRUST_FILE), TRUST_UNSAFE);
   cr_assert(strstr(why, at("open")) && strstr(why, "not a sticky directory"), "%s", why);
-  make_dir(at("grp"), 0770);
+  th_make_dir(at("grp"), 0770);
   cr_assert_eq(check(at("grp"), TRUST_DIR), TRUST_UNSAFE);
 }
 
 Test(trust, sticky_directory_passes_when_the_next_component_does)
 {
-  make_dir(at("sticky"), 01777);
-  make_dir(at("sticky/mine"), 0755);
+  th_make_dir(at("sticky"), 01777);
+  th_make_dir(at("sticky/mine"), 0755);
   make_file(at("sticky/mine/f"), 0644);
   cr_assert_eq(check(at("sticky/mine/f"), TRUST_FILE), TRUST_OK, "%s", why);
   cr_assert_eq(check(at("sticky"), TRUST_DIR), TRUST_OK, "%s", why);
@@ -115,8 +105,8 @@ Test(trust, another_users_file_or_directory_is_refused)
   cr_assert_eq(check(at("theirs"), TRUST_FILE), TRUST_UNSAFE);
   cr_assert(strstr(why, "owned by uid 65534"), "%s", why);
   /* Their directory inside a sticky one: they could swap what is below. */
-  make_dir(at("st"), 01777);
-  make_dir(at("st/theirs"), 0755);
+  th_make_dir(at("st"), 01777);
+  th_make_dir(at("st/theirs"), 0755);
   make_file(at("st/theirs/f"), 0644);
   cr_assert_eq(chown(at("st/theirs"), OTHER_UID, OTHER_UID), 0);
   cr_assert_eq(check(at("st/theirs/f"), TRUST_FILE), TRUST_UNSAFE);
@@ -133,13 +123,13 @@ Test(trust, root_owned_file_in_sticky_tmp_passes_for_root)
 
 Test(trust, links_are_checked_where_they_lead)
 {
-  make_dir(at("real"), 0755);
+  th_make_dir(at("real"), 0755);
   make_file(at("real/f"), 0644);
   cr_assert_eq(symlink(at("real"), at("dirlink")), 0);
   cr_assert_eq(check(at("dirlink/f"), TRUST_FILE), TRUST_OK, "%s", why);
   cr_assert_str_eq(canon, at("real/f"));
   /* A link into an unsafe directory is refused for that directory. */
-  make_dir(at("bad"), 0777);
+  th_make_dir(at("bad"), 0777);
   make_file(at("bad/f"), 0644);
   cr_assert_eq(symlink(at("bad/f"), at("flink")), 0);
   cr_assert_eq(check(at("flink"), TRUST_FILE), TRUST_UNSAFE);
@@ -159,7 +149,7 @@ Test(trust, fifo_and_device_are_refused_without_opening)
 
 Test(trust, kind_mismatch_and_missing_paths)
 {
-  make_dir(at("d"), 0755);
+  th_make_dir(at("d"), 0755);
   make_file(at("f"), 0644);
   cr_assert_eq(check(at("d"), TRUST_FILE), TRUST_UNSAFE);
   cr_assert_eq(check(at("f"), TRUST_DIR), TRUST_UNSAFE);
@@ -182,7 +172,7 @@ Test(trust, another_users_link_is_not_followed_even_to_a_safe_file)
 {
   if (geteuid() != 0)
     cr_skip_test("needs root to give a link to another user");
-  make_dir(at("st"), 01777);
+  th_make_dir(at("st"), 01777);
   make_file(at("safe"), 0644);
   cr_assert_eq(symlink(at("safe"), at("st/theirs")), 0);
   cr_assert_eq(lchown(at("st/theirs"), OTHER_UID, OTHER_UID), 0);
@@ -196,8 +186,8 @@ Test(trust, another_users_link_is_not_followed_even_to_a_safe_file)
 
 Test(trust, relative_paths_are_walked_from_the_working_directory)
 {
-  make_dir(at("open"), 0777);
-  make_dir(at("open/sub"), 0755);
+  th_make_dir(at("open"), 0777);
+  th_make_dir(at("open/sub"), 0755);
   make_file(at("open/sub/f"), 0644);
   char cwd[4096];
   cr_assert_not_null(getcwd(cwd, sizeof(cwd)));

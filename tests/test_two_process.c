@@ -43,6 +43,10 @@ static int consumer(const char *ini, int rd)
     fprintf(stderr, "consumer: %s\n", err);
     return 10;
   }
+  /* The joiner reports what it joined as what it was asked to be. */
+  ecc_info_t info = {.struct_size = sizeof(info)};
+  if (ecc_describe(c, &info) != ECC_OK || info.creator != 0 || strcmp(info.role, "consumer") != 0)
+    return 16;
   static uint8_t want[ROWS * BS], got[ROWS * BS];
   struct note n;
   uint32_t verified = 0;
@@ -61,6 +65,10 @@ static int consumer(const char *ini, int rd)
     }
     if (k != 1 || done.transfer_id != n.index + 1000 || done.status != ECC_OK)
       return 13;
+    /* One load call per entry: batches 1, 2, 3, ... of the consumer's own. */
+    if (done.direction != ECC_DIR_LOAD || done.batch != verified + 1 || done.nbytes != n.nbytes ||
+        done.elapsed_ns == 0 || done.key[0] != '\0')
+      return 17;
     th_fill(want, n.nbytes, n.index);
     if (memcmp(want, got, n.nbytes) != 0)
       return 14;
@@ -96,6 +104,7 @@ Test(two_process, producer_saves_consumer_loads)
 
   static uint8_t src[ENTRIES][ROWS * BS];
   uint32_t sent = 0;
+  uint64_t saved_bytes = 0;
   for (uint32_t i = 0; i < ENTRIES; i++) {
     struct note n = {.index = i, .nbytes = ROWS * BS - (i % 5) * 1000};
     ids_for(i, n.ids);
@@ -109,6 +118,9 @@ Test(two_process, producer_saves_consumer_loads)
     cr_assert_eq(th_poll_until(p, &done, 1, 5000), 1);
     cr_assert_str_eq(done.key, key);
     cr_assert_eq(done.status, ECC_OK);
+    cr_assert_eq(done.batch, i + 1, "save %u is in batch %llu", i, (unsigned long long)done.batch);
+    cr_assert_eq(done.nbytes, n.nbytes);
+    saved_bytes += n.nbytes;
     /* Handed over only once its save completed. */
     cr_assert_eq(write(fds[1], &n, sizeof(n)), (ssize_t)sizeof(n));
     sent++;
@@ -119,11 +131,16 @@ Test(two_process, producer_saves_consumer_loads)
   cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "consumer failed with status %d",
             WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   cr_expect_eq(sent, ENTRIES);
-  ecc_info_t info = {.struct_size = sizeof(info)};
-  cr_assert_eq(ecc_describe(p, &info), ECC_OK);
+  ecc_info_t info = th_describe(p);
   char path[256];
   snprintf(path, sizeof(path), "%s", info.region_path);
   cr_expect_eq(info.creator, 1, "the producer opened first and should have created the region");
+  cr_expect_str_eq(info.role, "producer");
+  ecc_stats_t st = th_stats(p);
+  cr_expect_eq(st.save.transfers, ENTRIES);
+  cr_expect_eq(st.save.entries, ENTRIES);
+  cr_expect_eq(st.save.bytes, saved_bytes);
+  cr_expect_eq(st.load.transfers, 0, "a producer counted loads");
   cr_assert_eq(ecc_close(p), ECC_OK);
   cr_expect(!th_exists(path), "the creator left %s behind", path);
 }

@@ -48,13 +48,6 @@ static void rig_close(struct rig *r)
   cr_assert_eq(ecc_close(r->c), ECC_OK);
 }
 
-static ecc_stats_t stats_of(ecc_connector_t *c)
-{
-  ecc_stats_t s = {.struct_size = sizeof(s)};
-  cr_assert_eq(ecc_get_stats(c, &s), ECC_OK);
-  return s;
-}
-
 /* Save `nbytes` of a seeded pattern under `key`, flush, wait for it. */
 static void save_one(struct rig *r, const char *key, const uint32_t *ids, uint32_t n,
                      uint8_t *src, uint64_t nbytes)
@@ -92,7 +85,7 @@ static void save_case(const uint32_t *ids, uint32_t n, uint64_t nbytes, uint64_t
   th_fill(src, sizeof(src), n * 1000 + nbytes);
   save_one(&r, "k", ids, n, src, nbytes);
   expect_region(&r, ids, n, src, nbytes);
-  ecc_stats_t s = stats_of(r.c);
+  ecc_stats_t s = th_stats(r.c);
   cr_expect_eq(s.save.descriptors, want_descs, "descriptors: %llu, expected %llu",
                (unsigned long long)s.save.descriptors, (unsigned long long)want_descs);
   cr_expect_eq(s.save.bytes, nbytes);
@@ -141,7 +134,7 @@ Test(upstream_save, noop_on_non_save_rank)
   ecc_completion_t done[1];
   cr_expect_eq(th_poll_until(r.c, done, 1, 100), 0, "a non-save rank reported a save");
   expect_region(&r, NULL, 0, src, 0);
-  ecc_stats_t s = stats_of(r.c);
+  ecc_stats_t s = th_stats(r.c);
   cr_expect_eq(s.saves_skipped, 1);
   cr_expect_eq(s.save.transfers, 0);
   rig_close(&r);
@@ -184,7 +177,7 @@ Test(upstream_save, several_keys_in_one_step_form_one_batch)
   cr_expect_str_eq(done[1].key, "b");
   cr_expect_str_eq(done[2].key, "c");
   cr_expect_eq(done[0].batch, done[2].batch);
-  cr_expect_eq(stats_of(r.c).save.transfers, 1);
+  cr_expect_eq(th_stats(r.c).save.transfers, 1);
   cr_expect_eq(memcmp(r.blocks + 4 * BS, b, 16), 0);
   cr_expect_eq(memcmp(r.blocks + 6 * BS, c, 32), 0);
   rig_close(&r);
@@ -196,7 +189,7 @@ Test(upstream_save, flush_with_nothing_queued_is_a_noop)
   cr_assert_eq(ecc_flush(r.c, NULL), ECC_OK);
   cr_assert_eq(ecc_save(r.c, NULL, 0), ECC_OK);
   cr_assert_eq(ecc_flush(r.c, NULL), ECC_OK);
-  cr_expect_eq(stats_of(r.c).save.transfers, 0);
+  cr_expect_eq(th_stats(r.c).save.transfers, 0);
   rig_close(&r);
 }
 
@@ -226,7 +219,7 @@ Test(upstream_load, scattered_blocks_land_in_order)
   load_and_wait(&r, &e, 1);
   for (int i = 0; i < 3; i++)
     cr_expect_eq(memcmp(dst + i * BS, r.blocks + ids[i] * BS, BS), 0, "block %d", i);
-  cr_expect_eq(stats_of(r.c).load.bytes, 48);
+  cr_expect_eq(th_stats(r.c).load.bytes, 48);
   rig_close(&r);
 }
 
@@ -243,7 +236,7 @@ static uint64_t neighbour_descriptors(const uint32_t *a, const uint32_t *b, int 
   load_and_wait(&r, e, 2);
   cr_expect_eq(memcmp(dst, r.blocks + a[0] * BS, 32), 0);
   cr_expect_eq(memcmp(dst + 32, r.blocks + b[0] * BS, 32), 0);
-  uint64_t descs = stats_of(r.c).load.descriptors;
+  uint64_t descs = th_stats(r.c).load.descriptors;
   rig_close(&r);
   return descs;
 }
@@ -265,7 +258,7 @@ Test(upstream_load, empty_load_is_a_noop)
 {
   struct rig r = rig_open("consumer", NULL);
   cr_assert_eq(ecc_load(r.c, NULL, 0, NULL), ECC_OK);
-  cr_expect_eq(stats_of(r.c).load.transfers, 0);
+  cr_expect_eq(th_stats(r.c).load.transfers, 0);
   rig_close(&r);
 }
 
@@ -281,7 +274,7 @@ Test(upstream_load, resident_key_is_reloaded_and_reported_each_time)
   memset(dst, 0, sizeof(dst));
   load_and_wait(&r, &e2, 1);
   cr_expect_eq(memcmp(dst, r.blocks, 32), 0);
-  cr_expect_eq(stats_of(r.c).load.transfers, 2);
+  cr_expect_eq(th_stats(r.c).load.transfers, 2);
   rig_close(&r);
 }
 
@@ -309,7 +302,7 @@ Test(upstream_load, capacity_cuts_the_last_block)
   cr_expect_eq(memcmp(dst, r.blocks + 5 * BS, 20), 0);
   for (int i = 20; i < 48; i++)
     cr_expect_eq(dst[i], 0xAB, "byte %d past the capacity was written", i);
-  cr_expect_eq(stats_of(r.c).load.bytes, 20);
+  cr_expect_eq(th_stats(r.c).load.bytes, 20);
   rig_close(&r);
 }
 
@@ -345,7 +338,7 @@ Test(upstream_roundtrip, buffers_are_reused_across_steps)
     load_and_wait(&r, &e, 1);
     cr_assert_eq(memcmp(dst, src, 64), 0, "step %d", step);
   }
-  ecc_stats_t s = stats_of(r.c);
+  ecc_stats_t s = th_stats(r.c);
   cr_expect_eq(s.save.transfers, 200);
   cr_expect_eq(s.load.transfers, 200);
   cr_expect_eq(s.save.entries, 200);

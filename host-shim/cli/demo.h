@@ -105,6 +105,19 @@ void demo_fail(struct demo_side *side, ecc_connector_t *c, const char *what, int
 int demo_failf(struct demo_side *side, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Open one side's connector on o->config with connector.role = role and
+ * region.mode = mode, and record in side what it describes (layout,
+ * engine, whether it created the region). Returns 0, or -1 with the
+ * reason in side->error (*c is then NULL or must still be closed). */
+int demo_open(const struct demo_opts *o, const char *role, const char *mode, struct demo_side *side,
+              ecc_connector_t **c, ecc_info_t *info);
+/* Record the connector's counters of direction `dir` (ECC_DIR_*) in side;
+ * without stats, side->have_stats stays 0. */
+void demo_record_stats(ecc_connector_t *c, int dir, struct demo_side *side);
+/* Close c (NULL: nothing); a failure is the side's error unless it has
+ * one already. */
+void demo_close(ecc_connector_t *c, struct demo_side *side);
+
 int demo_producer(const struct demo_opts *o, int msg_fd, int ack_fd,
                   struct demo_side *side);
 int demo_consumer(const struct demo_opts *o, int msg_fd, int ack_fd,

@@ -1,6 +1,8 @@
 /*
  * demo_common.c - the demo's shared pieces: entry sizes and keys, the byte
- * pattern derived from (seed, entry) and its check, pipe I/O and clocks.
+ * pattern derived from (seed, entry) and its check, pipe I/O and clocks,
+ * and what both sides do with their connector: open and describe it, read
+ * its stats, close it.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -160,4 +162,69 @@ int demo_failf(struct demo_side *side, const char *fmt, ...)
   vsnprintf(side->error, sizeof(side->error), fmt, ap);
   va_end(ap);
   return -1;
+}
+
+static void log_line(void *user, int level, const char *msg)
+{
+  static const char *names[] = {"error", "warn", "info", "debug"};
+  const char *lv = level >= 0 && level <= 3 ? names[level] : "log";
+  fprintf(stderr, "eccctl demo (%s) %s: %s\n", (const char *)user, lv, msg);
+}
+
+int demo_open(const struct demo_opts *o, const char *role, const char *mode, struct demo_side *side,
+              ecc_connector_t **c, ecc_info_t *info)
+{
+  const ecc_kv_t over[] = {
+      {"connector.role", role},
+      {"region.mode", mode},
+  };
+  ecc_open_options_t opt = {.struct_size = sizeof(opt),
+                            .overrides = over,
+                            .n_overrides = 2,
+                            .log = log_line,
+                            .log_user = (void *)role,
+                            .log_level = -1};
+  char err[DEMO_ERR_CAP - 64] = "";
+  int rc = ecc_open(o->config, &opt, c, err, sizeof(err));
+  if (rc != ECC_OK)
+    return demo_failf(side, "cannot open the %s: %s", role, err[0] ? err : ecc_strerror(rc));
+  memset(info, 0, sizeof(*info));
+  info->struct_size = sizeof(*info);
+  rc = ecc_describe(*c, info);
+  if (rc != ECC_OK) {
+    demo_fail(side, *c, "ecc_describe (the demo needs the region layout)", rc);
+    return -1;
+  }
+  side->creator = (int)info->creator;
+  side->block_size = info->block_size;
+  side->num_blocks = info->num_blocks;
+  snprintf(side->region_path, sizeof(side->region_path), "%s", info->region_path);
+  snprintf(side->engine, sizeof(side->engine), "%s", info->engine);
+  snprintf(side->engine_detail, sizeof(side->engine_detail), "%s", info->engine_detail);
+  side->on_gpu = strcmp(info->engine, "cuda") == 0;
+  return 0;
+}
+
+void demo_record_stats(ecc_connector_t *c, int dir, struct demo_side *side)
+{
+  ecc_stats_t st;
+  memset(&st, 0, sizeof(st));
+  st.struct_size = sizeof(st);
+  if (ecc_get_stats(c, &st) != ECC_OK)
+    return;
+  const ecc_dir_stats_t *d = dir == ECC_DIR_SAVE ? &st.save : &st.load;
+  side->have_stats = 1;
+  side->stat_bytes = d->bytes;
+  side->stat_busy_ns = d->busy_ns;
+  side->stat_transfers = d->transfers;
+  side->stat_descriptors = d->descriptors;
+}
+
+void demo_close(ecc_connector_t *c, struct demo_side *side)
+{
+  if (c == NULL)
+    return;
+  int rc = ecc_close(c);
+  if (rc != ECC_OK && side->error[0] == '\0')
+    snprintf(side->error, sizeof(side->error), "ecc_close: %s", ecc_strerror(rc));
 }

@@ -43,13 +43,6 @@ struct consumer {
   double t_first, t_last;
 };
 
-static void log_line(void *user, int level, const char *msg)
-{
-  static const char *names[] = {"error", "warn", "info", "debug"};
-  const char *lv = level >= 0 && level <= 3 ? names[level] : "log";
-  fprintf(stderr, "eccctl demo (%s) %s: %s\n", (const char *)user, lv, msg);
-}
-
 /* Wait until fd has data (or end of file) or the deadline passes. */
 static int wait_readable(int fd, double deadline)
 {
@@ -74,39 +67,10 @@ static int join_region(struct consumer *q)
   int rc = demo_read_all(q->msg_fd, &hello, sizeof(hello));
   if (rc != 0 || hello.type != DEMO_MSG_HELLO)
     return demo_failf(q->side, "the producer ended before the region was ready");
-  static const ecc_kv_t over[] = {
-      {"connector.role", "consumer"},
-      {"region.mode", "join"},
-  };
-  ecc_open_options_t opt = {.struct_size = sizeof(opt),
-                          .overrides = over,
-                          .n_overrides = 2,
-                          .log = log_line,
-                          .log_user = (void *)"consumer",
-                          .log_level = -1};
-  char err[DEMO_ERR_CAP - 64] = "";
-  rc = ecc_open(q->o->config, &opt, &q->c, err, sizeof(err));
-  if (rc != ECC_OK) {
-    snprintf(q->side->error, sizeof(q->side->error), "cannot open the consumer: %s",
-             err[0] ? err : ecc_strerror(rc));
-    return -1;
-  }
   ecc_info_t info;
-  memset(&info, 0, sizeof(info));
-  info.struct_size = sizeof(info);
-  rc = ecc_describe(q->c, &info);
-  if (rc != ECC_OK) {
-    demo_fail(q->side, q->c, "ecc_describe (the demo needs the region layout)", rc);
+  if (demo_open(q->o, "consumer", "join", q->side, &q->c, &info) != 0)
     return -1;
-  }
-  struct demo_side *sd = q->side;
-  sd->creator = (int)info.creator;
-  sd->block_size = q->bs = info.block_size;
-  sd->num_blocks = info.num_blocks;
-  snprintf(sd->region_path, sizeof(sd->region_path), "%s", info.region_path);
-  snprintf(sd->engine, sizeof(sd->engine), "%s", info.engine);
-  snprintf(sd->engine_detail, sizeof(sd->engine_detail), "%s", info.engine_detail);
-  sd->on_gpu = strcmp(info.engine, "cuda") == 0;
+  q->bs = info.block_size;
   if (info.block_size != hello.block_size || info.num_blocks != hello.num_blocks)
     return demo_failf(q->side,
                       "joined a region of another layout than the producer's "
@@ -335,27 +299,9 @@ static int run_stream(struct consumer *q)
   return 0;
 }
 
-static void record_stats(struct consumer *q)
-{
-  ecc_stats_t st;
-  memset(&st, 0, sizeof(st));
-  st.struct_size = sizeof(st);
-  if (ecc_get_stats(q->c, &st) != ECC_OK)
-    return;
-  q->side->have_stats = 1;
-  q->side->stat_bytes = st.load.bytes;
-  q->side->stat_busy_ns = st.load.busy_ns;
-  q->side->stat_transfers = st.load.transfers;
-  q->side->stat_descriptors = st.load.descriptors;
-}
-
 static void teardown(struct consumer *q)
 {
-  if (q->c != NULL) {
-    int rc = ecc_close(q->c);
-    if (rc != ECC_OK && q->side->error[0] == '\0')
-      snprintf(q->side->error, sizeof(q->side->error), "ecc_close: %s", ecc_strerror(rc));
-  }
+  demo_close(q->c, q->side);
   if (q->host != q->dst)
     free(q->host);
   devmem_free(&q->dm, q->dst);
@@ -375,7 +321,7 @@ int demo_consumer(const struct demo_opts *o, int msg_fd, int ack_fd,
   q.ack_fd = ack_fd;
   int rc = -1;
   if (join_region(&q) == 0 && prepare(&q) == 0 && run_stream(&q) == 0) {
-    record_stats(&q);
+    demo_record_stats(q.c, ECC_DIR_LOAD, side);
     rc = 0;
   }
   teardown(&q);

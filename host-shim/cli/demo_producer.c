@@ -348,49 +348,14 @@ static int finish_stream(struct producer *p)
   return 0;
 }
 
-static void log_line(void *user, int level, const char *msg)
-{
-  static const char *names[] = {"error", "warn", "info", "debug"};
-  const char *lv = level >= 0 && level <= 3 ? names[level] : "log";
-  fprintf(stderr, "eccctl demo (%s) %s: %s\n", (const char *)user, lv, msg);
-}
-
 /* Open the connector that creates the region, and learn its layout. */
 static int open_connector(struct producer *p)
 {
-  static const ecc_kv_t over[] = {
-      {"connector.role", "producer"},
-      {"region.mode", "create"},
-  };
-  ecc_open_options_t opt = {.struct_size = sizeof(opt),
-                          .overrides = over,
-                          .n_overrides = 2,
-                          .log = log_line,
-                          .log_user = (void *)"producer",
-                          .log_level = -1};
-  char err[DEMO_ERR_CAP - 64] = "";
-  int rc = ecc_open(p->o->config, &opt, &p->c, err, sizeof(err));
-  if (rc != ECC_OK) {
-    snprintf(p->side->error, sizeof(p->side->error), "cannot open the producer: %s",
-             err[0] ? err : ecc_strerror(rc));
-    return -1;
-  }
   ecc_info_t info;
-  memset(&info, 0, sizeof(info));
-  info.struct_size = sizeof(info);
-  rc = ecc_describe(p->c, &info);
-  if (rc != ECC_OK) {
-    demo_fail(p->side, p->c, "ecc_describe (the demo needs the region layout)", rc);
+  if (demo_open(p->o, "producer", "create", p->side, &p->c, &info) != 0)
     return -1;
-  }
-  struct demo_side *sd = p->side;
-  sd->creator = (int)info.creator;
-  sd->block_size = p->bs = info.block_size;
-  sd->num_blocks = p->cap = info.num_blocks;
-  snprintf(sd->region_path, sizeof(sd->region_path), "%s", info.region_path);
-  snprintf(sd->engine, sizeof(sd->engine), "%s", info.engine);
-  snprintf(sd->engine_detail, sizeof(sd->engine_detail), "%s", info.engine_detail);
-  sd->on_gpu = strcmp(info.engine, "cuda") == 0;
+  p->bs = info.block_size;
+  p->cap = info.num_blocks;
   p->max_inflight = info.max_inflight ? info.max_inflight : 1;
   if (!info.save_rank)
     return demo_failf(p->side,
@@ -447,28 +412,10 @@ static int say_hello(struct producer *p)
   return 0;
 }
 
-static void record_stats(struct producer *p)
-{
-  ecc_stats_t st;
-  memset(&st, 0, sizeof(st));
-  st.struct_size = sizeof(st);
-  if (ecc_get_stats(p->c, &st) != ECC_OK)
-    return;
-  p->side->have_stats = 1;
-  p->side->stat_bytes = st.save.bytes;
-  p->side->stat_busy_ns = st.save.busy_ns;
-  p->side->stat_transfers = st.save.transfers;
-  p->side->stat_descriptors = st.save.descriptors;
-}
-
 static void teardown(struct producer *p)
 {
   /* Closing first waits for copies still reading the sources. */
-  if (p->c != NULL) {
-    int rc = ecc_close(p->c);
-    if (rc != ECC_OK && p->side->error[0] == '\0')
-      snprintf(p->side->error, sizeof(p->side->error), "ecc_close: %s", ecc_strerror(rc));
-  }
+  demo_close(p->c, p->side);
   for (unsigned s = 0; s < SRC_SLOTS; s++)
     devmem_free(&p->dm, p->src[s]);
   devmem_fini(&p->dm);
@@ -492,7 +439,7 @@ int demo_producer(const struct demo_opts *o, int msg_fd, int ack_fd,
   int rc = -1;
   if (open_connector(&p) == 0 && prepare(&p) == 0 && say_hello(&p) == 0 &&
       run_stream(&p) == 0 && finish_stream(&p) == 0) {
-    record_stats(&p);
+    demo_record_stats(p.c, ECC_DIR_SAVE, side);
     rc = 0;
   }
   teardown(&p);

@@ -121,29 +121,29 @@ void devmem_free(struct devmem *dm, void *p)
     (void)dm->free_fn(p); /* nothing useful to do about a failed free at exit */
 }
 
-int devmem_upload(struct devmem *dm, void *dst, const void *src, size_t n, char *err,
-                  size_t err_cap)
+/* One copy in direction `kind` (a CUDA_MEMCPY_* value); a plain memcpy
+ * when the entries live in host memory. */
+static int copy(struct devmem *dm, void *dst, const void *src, size_t n, int kind, const char *what,
+                char *err, size_t err_cap)
 {
   if (!dm->on_gpu) {
     memcpy(dst, src, n);
     return 0;
   }
-  int rc = dm->memcpy_fn(dst, src, n, CUDA_MEMCPY_HOST_TO_DEVICE);
-  return rc == CUDA_SUCCESS ? 0
-                            : cuda_failed(dm, rc, "cudaMemcpy to the GPU", err, err_cap);
+  int rc = dm->memcpy_fn(dst, src, n, kind);
+  return rc == CUDA_SUCCESS ? 0 : cuda_failed(dm, rc, what, err, err_cap);
+}
+
+int devmem_upload(struct devmem *dm, void *dst, const void *src, size_t n, char *err,
+                  size_t err_cap)
+{
+  return copy(dm, dst, src, n, CUDA_MEMCPY_HOST_TO_DEVICE, "cudaMemcpy to the GPU", err, err_cap);
 }
 
 int devmem_download(struct devmem *dm, void *dst, const void *src, size_t n, char *err,
                     size_t err_cap)
 {
-  if (!dm->on_gpu) {
-    memcpy(dst, src, n);
-    return 0;
-  }
-  int rc = dm->memcpy_fn(dst, src, n, CUDA_MEMCPY_DEVICE_TO_HOST);
-  return rc == CUDA_SUCCESS
-             ? 0
-             : cuda_failed(dm, rc, "cudaMemcpy from the GPU", err, err_cap);
+  return copy(dm, dst, src, n, CUDA_MEMCPY_DEVICE_TO_HOST, "cudaMemcpy from the GPU", err, err_cap);
 }
 
 int devmem_sync(struct devmem *dm, char *err, size_t err_cap)

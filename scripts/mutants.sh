@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# mutants.sh - a small mutation runner for the test suite. Each mutant is a
+# one-place change a real bug could make, found by its text rather than by
+# file and line, so the list stays valid when code moves between files. For
+# each one the tree is rebuilt (-DECC_CUDA=OFF) in a scratch copy and the
+# whole suite is run; a mutant is killed when a test fails. The real tree is
+# only read.
+#
+# Usage: scripts/mutants.sh [--rev REV] [--only ID,ID...] [--list FILE] [--dir DIR] [--check]
+#   --rev REV   mutate the tree of commit REV (default: the working tree as it is)
+#   --only      run only these mutants
+#   --list      read the mutants from FILE instead of the list below
+#   --dir       scratch directory (default /tmp/ecc-mutants-<uid>); emptied first
+#   --check     only check that every pattern occurs exactly once; build nothing
+# Exit status: 0 when every mutant was killed, 1 when one survived or its
+# pattern was not found exactly once, 2 when the unmutated tree fails.
+#
+# A mutant is one line: ID @@ GLOB @@ FROM @@ TO. GLOB names files relative
+# to the repository root (bash globbing); FROM must occur exactly once across
+# them and is replaced by TO. "\n" in FROM or TO stands for a line break.
+set -euo pipefail
+# The shim refuses INI files and plugins in directories others may write.
+umask 022
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+rev=""
+only=""
+list=""
+dir="/tmp/ecc-mutants-$(id -u)"
+check_only=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+  --rev) rev="$2"; shift 2 ;;
+  --only) only=",$2,"; shift 2 ;;
+  --list) list="$2"; shift 2 ;;
+  --dir) dir="$2"; shift 2 ;;
+  --check) check_only=1; shift ;;
+  -h | --help) sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "mutants.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+
+builtin_list() {
+  cat <<'EOF'
+# The shared-memory plugin: what poll reports for each entry.
+elapsed-not-kept @@ plugin/shm/*.c @@ t->elapsed_ns = elapsed; @@ (void)elapsed;
+elapsed-not-reported @@ plugin/shm/*.c @@ out->elapsed_ns = t->elapsed_ns; @@
+elapsed-absolute @@ plugin/shm/*.c @@ *elapsed_ns = j->end_ns - atomic_load(&j->start_ns); @@ *elapsed_ns = j->end_ns;
+batch-from-zero @@ plugin/shm/*.c @@ t->batch = ++c->save_batches; @@ t->batch = c->save_batches++;
+batch-not-incremented @@ plugin/shm/*.c @@ t->batch = ++c->load_batches; @@ t->batch = c->load_batches + 1;
+batch-one-counter @@ plugin/shm/*.c @@ t->batch = ++c->load_batches; @@ t->batch = ++c->save_batches;
+batch-not-reported @@ plugin/shm/*.c @@ out->batch = t->batch; @@
+nbytes-of-batch @@ plugin/shm/*.c @@ out->nbytes = rec->nbytes; @@ out->nbytes = t->desc.bytes;
+load-nbytes-capacity @@ plugin/shm/*.c @@ rec[i].nbytes = bytes; @@ rec[i].nbytes = e[i].dst_capacity;
+direction-fixed @@ plugin/shm/*.c @@ out->direction = (uint32_t)t->direction; @@ out->direction = ECC_DIR_SAVE;
+save-transfer-id @@ plugin/shm/*.c @@ out->transfer_id = 0; @@ out->transfer_id = rec->id;
+load-key-stale @@ plugin/shm/*.c @@ out->key[0] = '\0'; @@
+region-dead-not-reported @@ plugin/shm/*.c @@ out->status = t->status == ECC_OK && region_dead ? ECC_ERR_REGION : t->status; @@ out->status = t->status;
+order-in-batch @@ plugin/shm/*.c @@ report(t, &t->done[t->next_report++], @@ report(t, &t->done[t->n_done - 1 - t->next_report++],
+loads-overwrite-saves @@ plugin/shm/*.c @@ n += drain(c, &c->loads, out + n, cap - n, &checked); @@ n += drain(c, &c->loads, out, cap - n, &checked);
+loads-before-saves @@ plugin/shm/*.c @@ size_t n = drain(c, &c->saves, out, cap, &checked);\n  n += drain(c, &c->loads, out + n, cap - n, &checked); @@ size_t n = drain(c, &c->loads, out, cap, &checked);\n  n += drain(c, &c->saves, out + n, cap - n, &checked);
+# Stats.
+hist-edge @@ plugin/shm/*.c @@ bytes >= bounds[b] @@ bytes > bounds[b]
+hist-by-first-entry @@ plugin/shm/*.c @@ s->hist[hist_bucket(t->desc.bytes)]++; @@ s->hist[hist_bucket(t->done[0].nbytes)]++;
+busy-not-summed @@ plugin/shm/*.c @@ s->busy_ns += t->elapsed_ns; @@ s->busy_ns = t->elapsed_ns;
+transfers-as-entries @@ plugin/shm/*.c @@ s->transfers++; @@ s->transfers += t->n_done;
+entries-as-transfers @@ plugin/shm/*.c @@ s->entries += t->n_done; @@ s->entries++;
+descriptors-as-entries @@ plugin/shm/*.c @@ s->descriptors += t->desc.count; @@ s->descriptors += t->n_done;
+bytes-as-entries @@ plugin/shm/*.c @@ s->bytes += t->desc.bytes; @@ s->bytes += t->n_done;
+dead-region-not-failed @@ plugin/shm/*.c @@ count_dead_region(c, t); @@ (void)t;
+skipped-per-call @@ plugin/shm/*.c @@ c->stats.saves_skipped += n; @@ c->stats.saves_skipped++;
+save-rank-ignores-pcp @@ plugin/shm/*.c @@ c->save_rank = cfg->tp_rank == 0 && cfg->pcp_rank == 0; @@ c->save_rank = cfg->tp_rank == 0;
+# describe.
+describe-creator @@ plugin/shm/*.c @@ info.creator = (uint32_t)c->region.creator; @@ info.creator = (uint32_t)c->save_rank;
+describe-save-rank @@ plugin/shm/*.c @@ info.save_rank = (uint32_t)c->save_rank; @@ info.save_rank = (uint32_t)c->region.creator;
+describe-pinned @@ plugin/shm/*.c @@ info.pinned = (uint32_t)c->engine.pinned; @@ info.pinned = (uint32_t)c->save_rank;
+describe-max-inflight @@ plugin/shm/*.c @@ info.max_inflight = c->cfg.max_inflight; @@ info.max_inflight = c->cfg.max_sms;
+describe-region-bytes @@ plugin/shm/*.c @@ info.region_bytes = c->region.map_bytes; @@ info.region_bytes = c->region.block_size * c->region.num_blocks;
+describe-role @@ plugin/shm/*.c @@ snprintf(info.role, sizeof(info.role), "%s", config_role_name(c->cfg.role)); @@ snprintf(info.role, sizeof(info.role), "%s", config_role_name(ROLE_BOTH));
+describe-path @@ plugin/shm/*.c @@ snprintf(info.region_path, sizeof(info.region_path), "%s", c->region.path); @@ snprintf(info.region_path, sizeof(info.region_path), "%s", c->region.file);
+# Configuration: published defaults, closed sets, names.
+default-join-timeout @@ plugin/shm/*.c @@ {"region.join_timeout_ms", "30000", @@ {"region.join_timeout_ms", "3000",
+default-host-threads @@ plugin/shm/*.c @@ {"engine.host_threads", "0", @@ {"engine.host_threads", "1",
+default-max-inflight @@ plugin/shm/*.c @@ {"connector.max_inflight", "64", @@ {"connector.max_inflight", "32",
+method-names @@ plugin/shm/*.c @@ return choice_name(methods, N_OF(methods), method); @@ return choice_name(engines, N_OF(engines), method);
+engine-names @@ plugin/shm/*.c @@ return choice_name(engines, N_OF(engines), engine); @@ return choice_name(methods, N_OF(methods), engine);
+dtype-bytes @@ plugin/shm/*.c @@ c->block_size = (uint64_t)h * (uint64_t)per; @@ c->block_size = (uint64_t)h * 2;
+tmpfs-into-reap @@ plugin/shm/*.c @@ N_OF(bools), &c->require_tmpfs, @@ N_OF(bools), &c->reap_orphans,
+# The plugin's table.
+caps-without-stats @@ plugin/shm/*.c @@ ECC_CAP_HOST_ENGINE | ECC_CAP_STATS) @@ ECC_CAP_HOST_ENGINE)
+params-one-short @@ plugin/shm/*.c @@ .n_params = CONFIG_N_PARAMS, @@ .n_params = CONFIG_N_PARAMS - 1,
+# The host library, eccctl and the shipped templates.
+log-level-shifted @@ host-shim/*.c @@ return (int)i; @@ return (int)i + 1;
+template-role @@ conf/producer.ini @@ role = producer @@ role = consumer
+strerror-shifted @@ host-shim/*.c @@ {name, #name ": " text}, @@ {name - 1, #name ": " text},
+info-pinned @@ host-shim/cli/*.c @@ info.pinned ? "yes" : "no" @@ info.save_rank ? "yes" : "no"
+info-max-inflight @@ host-shim/cli/*.c @@ info.max_inflight); @@ info.num_blocks);
+demo-stats-direction @@ host-shim/cli/*.c @@ dir == ECC_DIR_SAVE ? &st.save : &st.load @@ &st.save
+EOF
+}
+
+mutant_lines() {
+  if [ -n "$list" ]; then cat "$list"; else builtin_list; fi | grep -v '^[[:space:]]*\(#\|$\)'
+}
+
+src="$dir/src"
+pristine="$dir/pristine"
+build="$dir/build"
+logs="$dir/logs"
+
+# The tree to mutate: a commit, or the working tree's tracked and
+# untracked-but-not-ignored files.
+export_tree() {
+  rm -rf "$src" "$pristine" "$logs"
+  mkdir -p "$src" "$logs"
+  if [ -n "$rev" ]; then
+    git -C "$root" archive --format=tar "$rev" | tar -x --no-same-permissions -C "$src"
+  else
+    (cd "$root" && git ls-files -z -co --exclude-standard |
+      tar --null --ignore-failed-read -T - -cf - 2>/dev/null) |
+      tar -x --no-same-permissions -C "$src"
+  fi
+  cp -a "$src" "$pristine"
+}
+
+# Occurrences of $FROM across the files matching $1 in $src, left in
+# `found`, and the files holding them in the array `hits`.
+count_in() {
+  local glob="$1" f k
+  found=0
+  hits=()
+  shopt -s nullglob
+  # shellcheck disable=SC2206 # the glob is meant to expand
+  local files=($glob)
+  shopt -u nullglob
+  for f in "${files[@]}"; do
+    k=$(perl -0ne '$c += () = /\Q$ENV{FROM}\E/g; END { print $c + 0 }' "$f")
+    if [ "$k" -gt 0 ]; then
+      hits+=("$f")
+      found=$((found + k))
+    fi
+  done
+}
+
+unescape() {
+  printf '%s' "${1//\\n/$'\n'}"
+}
+
+trim() {
+  local s="$1"
+  s="${s#"${s%%[![:space:]]*}"}"
+  printf '%s' "${s%"${s##*[![:space:]]}"}"
+}
+
+run_suite() {
+  (cd "$build" && timeout --kill-after=30 1200 ctest -j2 --stop-on-failure >"$1" 2>&1)
+}
+
+failed_tests() {
+  local f="$build/Testing/Temporary/LastTestsFailed.log"
+  if [ -s "$f" ]; then cut -d: -f2 "$f" | paste -sd, -; else echo "?"; fi
+}
+
+export_tree
+cd "$src"
+if [ "$check_only" -eq 0 ]; then
+  gen=()
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  echo "mutants.sh: building the unmutated tree in $build"
+  cmake -S "$src" -B "$build" "${gen[@]}" -DECC_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    >"$logs/configure.log" 2>&1 ||
+    { echo "mutants.sh: cmake failed: $logs/configure.log" >&2; exit 2; }
+  cmake --build "$build" -j"$(nproc)" >"$logs/build.log" 2>&1 ||
+    { echo "mutants.sh: the unmutated tree does not build: $logs/build.log" >&2; exit 2; }
+  run_suite "$logs/suite.log" ||
+    { echo "mutants.sh: the unmutated tree fails its tests: $logs/suite.log" >&2; exit 2; }
+fi
+
+results="$dir/results.txt"
+: >"$results"
+killed=0 survived=0 invalid=0 checked=0
+start=$SECONDS
+while IFS= read -r line; do
+  id=$(trim "${line%% @@ *}")
+  rest="${line#* @@ }"
+  glob=$(trim "${rest%% @@ *}")
+  rest="${rest#* @@ }"
+  from=$(trim "${rest%% @@*}")
+  to=""
+  [[ "$rest" == *" @@ "* ]] && to=$(trim "${rest#* @@ }")
+  [ -n "$only" ] && [[ "$only" != *",$id,"* ]] && continue
+  FROM=$(unescape "$from")
+  TO=$(unescape "$to")
+  export FROM TO
+  count_in "$glob"
+  if [ "$found" -ne 1 ]; then
+    verdict="invalid (found $found times in $glob)"
+    invalid=$((invalid + 1))
+  elif [ "$check_only" -eq 1 ]; then
+    verdict="ok (${hits[0]})"
+    checked=$((checked + 1))
+  else
+    file="${hits[0]}"
+    perl -0pi -e 's/\Q$ENV{FROM}\E/$ENV{TO}/' "$file"
+    t0=$SECONDS
+    if ! cmake --build "$build" -j"$(nproc)" >"$logs/$id.build.log" 2>&1; then
+      verdict="invalid (does not build: $logs/$id.build.log)"
+      invalid=$((invalid + 1))
+    elif run_suite "$logs/$id.log"; then
+      verdict="SURVIVED ($file, $((SECONDS - t0)) s)"
+      survived=$((survived + 1))
+    else
+      verdict="killed by $(failed_tests) ($file, $((SECONDS - t0)) s)"
+      killed=$((killed + 1))
+    fi
+    cp "$pristine/$file" "$file" # a new time: the next build compiles it again
+  fi
+  printf '%-26s %s\n' "$id" "$verdict" | tee -a "$results"
+done < <(mutant_lines)
+
+if [ "$check_only" -eq 1 ]; then
+  echo "mutants.sh: $((checked + invalid)) patterns: $checked found once, $invalid not" |
+    tee -a "$results"
+else
+  echo "mutants.sh: $((killed + survived + invalid)) mutants: $killed killed, $survived survived," \
+    "$invalid invalid ($((SECONDS - start)) s; results in $results)" | tee -a "$results"
+fi
+[ "$survived" -eq 0 ] && [ "$invalid" -eq 0 ]
