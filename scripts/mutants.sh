@@ -53,7 +53,7 @@ batch-one-counter @@ plugin/shm/*.c @@ t->batch = ++c->load_batches; @@ t->batch
 batch-not-reported @@ plugin/shm/*.c @@ out->batch = t->batch; @@
 nbytes-of-batch @@ plugin/shm/*.c @@ out->nbytes = rec->nbytes; @@ out->nbytes = t->desc.bytes;
 load-nbytes-capacity @@ plugin/shm/*.c @@ rec[i].nbytes = bytes; @@ rec[i].nbytes = e[i].dst_capacity;
-direction-fixed @@ plugin/shm/*.c @@ out->direction = (uint32_t)t->direction; @@ out->direction = ECC_DIR_SAVE;
+direction-fixed @@ plugin/shm/*.c @@ out->direction = (uint32_t)t->view.direction; @@ out->direction = ECC_DIR_SAVE;
 save-transfer-id @@ plugin/shm/*.c @@ out->transfer_id = 0; @@ out->transfer_id = rec->id;
 load-key-stale @@ plugin/shm/*.c @@ out->key[0] = '\0'; @@
 region-dead-not-reported @@ plugin/shm/*.c @@ out->status = t->status == ECC_OK && region_dead ? ECC_ERR_REGION : t->status; @@ out->status = t->status;
@@ -62,13 +62,13 @@ loads-overwrite-saves @@ plugin/shm/*.c @@ n += drain(c, &c->loads, out + n, cap
 loads-before-saves @@ plugin/shm/*.c @@ size_t n = drain(c, &c->saves, out, cap, &checked);\n  n += drain(c, &c->loads, out + n, cap - n, &checked); @@ size_t n = drain(c, &c->loads, out, cap, &checked);\n  n += drain(c, &c->saves, out + n, cap - n, &checked);
 # Stats.
 hist-edge @@ plugin/shm/*.c @@ bytes >= bounds[b] @@ bytes > bounds[b]
-hist-by-first-entry @@ plugin/shm/*.c @@ s->hist[hist_bucket(t->desc.bytes)]++; @@ s->hist[hist_bucket(t->done[0].nbytes)]++;
+hist-by-first-entry @@ plugin/shm/*.c @@ s->hist[hist_bucket(d->bytes)]++; @@ s->hist[hist_bucket(t->done[0].nbytes)]++;
 busy-not-summed @@ plugin/shm/*.c @@ s->busy_ns += t->elapsed_ns; @@ s->busy_ns = t->elapsed_ns;
 transfers-as-entries @@ plugin/shm/*.c @@ s->transfers++; @@ s->transfers += t->n_done;
 entries-as-transfers @@ plugin/shm/*.c @@ s->entries += t->n_done; @@ s->entries++;
-descriptors-as-entries @@ plugin/shm/*.c @@ s->descriptors += t->desc.count; @@ s->descriptors += t->n_done;
-bytes-as-entries @@ plugin/shm/*.c @@ s->bytes += t->desc.bytes; @@ s->bytes += t->n_done;
-dead-region-not-failed @@ plugin/shm/*.c @@ count_dead_region(c, t); @@ (void)t;
+descriptors-as-entries @@ plugin/shm/*.c @@ s->descriptors += d->count; @@ s->descriptors += t->n_done;
+bytes-as-entries @@ plugin/shm/*.c @@ s->bytes += d->bytes; @@ s->bytes += t->n_done;
+dead-region-not-failed @@ plugin/shm/*.c @@ dir_stats(c, t->view.direction)->failed++; @@ (void)t;
 skipped-per-call @@ plugin/shm/*.c @@ c->stats.saves_skipped += n; @@ c->stats.saves_skipped++;
 save-rank-ignores-pcp @@ plugin/shm/*.c @@ c->save_rank = cfg->tp_rank == 0 && cfg->pcp_rank == 0; @@ c->save_rank = cfg->tp_rank == 0;
 # describe.
