@@ -6,6 +6,7 @@
 #include "log.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,28 +24,34 @@ void log_destroy(struct ecc_log *log)
   pthread_mutex_destroy(&log->lock);
 }
 
-/* Messages waiting for their thread to release its last lock. A failed
- * poll may finish dozens of failed batches at once; past HELD_MAX only a
- * count is kept, and one line reports it. */
-#define HELD_MAX 8
-
-struct held_msg {
-  const ecc_host_services_v1_t *host;
-  int level;
-  char text[512];
-};
-
-static __thread struct {
-  unsigned depth;
-  unsigned n;
-  unsigned dropped;
-  const ecc_host_services_v1_t *dropped_host;
-  struct held_msg q[HELD_MAX];
-} held;
-
 static void send_line(const ecc_host_services_v1_t *h, int level, const char *text)
 {
   h->log(h->user, level, text);
+}
+
+static bool inside_a_lock(const struct ecc_log *log, unsigned long self)
+{
+  for (int i = 0; i < LOG_LOCKS; i++)
+    if (atomic_load_explicit(&log->holder[i], memory_order_relaxed) == self)
+      return true;
+  return false;
+}
+
+static void hold(struct ecc_log *log, unsigned long self, int level, const char *text)
+{
+  pthread_mutex_lock(&log->lock);
+  unsigned n = atomic_load_explicit(&log->n_held, memory_order_relaxed);
+  if (n == LOG_HELD_MAX) {
+    log->dropped++;
+    log->dropped_owner = self;
+  } else {
+    struct log_held *m = &log->held[n];
+    m->owner = self;
+    m->level = level;
+    snprintf(m->text, sizeof(m->text), "%s", text);
+    atomic_store_explicit(&log->n_held, n + 1, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&log->lock);
 }
 
 static void emit(struct ecc_log *log, int level, const char *text)
@@ -52,51 +59,48 @@ static void emit(struct ecc_log *log, int level, const char *text)
   const ecc_host_services_v1_t *h = log->host;
   if (h == NULL || h->log == NULL || level > h->log_level)
     return;
-  if (held.depth == 0) {
+  unsigned long self = (unsigned long)pthread_self();
+  if (inside_a_lock(log, self))
+    hold(log, self, level, text);
+  else
     send_line(h, level, text);
-    return;
-  }
-  if (held.n == HELD_MAX) {
-    held.dropped++;
-    held.dropped_host = h;
-    return;
-  }
-  struct held_msg *m = &held.q[held.n++];
-  m->host = h;
-  m->level = level;
-  snprintf(m->text, sizeof(m->text), "%s", text);
 }
 
-void log_hold(void)
+/* This thread's messages leave the queue before any is sent: the callback
+ * may log through the plugin again, and nothing is sent twice. */
+void log_send_held(struct ecc_log *log)
 {
-  held.depth++;
-}
-
-/* A callback may log through the plugin again, and its messages queue
- * behind a new hold: the queue is emptied into a copy before anything is
- * sent, so nothing is sent twice. */
-void log_release(void)
-{
-  if (--held.depth != 0)
+  unsigned long self = (unsigned long)pthread_self();
+  if (inside_a_lock(log, self))
     return;
-  struct held_msg out[HELD_MAX];
-  unsigned n = held.n, dropped = held.dropped;
-  const ecc_host_services_v1_t *dropped_host = held.dropped_host;
-  memcpy(out, held.q, n * sizeof(out[0]));
-  held.n = 0;
-  held.dropped = 0;
-  for (unsigned i = 0; i < n; i++)
-    send_line(out[i].host, out[i].level, out[i].text);
+  struct log_held mine[LOG_HELD_MAX];
+  unsigned n_mine = 0, kept = 0, dropped = 0;
+  pthread_mutex_lock(&log->lock);
+  unsigned n = atomic_load_explicit(&log->n_held, memory_order_relaxed);
+  for (unsigned i = 0; i < n; i++) {
+    if (log->held[i].owner == self)
+      mine[n_mine++] = log->held[i];
+    else
+      log->held[kept++] = log->held[i];
+  }
+  atomic_store_explicit(&log->n_held, kept, memory_order_relaxed);
+  if (log->dropped != 0 && log->dropped_owner == self) {
+    dropped = log->dropped;
+    log->dropped = 0;
+  }
+  pthread_mutex_unlock(&log->lock);
+  for (unsigned i = 0; i < n_mine; i++)
+    send_line(log->host, mine[i].level, mine[i].text);
   if (dropped != 0) {
     char line[96];
     snprintf(line, sizeof(line), "(%u more messages of this call were not logged)", dropped);
-    send_line(dropped_host, ECC_LOG_WARN, line);
+    send_line(log->host, ECC_LOG_WARN, line);
   }
 }
 
 void log_msg(struct ecc_log *log, int level, const char *fmt, ...)
 {
-  char text[512];
+  char text[LOG_TEXT_MAX];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(text, sizeof(text), fmt, ap);

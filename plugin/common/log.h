@@ -7,24 +7,48 @@
  *
  * The host's callback is never called with a plugin lock held: the callback
  * may call back into the plugin (stats from a log callback is ordinary), and
- * under a lock that would deadlock. Code that takes a lock brackets it with
- * log_hold() and log_release(); messages made in between wait in a small
- * per-thread queue and are sent once the thread holds no lock.
+ * under a lock that would deadlock. Code that takes one of a handle's locks
+ * says so with log_lock_taken(), log_lock_dropping() and log_lock_dropped();
+ * a message made by a
+ * thread inside one of them waits in the handle's small queue and is sent
+ * once that thread holds none. (The owner of each lock is written in the
+ * log, not in thread-local storage: in a plugin loaded with dlopen every
+ * thread-local access costs a call, and these run on every lock.)
  */
 #ifndef ECC_LOG_H
 #define ECC_LOG_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "ecc_plugin_v1.h"
 
+/* Locks of one handle that may be held while its code logs. */
+#define LOG_LOCKS 2
+/* Messages kept while their thread is inside a lock; a failed poll may
+ * finish dozens of failed batches at once, and past this only a count is
+ * kept (one line reports it). */
+#define LOG_HELD_MAX 8
+#define LOG_TEXT_MAX 512
+
+struct log_held {
+  unsigned long owner; /* the thread that made it (pthread_self) */
+  int level;
+  char text[LOG_TEXT_MAX];
+};
+
 struct ecc_log {
   const ecc_host_services_v1_t *host; /* may be NULL: then nothing is logged */
-  pthread_mutex_t lock;             /* guards last */
-  char last[512];                   /* most recent error text */
-  char *err;                        /* during create only: the host's err buffer */
+  pthread_mutex_t lock;               /* guards last, held, dropped */
+  char last[LOG_TEXT_MAX];            /* most recent error text */
+  char *err;                          /* during create only: the host's err buffer */
   size_t err_cap;
+  _Atomic unsigned long holder[LOG_LOCKS]; /* the thread inside each lock, or 0 */
+  atomic_uint n_held;                      /* messages waiting in held */
+  struct log_held held[LOG_HELD_MAX];
+  unsigned dropped;                        /* messages past LOG_HELD_MAX, and whose */
+  unsigned long dropped_owner;
 };
 
 void log_init(struct ecc_log *log, const ecc_host_services_v1_t *host);
@@ -43,12 +67,30 @@ int log_fail(struct ecc_log *log, int code, const char *fmt, ...)
 int log_fail_at(struct ecc_log *log, int level, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* Around every lock the plugin takes while it may log: messages of this
- * thread are held from the first log_hold() until the matching last
- * log_release(), which sends them in order (a burst beyond the queue is
- * summarised in one line). Calls nest. */
-void log_hold(void);
-void log_release(void);
+/* Sends the messages the calling thread made while inside a lock, once it
+ * holds none of them (the slow half of log_lock_dropped). */
+void log_send_held(struct ecc_log *log);
+
+/* Right after taking lock `which` (0 .. LOG_LOCKS-1) of the handle. */
+static inline void log_lock_taken(struct ecc_log *log, int which)
+{
+  atomic_store_explicit(&log->holder[which], (unsigned long)pthread_self(), memory_order_relaxed);
+}
+
+/* Right before dropping it (after, the next owner may already have written
+ * its id). A thread compares only its own id with these, and its own stores
+ * are always visible to it, so relaxed order is enough. */
+static inline void log_lock_dropping(struct ecc_log *log, int which)
+{
+  atomic_store_explicit(&log->holder[which], 0, memory_order_relaxed);
+}
+
+/* Right after dropping it: send what this thread made meanwhile. */
+static inline void log_lock_dropped(struct ecc_log *log)
+{
+  if (atomic_load_explicit(&log->n_held, memory_order_relaxed) != 0)
+    log_send_held(log);
+}
 
 /* Copy the last error text into buf (truncated, always NUL-terminated). */
 void log_last(struct ecc_log *log, char *buf, size_t cap);

@@ -122,9 +122,9 @@ int conn_stats(struct conn *c, ecc_stats_v1_t *out)
   if (rc != ECC_OK)
     return rc;
   ecc_stats_v1_t copy;
-  conn_lock(&c->done_lock);
+  conn_lock(c, &c->done_lock);
   copy = c->stats;
-  conn_unlock(&c->done_lock);
+  conn_unlock(c, &c->done_lock);
   copy_versioned(out, &out->struct_size, &copy, sizeof(copy));
   return ECC_OK;
 }
@@ -162,7 +162,7 @@ int conn_last_error(struct conn *c, char *buf, size_t cap)
 
 void conn_destroy(struct conn *c)
 {
-  conn_lock(&c->done_lock);
+  conn_lock(c, &c->done_lock);
   poll_drain_all(c, &c->saves);
   poll_drain_all(c, &c->loads);
   while (c->free_list != NULL) {
@@ -170,7 +170,7 @@ void conn_destroy(struct conn *c)
     c->free_list = t->next;
     transfer_free(t);
   }
-  conn_unlock(&c->done_lock);
+  conn_unlock(c, &c->done_lock);
   if (c->pending != NULL)
     transfer_free(c->pending);
   c->engine.ops->destroy(&c->engine);

@@ -40,17 +40,23 @@ struct conn {
 };
 
 /* Every connector lock is taken through these, so that nothing is logged to
- * the host while one is held (see log_hold). */
-static inline void conn_lock(pthread_mutex_t *m)
+ * the host while one is held (see log_lock_taken). */
+static inline int conn_lock_index(const struct conn *c, const pthread_mutex_t *m)
 {
-  log_hold();
-  pthread_mutex_lock(m);
+  return m == &c->step_lock ? 0 : 1;
 }
 
-static inline void conn_unlock(pthread_mutex_t *m)
+static inline void conn_lock(struct conn *c, pthread_mutex_t *m)
 {
+  pthread_mutex_lock(m);
+  log_lock_taken(&c->log, conn_lock_index(c, m));
+}
+
+static inline void conn_unlock(struct conn *c, pthread_mutex_t *m)
+{
+  log_lock_dropping(&c->log, conn_lock_index(c, m));
   pthread_mutex_unlock(m);
-  log_release();
+  log_lock_dropped(&c->log);
 }
 
 /* ---- transfer.c: transfers, pooled with their storage ---- */

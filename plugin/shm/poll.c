@@ -125,10 +125,10 @@ int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_ou
   if (n_out == NULL || (out == NULL && cap > 0))
     return log_fail(&c->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
   int checked = 0;
-  conn_lock(&c->done_lock);
+  conn_lock(c, &c->done_lock);
   size_t n = drain(c, &c->saves, out, cap, &checked);
   n += drain(c, &c->loads, out + n, cap - n, &checked);
-  conn_unlock(&c->done_lock);
+  conn_unlock(c, &c->done_lock);
   *n_out = n;
   return ECC_OK;
 }

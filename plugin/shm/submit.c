@@ -137,9 +137,9 @@ static const char *submit_call(int dir)
 static int check_room(struct conn *c, int dir)
 {
   const struct fifo *f = dir == ECC_DIR_SAVE ? &c->saves : &c->loads;
-  conn_lock(&c->done_lock);
+  conn_lock(c, &c->done_lock);
   bool room = f->count < c->cfg.max_inflight;
-  conn_unlock(&c->done_lock);
+  conn_unlock(c, &c->done_lock);
   if (room)
     return ECC_OK;
   return log_fail_at(&c->log, ECC_LOG_DEBUG, ECC_ERR_BUSY,
@@ -242,14 +242,14 @@ int conn_save(struct conn *c, const ecc_save_entry_v1_t *e, size_t n)
   if (rc != ECC_OK)
     return rc;
   if (!c->save_rank) {
-    conn_lock(&c->done_lock);
+    conn_lock(c, &c->done_lock);
     c->stats.saves_skipped += n;
-    conn_unlock(&c->done_lock);
+    conn_unlock(c, &c->done_lock);
     return ECC_OK;
   }
-  conn_lock(&c->step_lock);
+  conn_lock(c, &c->step_lock);
   rc = save_locked(c, e, n, descs, key_bytes);
-  conn_unlock(&c->step_lock);
+  conn_unlock(c, &c->step_lock);
   return rc;
 }
 
@@ -269,17 +269,17 @@ static int flush_locked(struct conn *c, void *stream)
     return rc;
   t->batch = ++c->save_batches;
   c->pending = NULL;
-  conn_lock(&c->done_lock);
+  conn_lock(c, &c->done_lock);
   fifo_push(&c->saves, t);
-  conn_unlock(&c->done_lock);
+  conn_unlock(c, &c->done_lock);
   return ECC_OK;
 }
 
 int conn_flush(struct conn *c, void *stream)
 {
-  conn_lock(&c->step_lock);
+  conn_lock(c, &c->step_lock);
   int rc = flush_locked(c, stream);
-  conn_unlock(&c->step_lock);
+  conn_unlock(c, &c->step_lock);
   return rc;
 }
 
@@ -384,9 +384,9 @@ static int load_locked(struct conn *c, const ecc_load_entry_v1_t *e, size_t n, v
    * lost. */
   rc = c->engine.ops->order_after(&c->engine, &t->view, stream);
   t->batch = ++c->load_batches;
-  conn_lock(&c->done_lock);
+  conn_lock(c, &c->done_lock);
   fifo_push(&c->loads, t);
-  conn_unlock(&c->done_lock);
+  conn_unlock(c, &c->done_lock);
   if (rc != ECC_OK)
     return log_fail(&c->log, rc,
                     "load: could not order the compute stream after the copy; "
@@ -406,8 +406,8 @@ int conn_load(struct conn *c, const ecc_load_entry_v1_t *e, size_t n, void *stre
   if (n > UINT32_MAX)
     return log_fail(&c->log, ECC_ERR_INVALID, "load: %zu entries in one call; at most %u", n,
                     UINT32_MAX);
-  conn_lock(&c->step_lock);
+  conn_lock(c, &c->step_lock);
   rc = load_locked(c, e, n, stream);
-  conn_unlock(&c->step_lock);
+  conn_unlock(c, &c->step_lock);
   return rc;
 }

@@ -10,11 +10,11 @@
 
 struct transfer *transfer_get(struct conn *c)
 {
-  conn_lock(&c->done_lock);
+  conn_lock(c, &c->done_lock);
   struct transfer *t = c->free_list;
   if (t != NULL)
     c->free_list = t->next;
-  conn_unlock(&c->done_lock);
+  conn_unlock(c, &c->done_lock);
   if (t == NULL) {
     t = calloc(1, sizeof(*t));
     if (t == NULL)
@@ -34,9 +34,9 @@ struct transfer *transfer_get(struct conn *c)
 
 void transfer_put(struct conn *c, struct transfer *t)
 {
-  conn_lock(&c->done_lock);
+  conn_lock(c, &c->done_lock);
   transfer_put_locked(c, t);
-  conn_unlock(&c->done_lock);
+  conn_unlock(c, &c->done_lock);
 }
 
 void transfer_free(struct transfer *t)
