@@ -4,6 +4,7 @@
  */
 #include "handles.h"
 
+#include <stdbool.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -43,14 +44,14 @@ static void on_fork_child(void)
 
 /* Without the handler forks cannot be told apart, and a child could use
  * (and shut down) the parent's connector: refuse to create one instead. */
-static int atfork_ok;
+static bool atfork_ok;
 
 static void register_atfork(void)
 {
   atfork_ok = pthread_atfork(NULL, NULL, on_fork_child) == 0;
 }
 
-static int ours(const struct slot *s)
+static bool ours(const struct slot *s)
 {
   return s->owner_gen == atomic_load_explicit(&process_gen, memory_order_relaxed);
 }

@@ -7,6 +7,7 @@
 #ifndef ECC_CONNECTOR_PRIVATE_H
 #define ECC_CONNECTOR_PRIVATE_H
 
+#include <stdbool.h>
 #include <pthread.h>
 
 #include "config.h"
@@ -22,7 +23,7 @@ struct conn {
   struct ecc_log log;
   struct region region;
   struct engine engine;
-  int save_rank; /* tp_rank == 0 && pcp_rank == 0 */
+  bool save_rank; /* tp_rank == 0 && pcp_rank == 0 */
 
   pthread_mutex_t step_lock; /* save / flush / load state below */
   struct transfer *pending;  /* the save batch this step is filling */
@@ -36,7 +37,7 @@ struct conn {
   struct fifo loads;
   struct transfer *free_list;
   ecc_stats_v1_t stats;
-  int region_dead; /* a poll found the region removed, replaced or truncated */
+  bool region_dead; /* a poll found the region removed, replaced or truncated */
 };
 
 /* Every connector lock is taken through these, so that nothing is logged to

@@ -7,6 +7,7 @@
 #ifndef ECC_ENGINE_H
 #define ECC_ENGINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,7 +56,7 @@ struct engine {
   const struct engine_ops *ops;
   void *impl;              /* the engine's own state */
   char detail[128];        /* one line: what it chose and why */
-  int pinned;              /* 1 if the region is registered with the driver */
+  bool pinned;             /* the region is registered with the driver */
   uint64_t pin_ns;         /* time spent registering */
 };
 

@@ -80,7 +80,7 @@ static void check_region_once(struct conn *c, int *checked)
 }
 
 /* The caller's record for one entry of a finished transfer. */
-static void report(const struct transfer *t, const struct done_rec *rec, int region_dead,
+static void report(const struct transfer *t, const struct done_rec *rec, bool region_dead,
                    ecc_completion_v1_t *out)
 {
   out->direction = (uint32_t)t->view.direction;

@@ -7,6 +7,7 @@
  */
 #include "region.h"
 
+#include <stdbool.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -152,7 +153,7 @@ static int map_file(int fd, uint64_t bytes, uint8_t **map, const char *path,
 }
 
 static void fill_out(struct region *out, int fd, const struct stat *st, uint8_t *map,
-                     uint64_t total, const struct region_params *p, int creator)
+                     uint64_t total, const struct region_params *p, bool creator)
 {
   out->fd = fd;
   out->dev = st->st_dev;
@@ -441,7 +442,7 @@ static int lock_shared(int fd, const char *path, int64_t deadline, uint32_t time
   }
 }
 
-static int magic_is_zero(const char *magic)
+static bool magic_is_zero(const char *magic)
 {
   for (size_t i = 0; i < sizeof(((struct region_header *)0)->magic); i++)
     if (magic[i] != 0)

@@ -11,6 +11,7 @@
 #ifndef ECC_REGION_H
 #define ECC_REGION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -54,9 +55,9 @@ struct region_params {
   uint64_t num_blocks;
   int mode;                 /* enum region_mode (above) */
   uint32_t join_timeout_ms; /* bound on waiting for a creator */
-  int reap_orphans;         /* unlink unheld region files: this one's at each open, the
+  bool reap_orphans;        /* unlink unheld region files: this one's at each open, the
                              * directory's once per process */
-  int any_filesystem;       /* 1: dir need not be a tmpfs */
+  bool any_filesystem;      /* dir need not be a tmpfs */
 };
 
 struct region {
@@ -71,7 +72,7 @@ struct region {
   uint8_t *blocks;          /* map + header_bytes */
   uint64_t block_size;
   uint64_t num_blocks;
-  int creator;              /* 1: this process built the file */
+  bool creator;             /* this process built the file */
 };
 
 /* Create or join the region. On failure nothing is left behind: no file we

@@ -158,7 +158,7 @@ static int check_filesystem(int fd, const char *canon, struct ecc_log *log)
                   "or set region.require_tmpfs = false", canon, fs_name(type), type);
 }
 
-int region_dir_open(const char *dir, int any_filesystem, int *fd_out, char *canon,
+int region_dir_open(const char *dir, bool any_filesystem, int *fd_out, char *canon,
                     size_t canon_cap, struct ecc_log *log)
 {
   *fd_out = -1;

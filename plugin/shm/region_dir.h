@@ -6,6 +6,7 @@
 #ifndef ECC_REGION_DIR_H
 #define ECC_REGION_DIR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct ecc_log;
@@ -26,7 +27,7 @@ const char *region_dir_shown(const char *dir, char *buf, size_t cap);
  * Returns ECC_OK, ECC_ERR_REGION (unsafe or the wrong filesystem),
  * ECC_ERR_SYSTEM (missing, or a system call failed; errno named) or
  * ECC_ERR_CONFIG (a path too long); on failure *fd_out is -1. */
-int region_dir_open(const char *dir, int any_filesystem, int *fd_out, char *canon,
+int region_dir_open(const char *dir, bool any_filesystem, int *fd_out, char *canon,
                     size_t canon_cap, struct ecc_log *log);
 
 #endif /* ECC_REGION_DIR_H */

@@ -7,6 +7,7 @@
 #ifndef ECC_TRANSFER_H
 #define ECC_TRANSFER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,7 +32,7 @@ struct transfer {
   size_t keys_len;           /* bytes of keys in use */
   size_t keys_cap;           /* bytes of keys allocated */
   size_t next_report;        /* first record poll has not returned yet */
-  int finished;              /* 1 once query() said so (status below is final) */
+  bool finished;             /* query() said so (status below is final) */
   int status;                /* ECC_OK or the failure reported by the engine */
   uint64_t elapsed_ns;       /* duration measured by the engine */
   struct transfer *next;     /* FIFO / free-list link */

@@ -6,6 +6,7 @@
 #ifndef ECC_CUDA_ENGINE_H
 #define ECC_CUDA_ENGINE_H
 
+#include <stdbool.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -77,7 +78,7 @@ struct pin_state {
   size_t n_chunks;
   uint64_t bytes;           /* bytes registered */
   uint64_t ns;              /* time spent registering */
-  int device_view_ok;       /* kernels may use the host addresses as they are */
+  bool device_view_ok;      /* kernels may use the host addresses as they are */
 };
 
 /* Register the region's blocks with the driver (the engine's device must be
