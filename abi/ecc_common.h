@@ -23,20 +23,20 @@ extern "C" {
 
 /* Status codes: 0 is success, the errors a closed set of negatives. Every
  * function of every ABI version returns one of these. */
-#define ECC_STATUS_MAP(X)                                                                  \
-  X(ECC_OK, 0, "success")                                                                  \
-  X(ECC_ERR_INVALID, -1, "bad argument: NULL pointer, empty or over-long key, zero size")  \
-  X(ECC_ERR_RANGE, -2, "block id past the region, or data larger than its blocks")         \
-  X(ECC_ERR_ROLE, -3, "save on a consumer, or load on a producer")                         \
-  X(ECC_ERR_BUSY, -4, "the in-flight bound is reached: poll, then retry")                  \
-  X(ECC_ERR_CONFIG, -5, "unknown configuration key or bad value")                          \
-  X(ECC_ERR_INCOMPATIBLE, -6, "ABI version not supported, or a plugin that breaks the ABI") \
+#define ECC_STATUS_MAP(X)                                                                       \
+  X(ECC_OK, 0, "success")                                                                       \
+  X(ECC_ERR_INVALID, -1, "bad argument: NULL pointer, empty or over-long key, zero size")       \
+  X(ECC_ERR_RANGE, -2, "block id past the region, or data larger than its blocks")              \
+  X(ECC_ERR_ROLE, -3, "save on a consumer, or load on a producer")                              \
+  X(ECC_ERR_BUSY, -4, "the in-flight bound is reached: poll, then retry")                       \
+  X(ECC_ERR_CONFIG, -5, "unknown configuration key or bad value")                               \
+  X(ECC_ERR_INCOMPATIBLE, -6, "ABI version not supported, or a plugin that breaks the ABI")     \
   X(ECC_ERR_REGION, -7, "shared region foreign, truncated, unsafe, of another layout, or gone") \
-  X(ECC_ERR_SYSTEM, -8, "an operating-system call failed")                                 \
-  X(ECC_ERR_NOMEM, -9, "out of host memory")                                               \
-  X(ECC_ERR_DEVICE, -10, "the GPU runtime failed")                                         \
-  X(ECC_ERR_TRANSFER, -11, "a copy failed")                                                \
-  X(ECC_ERR_CLOSED, -12, "handle shut down, never existed, or inherited through fork")     \
+  X(ECC_ERR_SYSTEM, -8, "an operating-system call failed")                                      \
+  X(ECC_ERR_NOMEM, -9, "out of host memory")                                                    \
+  X(ECC_ERR_DEVICE, -10, "the GPU runtime failed")                                              \
+  X(ECC_ERR_TRANSFER, -11, "a copy failed")                                                     \
+  X(ECC_ERR_CLOSED, -12, "handle shut down, never existed, or inherited through fork")          \
   X(ECC_ERR_UNSUPPORTED, -13, "not built in or not available here")
 
 typedef enum ecc_status {
@@ -49,7 +49,7 @@ typedef enum ecc_status {
 #define ECC_STATUS_MIN ECC_ERR_UNSUPPORTED
 
 /* Log levels, most severe first; the text is the level's name in INI files. */
-#define ECC_LOG_LEVEL_MAP(X) \
+#define ECC_LOG_LEVEL_MAP(X)   \
   X(ECC_LOG_ERROR, 0, "error") \
   X(ECC_LOG_WARN, 1, "warn")   \
   X(ECC_LOG_INFO, 2, "info")   \
@@ -62,9 +62,9 @@ typedef enum ecc_log_level {
 } ecc_log_level_t;
 
 /* Capability bits of a plugin's table: X(name, bit number, short name). */
-#define ECC_CAP_MAP(X)                    \
-  X(ECC_CAP_SAVE, 0, "save")              \
-  X(ECC_CAP_LOAD, 1, "load")              \
+#define ECC_CAP_MAP(X)                     \
+  X(ECC_CAP_SAVE, 0, "save")               \
+  X(ECC_CAP_LOAD, 1, "load")               \
   X(ECC_CAP_HOST_ENGINE, 2, "host-engine") \
   X(ECC_CAP_CUDA_ENGINE, 3, "cuda-engine") \
   X(ECC_CAP_STATS, 4, "stats")

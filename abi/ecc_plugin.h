@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ecc_plugin.h - the newest encoder-cache connector plugin ABI.
  *

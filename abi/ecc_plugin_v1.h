@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ecc_plugin_v1.h - encoder-cache connector plugin ABI, major version 1.
  *
@@ -138,14 +139,14 @@ typedef struct ecc_host_services_v1 {
 /* Arguments of create(). Everything pointed to is read during the call only,
  * except `host`, which must stay valid until shutdown returns. */
 typedef struct ecc_create_args_v1 {
-  uint32_t struct_size;                  /* sizeof(ecc_create_args_v1_t) as the host compiled it */
-  uint32_t abi_major;                    /* negotiated major: ECC_ABI_V1_MAJOR */
-  uint32_t abi_minor;                    /* negotiated minor: min(host's, plugin's) */
-  const ecc_kv_v1_t *config;               /* configuration pairs; a key may appear once */
-  size_t n_config;                       /* number of pairs */
-  const ecc_host_services_v1_t *host;      /* may be NULL: then nothing is logged */
-  char *err;                             /* if non-NULL, receives the reason a create failed */
-  size_t err_cap;                        /* capacity of err in bytes, NUL included */
+  uint32_t struct_size;               /* sizeof(ecc_create_args_v1_t) as the host compiled it */
+  uint32_t abi_major;                 /* negotiated major: ECC_ABI_V1_MAJOR */
+  uint32_t abi_minor;                 /* negotiated minor: min(host's, plugin's) */
+  const ecc_kv_v1_t *config;          /* configuration pairs; a key may appear once */
+  size_t n_config;                    /* number of pairs */
+  const ecc_host_services_v1_t *host; /* may be NULL: then nothing is logged */
+  char *err;                          /* if non-NULL, receives the reason a create failed */
+  size_t err_cap;                     /* capacity of err in bytes, NUL included */
 } ecc_create_args_v1_t;
 
 /* Device addresses in entries (save `src`, load `dst`) must be memory the
@@ -156,20 +157,20 @@ typedef struct ecc_create_args_v1 {
 
 /* One entry to save: `nbytes` at device address `src` go to `block_ids`. */
 typedef struct ecc_save_entry_v1 {
-  const char *key;          /* 1..ECC_KEY_MAX bytes, copied during the call */
-  uint64_t src;             /* device (or, with the host engine, host) address; unsigned */
-  uint64_t nbytes;          /* > 0 and <= n_blocks * block_size */
-  const uint32_t *block_ids;/* region blocks in entry order; read during the call only */
-  uint32_t n_blocks;        /* >= 1; blocks past ceil(nbytes / block_size) are not touched */
+  const char *key;           /* 1..ECC_KEY_MAX bytes, copied during the call */
+  uint64_t src;              /* device (or, with the host engine, host) address; unsigned */
+  uint64_t nbytes;           /* > 0 and <= n_blocks * block_size */
+  const uint32_t *block_ids; /* region blocks in entry order; read during the call only */
+  uint32_t n_blocks;         /* >= 1; blocks past ceil(nbytes / block_size) are not touched */
 } ecc_save_entry_v1_t;
 
 /* One entry to load: blocks `block_ids` go to device address `dst`. */
 typedef struct ecc_load_entry_v1 {
-  uint64_t transfer_id;     /* the host's id for this dispatch; reported back by poll */
-  const uint32_t *block_ids;/* region blocks in entry order; read during the call only */
-  uint32_t n_blocks;        /* >= 1 */
-  uint64_t dst;             /* device (or host) address written by the copy */
-  uint64_t dst_capacity;    /* bytes writable at dst, > 0; the copy moves
+  uint64_t transfer_id;      /* the host's id for this dispatch; reported back by poll */
+  const uint32_t *block_ids; /* region blocks in entry order; read during the call only */
+  uint32_t n_blocks;         /* >= 1 */
+  uint64_t dst;              /* device (or host) address written by the copy */
+  uint64_t dst_capacity;     /* bytes writable at dst, > 0; the copy moves
                                min(dst_capacity, n_blocks * block_size) bytes and
                                blocks past that amount are not read */
 } ecc_load_entry_v1_t;
@@ -191,52 +192,52 @@ typedef struct ecc_completion_v1 {
  * bucket but the last, which is open (>= 250,000,000). A transfer of
  * exactly a bound's bytes counts in the bucket above it. */
 #define ECC_HIST_BOUNDS(X) \
-  X(500000)               \
-  X(1000000)              \
-  X(2000000)              \
-  X(5000000)              \
-  X(10000000)             \
-  X(20000000)             \
-  X(50000000)             \
-  X(100000000)            \
+  X(500000)                \
+  X(1000000)               \
+  X(2000000)               \
+  X(5000000)               \
+  X(10000000)              \
+  X(20000000)              \
+  X(50000000)              \
+  X(100000000)             \
   X(250000000)
 #define ECC_HIST_BUCKETS 10 /* the 9 bounds above, then >= 250,000,000 bytes */
 
 /* Counters for one direction. */
 typedef struct ecc_dir_stats_v1 {
-  uint64_t transfers;   /* batched transfers completed */
-  uint64_t entries;     /* entries (keys or transfer ids) completed */
-  uint64_t descriptors; /* copy descriptors after coalescing */
-  uint64_t bytes;       /* bytes moved */
-  uint64_t busy_ns;     /* sum of transfer durations */
-  uint64_t failed;      /* transfers that ended with an error */
+  uint64_t transfers;              /* batched transfers completed */
+  uint64_t entries;                /* entries (keys or transfer ids) completed */
+  uint64_t descriptors;            /* copy descriptors after coalescing */
+  uint64_t bytes;                  /* bytes moved */
+  uint64_t busy_ns;                /* sum of transfer durations */
+  uint64_t failed;                 /* transfers that ended with an error */
   uint64_t hist[ECC_HIST_BUCKETS]; /* transfers by size (bucket bounds above) */
 } ecc_dir_stats_v1_t;
 
 /* Statistics of one handle since create. The caller sets struct_size. */
 typedef struct ecc_stats_v1 {
-  uint32_t struct_size;      /* in: sizeof(ecc_stats_v1_t) as the caller compiled it */
-  uint32_t reserved;         /* zero */
-  ecc_dir_stats_v1_t save;     /* device -> region */
-  ecc_dir_stats_v1_t load;     /* region -> device */
-  uint64_t saves_skipped;    /* saves ignored because this rank is not the save rank */
-  uint64_t pin_ns;           /* time spent pinning the region (0 if not pinned) */
+  uint32_t struct_size;    /* in: sizeof(ecc_stats_v1_t) as the caller compiled it */
+  uint32_t reserved;       /* zero */
+  ecc_dir_stats_v1_t save; /* device -> region */
+  ecc_dir_stats_v1_t load; /* region -> device */
+  uint64_t saves_skipped;  /* saves ignored because this rank is not the save rank */
+  uint64_t pin_ns;         /* time spent pinning the region (0 if not pinned) */
 } ecc_stats_v1_t;
 
 /* What a handle is using. The caller sets struct_size. */
 typedef struct ecc_info_v1 {
-  uint32_t struct_size;   /* in: sizeof(ecc_info_v1_t) as the caller compiled it */
-  uint32_t creator;       /* 1 if this handle created the region (whoever closes it last unlinks it) */
-  char region_path[256];  /* the region file, e.g. "/dev/shm/ecc-demo.region" */
-  uint64_t block_size;    /* bytes per block */
-  uint64_t num_blocks;    /* blocks in the region */
-  uint64_t region_bytes;  /* bytes of the file, header page included */
-  char engine[32];        /* "host" or "cuda" */
-  char engine_detail[128];/* what the engine chose and why, one line */
-  char role[16];          /* "producer", "consumer" or "both" */
-  uint32_t save_rank;     /* 1 if saves are performed on this rank */
-  uint32_t pinned;        /* 1 if the region is registered with the GPU driver */
-  uint64_t max_inflight;  /* bound on in-flight transfers per direction */
+  uint32_t struct_size; /* in: sizeof(ecc_info_v1_t) as the caller compiled it */
+  uint32_t creator; /* 1 if this handle created the region (whoever closes it last unlinks it) */
+  char region_path[256];   /* the region file, e.g. "/dev/shm/ecc-demo.region" */
+  uint64_t block_size;     /* bytes per block */
+  uint64_t num_blocks;     /* blocks in the region */
+  uint64_t region_bytes;   /* bytes of the file, header page included */
+  char engine[32];         /* "host" or "cuda" */
+  char engine_detail[128]; /* what the engine chose and why, one line */
+  char role[16];           /* "producer", "consumer" or "both" */
+  uint32_t save_rank;      /* 1 if saves are performed on this rank */
+  uint32_t pinned;         /* 1 if the region is registered with the GPU driver */
+  uint64_t max_inflight;   /* bound on in-flight transfers per direction */
 } ecc_info_v1_t;
 
 /*
@@ -244,14 +245,14 @@ typedef struct ecc_info_v1 {
  * optional ones (which may be NULL). Append only.
  */
 typedef struct ecc_plugin_v1 {
-  uint32_t abi_major;      /* ECC_ABI_V1_MAJOR */
-  uint32_t abi_minor;      /* ECC_ABI_V1_MINOR the plugin was built with */
-  uint32_t struct_size;    /* sizeof(ecc_plugin_v1_t) as the plugin compiled it */
-  uint32_t caps;           /* ECC_CAP_* bits */
-  const char *name;        /* short name, e.g. "shm" */
-  const char *version;     /* implementation version, e.g. "1.0.0" */
+  uint32_t abi_major;           /* ECC_ABI_V1_MAJOR */
+  uint32_t abi_minor;           /* ECC_ABI_V1_MINOR the plugin was built with */
+  uint32_t struct_size;         /* sizeof(ecc_plugin_v1_t) as the plugin compiled it */
+  uint32_t caps;                /* ECC_CAP_* bits */
+  const char *name;             /* short name, e.g. "shm" */
+  const char *version;          /* implementation version, e.g. "1.0.0" */
   const ecc_param_v1_t *params; /* the configuration keys it accepts, with defaults */
-  size_t n_params;         /* number of params */
+  size_t n_params;              /* number of params */
 
   /* create: open a connector. `args->abi_major` must be 1; a minor newer than
    * the plugin's is refused. Unknown keys and bad values are refused with the
@@ -301,8 +302,7 @@ typedef struct ecc_plugin_v1 {
    * ECC_ERR_BUSY, ECC_ERR_DEVICE, ECC_ERR_NOMEM, ECC_ERR_CLOSED, ECC_ERR_REGION
    * (the region file was removed, replaced or truncated since create: nothing
    * is copied, and the handle can move no more data). */
-  int (*load)(ecc_handle_t h, const ecc_load_entry_v1_t *entries, size_t n,
-              void *compute_stream);
+  int (*load)(ecc_handle_t h, const ecc_load_entry_v1_t *entries, size_t n, void *compute_stream);
 
   /* poll: never blocks. Writes up to `cap` finished entries to `out` and
    * their count to *n_out: saves first, then loads, each in submission (FIFO)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench.c - ecc-bench: how fast the plugin, used through the shim exactly as
  * a host would, moves encoder-cache blocks between the GPU and the shared
@@ -33,13 +34,13 @@ enum { L_CONTIG, L_FRAG, L_SCATTER, N_LAYOUTS };
 static const char *const LAYOUT_NAMES[N_LAYOUTS] = {"contiguous", "fragmented", "scattered"};
 enum { D_SAVE = 1, D_LOAD = 2, D_BOTH = 3 };
 
-#define SETS 2                   /* rotating buffer sets per direction */
-#define STEP_BYTES (64ull << 20) /* bytes per step and direction, at every block size */
-#define ENTRY_BYTES (1ull << 20) /* an encoder output of about 1 MiB */
-#define GAP 256u                 /* between entries on the device: they never merge there */
-#define LAYOUT_STEPS 16u         /* region blocks for the layouts, in steps */
+#define SETS 2                           /* rotating buffer sets per direction */
+#define STEP_BYTES (64ull << 20)         /* bytes per step and direction, at every block size */
+#define ENTRY_BYTES (1ull << 20)         /* an encoder output of about 1 MiB */
+#define GAP 256u                         /* between entries on the device: they never merge there */
+#define LAYOUT_STEPS 16u                 /* region blocks for the layouts, in steps */
 #define ZONES (LAYOUT_STEPS + 2u * SETS) /* plus one contiguous zone per set */
-#define FRAG_RUN 16u             /* fragmented: runs of 1..16 blocks */
+#define FRAG_RUN 16u                     /* fragmented: runs of 1..16 blocks */
 #define MAX_ITERS 64
 
 struct opts {
@@ -66,14 +67,14 @@ struct descs {
 };
 
 struct set {
-  uint32_t *ids;          /* n_entries * entry_blocks block ids, entry after entry */
-  uint8_t *dev;           /* device buffer: entry i at i * stride */
-  uint8_t *image;         /* host: what dev holds (save) or must receive (load) */
+  uint32_t *ids;  /* n_entries * entry_blocks block ids, entry after entry */
+  uint8_t *dev;   /* device buffer: entry i at i * stride */
+  uint8_t *image; /* host: what dev holds (save) or must receive (load) */
   ecc_save_entry_t *saves;
   char (*keys)[24];
   ecc_load_entry_t *loads;
-  struct descs up;        /* the same copies as descriptors over our own mapping */
-  uint64_t zone;          /* first block of its contiguous zone */
+  struct descs up; /* the same copies as descriptors over our own mapping */
+  uint64_t zone;   /* first block of its contiguous zone */
 };
 
 struct result {
@@ -86,10 +87,10 @@ struct result {
   int sms;
 };
 
-typedef CUresult (*batch13_fn)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t,
-                               CUmemcpyAttributes *, size_t *, size_t, CUstream);
-typedef CUresult (*batch12_fn)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t,
-                               CUmemcpyAttributes *, size_t *, size_t, size_t *, CUstream);
+typedef CUresult (*batch13_fn)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,
+                               size_t *, size_t, CUstream);
+typedef CUresult (*batch12_fn)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,
+                               size_t *, size_t, size_t *, CUstream);
 
 struct bench {
   struct opts o;
@@ -99,8 +100,8 @@ struct bench {
   size_t map_bytes;
   cudaStream_t compute, copy[2];
   cudaEvent_t start[2], end[2];
-  struct set sets[2][SETS];  /* [0]: save sets, [1]: load sets */
-  uint8_t *staging;          /* pinned host buffer for checking device data */
+  struct set sets[2][SETS]; /* [0]: save sets, [1]: load sets */
+  uint8_t *staging;         /* pinned host buffer for checking device data */
   void *batch;
   int batch_abi;
   uint8_t poison;
@@ -116,7 +117,7 @@ struct bench {
   double load_4096_mixed_us; /* the same entries in random order */
 };
 
-static int g_sms = -1;       /* SMs the engine reported for its last batch */
+static int g_sms = -1; /* SMs the engine reported for its last batch */
 
 /* ---- small helpers ---- */
 
@@ -245,8 +246,8 @@ static ecc_connector_t *open_connector(struct bench *b, int m, const char *regio
            "[region]\nname = %s\ndir = %s\nblock_size = %" PRIu64 "\nsize = %" PRIu64 "\n\n"
            "[pinning]\nenabled = on\n\n"
            "[engine]\ntype = cuda\nmethod = %s\ndevice = %d\nmax_sms = %u\n",
-           b->o.plugin, region, b->o.dir, b->g.bs, b->g.bs * b->g.region_blocks,
-           ENGINE_METHOD[m], b->o.device, b->o.max_sms);
+           b->o.plugin, region, b->o.dir, b->g.bs, b->g.bs * b->g.region_blocks, ENGINE_METHOD[m],
+           b->o.device, b->o.max_sms);
   char path[] = "/tmp/ecc-bench-XXXXXX";
   int fd = mkstemp(path);
   if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
@@ -290,14 +291,16 @@ static void resolve_batch(struct bench *b)
   enum cudaDriverEntryPointQueryResult q;
   void *fn = NULL;
   if (cudaGetDriverEntryPointByVersion("cuMemcpyBatchAsync", &fn, 13000, cudaEnableDefault, &q) ==
-          cudaSuccess && q == cudaDriverEntryPointSuccess && fn != NULL) {
+          cudaSuccess &&
+      q == cudaDriverEntryPointSuccess && fn != NULL) {
     b->batch = fn;
     b->batch_abi = 13000;
     return;
   }
   (void)cudaGetLastError();
   if (cudaGetDriverEntryPointByVersion("cuMemcpyBatchAsync", &fn, 12080, cudaEnableDefault, &q) ==
-          cudaSuccess && q == cudaDriverEntryPointSuccess && fn != NULL) {
+          cudaSuccess &&
+      q == cudaDriverEntryPointSuccess && fn != NULL) {
     b->batch = fn;
     b->batch_abi = 12080;
     return;
@@ -410,8 +413,8 @@ static uint32_t g_sort_eb;
 
 static int cmp_first_block(const void *a, const void *b)
 {
-  uint32_t x = g_sort_ids[(size_t)*(const uint32_t *)a * g_sort_eb];
-  uint32_t y = g_sort_ids[(size_t)*(const uint32_t *)b * g_sort_eb];
+  uint32_t x = g_sort_ids[(size_t) * (const uint32_t *)a * g_sort_eb];
+  uint32_t y = g_sort_ids[(size_t) * (const uint32_t *)b * g_sort_eb];
   if (x != y)
     return x < y ? -1 : 1;
   return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
@@ -427,10 +430,10 @@ static void build_entries(struct bench *b, struct set *s, int load)
   for (uint32_t i = 0; i < g->n_entries; i++) {
     uint32_t *ids = s->ids + (size_t)i * g->entry_blocks;
     snprintf(s->keys[i], sizeof(s->keys[i]), "e%u", i);
-    s->saves[i] = (ecc_save_entry_t){s->keys[i], dev + i * g->stride, g->entry_bytes, ids,
-                                   g->entry_blocks};
-    s->loads[i] = (ecc_load_entry_t){1000u + i, ids, g->entry_blocks, dev + i * g->stride,
-                                   g->entry_bytes};
+    s->saves[i] =
+        (ecc_save_entry_t){s->keys[i], dev + i * g->stride, g->entry_bytes, ids, g->entry_blocks};
+    s->loads[i] =
+        (ecc_load_entry_t){1000u + i, ids, g->entry_blocks, dev + i * g->stride, g->entry_bytes};
   }
   uint32_t *order = xmalloc(g->n_entries * sizeof(uint32_t));
   for (uint32_t i = 0; i < g->n_entries; i++)
@@ -538,7 +541,8 @@ static void ref_copy(struct bench *b, int m, int d, int si, double *submit_us)
   if (m == M_CONTIG) {
     uint8_t *zone = b->blocks + s->zone * b->g.bs;
     cuda_ok(cudaMemcpyAsync(d ? (void *)s->dev : (void *)zone, d ? (void *)zone : (void *)s->dev,
-                            b->g.step_bytes, cudaMemcpyDefault, st), "cudaMemcpyAsync");
+                            b->g.step_bytes, cudaMemcpyDefault, st),
+            "cudaMemcpyAsync");
   } else {
     CUmemcpyAttributes attr;
     memset(&attr, 0, sizeof(attr));
@@ -659,9 +663,11 @@ static void check_descs(struct bench *b, int m, int dirs, int si, const ecc_stat
     die("ecc_get_stats failed");
   uint64_t ours = after.save.descriptors - before->save.descriptors + after.load.descriptors -
                   before->load.descriptors;
-  uint64_t want = (dirs & D_SAVE ? b->sets[0][si].up.n : 0) + (dirs & D_LOAD ? b->sets[1][si].up.n : 0);
+  uint64_t want =
+      (dirs & D_SAVE ? b->sets[0][si].up.n : 0) + (dirs & D_LOAD ? b->sets[1][si].up.n : 0);
   if (ours != want) {
-    fprintf(stderr, "ecc-bench: %s built %" PRIu64 " descriptors, upstream's rules give %" PRIu64 "\n",
+    fprintf(stderr,
+            "ecc-bench: %s built %" PRIu64 " descriptors, upstream's rules give %" PRIu64 "\n",
             METHOD_NAMES[m], ours, want);
     b->failures++;
   }
@@ -711,8 +717,9 @@ static void measure(struct bench *b, int layout, int dirs, int m, struct result 
   r->dirs = dirs;
   r->method = m;
   r->entries = g->n_entries;
-  r->descs = m == M_CONTIG ? 1 : (dirs & D_SAVE ? b->sets[0][0].up.n : 0) +
-                                     (dirs & D_LOAD ? b->sets[1][0].up.n : 0);
+  r->descs = m == M_CONTIG ? 1
+                           : (dirs & D_SAVE ? b->sets[0][0].up.n : 0) +
+                                 (dirs & D_LOAD ? b->sets[1][0].up.n : 0);
   r->bytes = g->step_bytes * (dirs == D_BOTH ? 2 : 1);
   r->gpu_ms = median(gpu, iters);
   r->gbps = r->gpu_ms > 0 ? (double)r->bytes / (r->gpu_ms * 1e6) : 0;
@@ -749,13 +756,13 @@ static void submit_4096(struct bench *b)
   ecc_save_entry_t *e = xmalloc(n * sizeof(*e));
   ecc_load_entry_t *l = xmalloc(n * sizeof(*l));
   ecc_load_entry_t *mixed = xmalloc(n * sizeof(*mixed));
-  char (*keys)[24] = xmalloc(n * sizeof(*keys));
+  char(*keys)[24] = xmalloc(n * sizeof(*keys));
   for (uint32_t i = 0; i < n; i++) {
     snprintf(keys[i], sizeof(keys[i]), "one-%u", i);
     e[i] = (ecc_save_entry_t){keys[i], (uint64_t)(uintptr_t)(sv->dev + (uint64_t)i * g->bs), g->bs,
-                            &sv->ids[i], 1};
-    l[i] = (ecc_load_entry_t){i, &ld->ids[i], 1, (uint64_t)(uintptr_t)(ld->dev + (uint64_t)i * g->bs),
-                            g->bs};
+                              &sv->ids[i], 1};
+    l[i] = (ecc_load_entry_t){i, &ld->ids[i], 1,
+                              (uint64_t)(uintptr_t)(ld->dev + (uint64_t)i * g->bs), g->bs};
     mixed[i] = l[i];
   }
   /* Destinations out of order: the connector must sort by first block. */
@@ -810,7 +817,8 @@ static void bench_size(struct bench *b, uint64_t bs)
   geom_init(&b->g, bs);
   char region[64], sz[32];
   snprintf(region, sizeof(region), "bench-%ld-%" PRIu64, (long)getpid(), bs);
-  fprintf(stderr, "ecc-bench: %s blocks: %u entries x %u blocks per step (%.1f MiB), region %.2f GiB\n",
+  fprintf(stderr,
+          "ecc-bench: %s blocks: %u entries x %u blocks per step (%.1f MiB), region %.2f GiB\n",
           size_name(bs, sz, sizeof(sz)), b->g.n_entries, b->g.entry_blocks,
           (double)b->g.step_bytes / (1 << 20),
           (double)(b->g.region_blocks * bs) / (double)(1ull << 30));
@@ -820,7 +828,8 @@ static void bench_size(struct bench *b, uint64_t bs)
   for (int d = 0; d < 2; d++)
     for (int s = 0; s < SETS; s++)
       set_alloc(b, &b->sets[d][s], d, s);
-  cuda_ok(cudaHostAlloc((void **)&b->staging, b->g.dev_bytes, cudaHostAllocDefault), "cudaHostAlloc");
+  cuda_ok(cudaHostAlloc((void **)&b->staging, b->g.dev_bytes, cudaHostAllocDefault),
+          "cudaHostAlloc");
 
   for (int layout = 0; layout < N_LAYOUTS && !b->o.submit_only; layout++) {
     make_ids(b, layout);
@@ -926,8 +935,8 @@ static void print_targets(const struct bench *b)
   }
   if (b->save_call_us > 0) {
     double save_step = b->save_4096_us + b->flush_4096_us;
-    double load_step = b->load_4096_us > b->load_4096_mixed_us ? b->load_4096_us
-                                                                : b->load_4096_mixed_us;
+    double load_step =
+        b->load_4096_us > b->load_4096_mixed_us ? b->load_4096_us : b->load_4096_mixed_us;
     printf("  a step of 4096 one-block entries (4 KiB, scattered), ours-auto:\n"
            "    save call %.3f us per entry %s (< 1 us)\n"
            "    save + flush %.1f us (%.1f + %.1f) %s (< 50 us)\n"
@@ -940,11 +949,13 @@ static void print_targets(const struct bench *b)
 
 static void print_table(const struct bench *b, const uint64_t *sizes, int n_sizes)
 {
-  printf("\nGB/s = 1e9 B/s over 64 MiB steps each way, medians of %d; one direction timed by CUDA"
-         " events, both by the wall time from the\nfirst submit to the last completion; %% = of the"
-         " contiguous copy (limit) in the same configuration; desc = descriptors per step;\nsubmit ="
-         " host us per step; SMs = CTAs of the copy kernels (auto, kernel); x = ours-auto over"
-         " upstream\n\n", b->o.iters);
+  printf(
+      "\nGB/s = 1e9 B/s over 64 MiB steps each way, medians of %d; one direction timed by CUDA"
+      " events, both by the wall time from the\nfirst submit to the last completion; %% = of the"
+      " contiguous copy (limit) in the same configuration; desc = descriptors per step;\nsubmit ="
+      " host us per step; SMs = CTAs of the copy kernels (auto, kernel); x = ours-auto over"
+      " upstream\n\n",
+      b->o.iters);
   printf("%-6s %-10s %-4s %5s %6s | %-12s | %-6s %-6s | %-19s | %-15s | %-7s\n", "block", "layout",
          "dir", "desc", "limit", "ours-auto", "dma", "kernel", "upstream", "submit auto/up", "SMs");
   for (int i = 0; i < n_sizes; i++)
@@ -958,21 +969,23 @@ static void print_table(const struct bench *b, const uint64_t *sizes, int n_size
 
 static void usage(FILE *f)
 {
-  fprintf(f,
-          "usage: ecc-bench [--quick | --submit-only] [--iters N] [--device N] [--max-sms N] [--csv FILE]\n"
-          "                 [--plugin PATH] [--dir DIR]\n"
-          "Times saves, loads and both at once through the plugin (ours-auto, -dma, -kernel)\n"
-          "against upstream's batched memcpy and the contiguous copy, for block sizes 3 KiB..2 MiB\n"
-          "and three layouts. Every byte is checked; the table is printed last.\n"
-          "  --quick      4 KiB, 64 KiB and 2 MiB only, 4 timed steps\n"
-          "  --submit-only  only the host cost of a step of 4096 one-block entries\n"
-          "  --iters N    timed steps per configuration (default 10, at most %d)\n"
-          "  --device N   CUDA device (default 0)\n"
-          "  --max-sms N  engine.max_sms for the kernel method (default 16)\n"
-          "  --csv FILE   where the CSV goes (default ecc-bench.csv)\n"
-          "  --plugin P   the plugin to load (default: the one built beside this program)\n"
-          "  --dir DIR    region directory (default /dev/shm)\n",
-          MAX_ITERS);
+  fprintf(
+      f,
+      "usage: ecc-bench [--quick | --submit-only] [--iters N] [--device N] [--max-sms N] [--csv "
+      "FILE]\n"
+      "                 [--plugin PATH] [--dir DIR]\n"
+      "Times saves, loads and both at once through the plugin (ours-auto, -dma, -kernel)\n"
+      "against upstream's batched memcpy and the contiguous copy, for block sizes 3 KiB..2 MiB\n"
+      "and three layouts. Every byte is checked; the table is printed last.\n"
+      "  --quick      4 KiB, 64 KiB and 2 MiB only, 4 timed steps\n"
+      "  --submit-only  only the host cost of a step of 4096 one-block entries\n"
+      "  --iters N    timed steps per configuration (default 10, at most %d)\n"
+      "  --device N   CUDA device (default 0)\n"
+      "  --max-sms N  engine.max_sms for the kernel method (default 16)\n"
+      "  --csv FILE   where the CSV goes (default ecc-bench.csv)\n"
+      "  --plugin P   the plugin to load (default: the one built beside this program)\n"
+      "  --dir DIR    region directory (default /dev/shm)\n",
+      MAX_ITERS);
 }
 
 static void parse_args(int argc, char **argv, struct opts *o)
@@ -1027,7 +1040,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 
 int main(int argc, char **argv)
 {
-  static const uint64_t full[] = {3072, 4096, 8192, 16384, 32768, 65536, 262144, 1u << 20, 2u << 20};
+  static const uint64_t full[] = {3072,  4096,   8192,     16384,   32768,
+                                  65536, 262144, 1u << 20, 2u << 20};
   static const uint64_t quick[] = {4096, 65536, 2u << 20};
   struct bench b;
   memset(&b, 0, sizeof(b));

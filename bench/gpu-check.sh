@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # gpu-check.sh OUT_DIR - on a machine with a GPU: build with CUDA, run the
 # GPU tests, the benchmark, the demo, then the GPU tests again under
 # compute-sanitizer memcheck and racecheck. Logs and the CSV go to OUT_DIR

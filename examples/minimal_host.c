@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * minimal_host.c - the smallest host program: written only from ecc_host.h
  * (and the ABI header it includes). A producer process saves one entry; a
@@ -17,8 +18,8 @@ enum { ROWS = 4, ROW_BYTES = 3072 };
 static ecc_connector_t *open_as(const char *ini, const char *role)
 {
   ecc_kv_t override = {"connector.role", role};
-  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = &override,
-                          .n_overrides = 1, .log_level = -1};
+  ecc_open_options_t opt = {
+      .struct_size = sizeof(opt), .overrides = &override, .n_overrides = 1, .log_level = -1};
   ecc_connector_t *c = NULL;
   char err[512];
   if (ecc_open(ini, &opt, &c, err, sizeof(err)) != ECC_OK)

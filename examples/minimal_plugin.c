@@ -914,12 +914,12 @@ static int minimal_last_error(ecc_handle_t h, char *buf, size_t cap)
 static void describe_store(const struct store *s, ecc_info_v1_t *out)
 {
   ecc_info_v1_t info = {.struct_size = sizeof(info),
-                          .creator = 1,
-                          .block_size = s->block_size,
-                          .num_blocks = s->n_blocks,
-                          .region_bytes = s->block_size * s->n_blocks,
-                          .save_rank = 1,
-                          .max_inflight = MAX_UNPOLLED_BATCHES};
+                        .creator = 1,
+                        .block_size = s->block_size,
+                        .num_blocks = s->n_blocks,
+                        .region_bytes = s->block_size * s->n_blocks,
+                        .save_rank = 1,
+                        .max_inflight = MAX_UNPOLLED_BATCHES};
   snprintf(info.engine, sizeof(info.engine), "host");
   snprintf(info.engine_detail, sizeof(info.engine_detail),
            "blocks in this process's memory (no region file); copies made by flush and load");

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_abi.c - libFuzzer target: the input is a program of ABI calls (save,
  * flush, load, poll, stats, describe, last_error, calls on dead handles,
@@ -40,14 +41,14 @@ static const ecc_plugin_v1_t *const T = &ecc_plugin_v1;
 #define EXPECT_CAP 4096
 #define HEADER_BYTES 4096u
 
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
+#define CHECK(cond, ...)                                                    \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
       fprintf(stderr, "fuzz_abi: invariant broken at line %d: ", __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                          \
-      fprintf(stderr, "\n");                                                 \
-      abort();                                                               \
-    }                                                                        \
+      fprintf(stderr, __VA_ARGS__);                                         \
+      fprintf(stderr, "\n");                                                \
+      abort();                                                              \
+    }                                                                       \
   } while (0)
 
 /* ---- input reader: exhausted input reads as zeros -------------------- */
@@ -78,8 +79,8 @@ static uint32_t u32(struct input *in)
 /* ---- the connector and what it owes us ---------------------------------- */
 
 struct config {
-  int role;            /* 0 both, 1 producer, 2 consumer */
-  int tp_rank;         /* saves happen only on rank 0 */
+  int role;    /* 0 both, 1 producer, 2 consumer */
+  int tp_rank; /* saves happen only on rank 0 */
   unsigned max_inflight;
 };
 
@@ -100,7 +101,7 @@ static char dir[] = "/dev/shm/eccfuzz-XXXXXX";
 static ecc_handle_t handle;
 static struct config cfg;
 static uint8_t *src, *dst;
-static uint8_t *header_view;          /* read-only mapping of the header page */
+static uint8_t *header_view; /* read-only mapping of the header page */
 static uint8_t header_at_create[HEADER_BYTES];
 /* Batched transfers not yet fully reported, with the entries each still
  * owes: the in-flight bound counts these until poll has returned them. */
@@ -112,10 +113,10 @@ struct transfers {
 
 static struct fifo saves, loads;
 static struct transfers save_tx, load_tx;
-static size_t pending_saves;          /* saved since the last flush */
+static size_t pending_saves; /* saved since the last flush */
 static uint64_t saves_reported, loads_reported, last_batch[3];
 static uint64_t key_counter;
-static ecc_handle_t dead[16];         /* handles shut down earlier */
+static ecc_handle_t dead[16]; /* handles shut down earlier */
 static size_t n_dead;
 
 static void push(struct fifo *f, const struct expected *e)
@@ -169,9 +170,9 @@ static void log_sink(void *user, int level, const char *msg)
 }
 
 static const ecc_host_services_v1_t services = {
-  .struct_size = sizeof(ecc_host_services_v1_t),
-  .log_level = ECC_LOG_DEBUG, /* formats every message, for coverage */
-  .log = log_sink,
+    .struct_size = sizeof(ecc_host_services_v1_t),
+    .log_level = ECC_LOG_DEBUG, /* formats every message, for coverage */
+    .log = log_sink,
 };
 
 static void map_header(void)
@@ -195,14 +196,20 @@ static void create(const struct config *c)
   snprintf(inflight, sizeof(inflight), "%u", c->max_inflight);
   snprintf(rank, sizeof(rank), "%d", c->tp_rank);
   ecc_kv_v1_t kv[] = {
-    {"region.dir", dir}, {"region.name", "fuzz"}, {"region.block_size", "64"},
-    {"region.size", "2KiB"}, {"engine.type", "host"}, {"engine.host_threads", "2"},
-    {"connector.role", roles[c->role]}, {"connector.tp_rank", rank},
-    {"connector.max_inflight", inflight},
+      {"region.dir", dir},
+      {"region.name", "fuzz"},
+      {"region.block_size", "64"},
+      {"region.size", "2KiB"},
+      {"engine.type", "host"},
+      {"engine.host_threads", "2"},
+      {"connector.role", roles[c->role]},
+      {"connector.tp_rank", rank},
+      {"connector.max_inflight", inflight},
   };
   char err[512] = "";
-  ecc_create_args_v1_t args = {sizeof(args), ECC_ABI_V1_MAJOR, ECC_ABI_V1_MINOR, kv,
-                             sizeof(kv) / sizeof(kv[0]), &services, err, sizeof(err)};
+  ecc_create_args_v1_t args = {
+      sizeof(args), ECC_ABI_V1_MAJOR, ECC_ABI_V1_MINOR, kv, sizeof(kv) / sizeof(kv[0]), &services,
+      err,          sizeof(err)};
   int rc = T->create(&args, &handle);
   CHECK(rc == ECC_OK && handle != 0, "create failed: %d %s", rc, err);
   cfg = *c;
@@ -317,7 +324,7 @@ static void make_save(struct input *in, struct save_case *c)
   uint32_t n_blocks = u8(in) % (MAX_BLOCKS + 1);
   make_ids(in, c->ids, n_blocks);
   c->e = (ecc_save_entry_v1_t){null_key ? NULL : c->key, addr, nbytes,
-                             u8(in) % 32 == 0 ? NULL : c->ids, n_blocks};
+                               u8(in) % 32 == 0 ? NULL : c->ids, n_blocks};
 }
 
 static int blocks_status(const uint32_t *ids, uint32_t n)
@@ -492,8 +499,8 @@ static void check_completion(const ecc_completion_v1_t *d)
   struct expected x = pop(&loads);
   CHECK(d->transfer_id == x.id && d->nbytes == x.nbytes && d->key[0] == '\0',
         "load %llu (%llu bytes) reported, %llu (%llu bytes) expected",
-        (unsigned long long)d->transfer_id, (unsigned long long)d->nbytes,
-        (unsigned long long)x.id, (unsigned long long)x.nbytes);
+        (unsigned long long)d->transfer_id, (unsigned long long)d->nbytes, (unsigned long long)x.id,
+        (unsigned long long)x.nbytes);
   loads_reported++;
   tx_reported(&load_tx);
 }
@@ -632,16 +639,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   }
   for (int op = 0; op < MAX_OPS && in.n > 0; op++) {
     switch (u8(&in) % 16) {
-    case 0: case 1: case 2: case 3:
+    case 0:
+    case 1:
+    case 2:
+    case 3:
       op_save(&in);
       break;
-    case 4: case 5: case 6:
+    case 4:
+    case 5:
+    case 6:
       op_flush(&in);
       break;
-    case 7: case 8: case 9:
+    case 7:
+    case 8:
+    case 9:
       op_load(&in);
       break;
-    case 10: case 11: case 12:
+    case 10:
+    case 11:
+    case 12:
       op_poll(&in);
       break;
     case 13:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_open.c - libFuzzer target: the input is an INI file, opened with
  * ecc_open in this process, so the bytes go through the shim's reader, the
@@ -63,8 +64,8 @@ static void private_tmpfs(void)
 {
   if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
     return;
-  small_tmpfs = mount("eccfuzz", region_dir, "tmpfs", MS_NOSUID | MS_NODEV,
-                      "size=32m,mode=0700") == 0;
+  small_tmpfs =
+      mount("eccfuzz", region_dir, "tmpfs", MS_NOSUID | MS_NODEV, "size=32m,mode=0700") == 0;
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -161,9 +162,11 @@ static void use(ecc_connector_t *c)
 static void open_once(char *err)
 {
   ecc_kv_t force[2] = {{"region.dir", region_dir}, {"region.size", "64KiB"}};
-  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = force,
-                        .n_overrides = small_tmpfs ? 1 : 2, .log = quiet,
-                        .log_level = ECC_LOG_DEBUG};
+  ecc_open_options_t o = {.struct_size = sizeof(o),
+                          .overrides = force,
+                          .n_overrides = small_tmpfs ? 1 : 2,
+                          .log = quiet,
+                          .log_level = ECC_LOG_DEBUG};
   memset(err, 0x5a, ERR_CAP); /* no NUL anywhere unless the shim writes one */
   ecc_connector_t *c = NULL;
   int rc = ecc_open(ini_path, &o, &c, err, ERR_CAP);
@@ -188,7 +191,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   open_once(err);
   if (count_entries(region_dir) != 0)
     abort(); /* a region, or its temporary file, outlived its connector */
-  /* The first input loads the plugin for good; count descriptors after it. */
+  /* The first input loads the plugin for good; count descriptors after it.
+   * Run with -print_funcs=0 (scripts/fuzz.sh does): otherwise libFuzzer
+   * starts a symbolizer for each new function, and its pipes count here. */
   int fds = count_entries("/proc/self/fd");
   if (fds_at_start < 0)
     fds_at_start = fds;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_probe.c - libFuzzer target: the input is the payload of a report
  * from ecc_check's child process, as the parent reads it (probe_decode).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_region.c - libFuzzer target: the input is a region file as another
  * process (or an attacker) could leave it, and the configuration a joiner
@@ -31,11 +32,11 @@
 #define MAX_TAIL 65536u
 
 enum {
-  F_SPARSE = 1u << 0,    /* the file's blocks are not allocated */
-  F_AUTO = 1u << 1,      /* the joiner opens with mode auto (else join) */
-  F_REAP = 1u << 2,      /* ... with reap_orphans */
-  F_HOLD = 1u << 3,      /* another descriptor holds a shared lock, as a live peer would */
-  F_GROUP_W = 1u << 4,   /* the file is group-writable */
+  F_SPARSE = 1u << 0,  /* the file's blocks are not allocated */
+  F_AUTO = 1u << 1,    /* the joiner opens with mode auto (else join) */
+  F_REAP = 1u << 2,    /* ... with reap_orphans */
+  F_HOLD = 1u << 3,    /* another descriptor holds a shared lock, as a live peer would */
+  F_GROUP_W = 1u << 4, /* the file is group-writable */
 };
 
 static char dir[64];
@@ -138,7 +139,7 @@ static void judge_join(int rc, const struct region *r, const struct region_param
   if (rc == ECC_OK) {
     if (!header_allows(h, p, (uint64_t)before->st_size, flags) || r->map == NULL ||
         r->map_bytes != h->file_bytes)
-      abort(); /* joined a file it should have refused */
+      abort();                                        /* joined a file it should have refused */
     volatile uint8_t last = r->map[r->map_bytes - 1]; /* every page is there */
     (void)last;
     return;

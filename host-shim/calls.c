@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * calls.c - every call on an open connector: the guard that lets ecc_close
  * wait for calls already inside and turn away those that arrive while it

@@ -86,7 +86,7 @@ static void run_check_job(void *arg, struct probe_report *out)
 /* The plugin's code runs only in a child process: whatever it does there
  * (exit, crash, hang) is reported, and nothing of it is ever mapped here. */
 static int check_in_child(const struct ini_config *ini, const char *file, uint64_t timeout_ms,
-                            ecc_plugin_meta_t **meta, char *err, size_t err_cap)
+                          ecc_plugin_meta_t **meta, char *err, size_t err_cap)
 {
   char where[WHERE_MAX], subject[WHERE_MAX + PLUGIN_PATH_MAX + 16];
   where_plugin_line(ini, where, sizeof(where));
@@ -131,10 +131,6 @@ static int check_config(const char *ini_path, const ecc_open_options_t *opt,
   return rc;
 }
 
-
-
-
-
 ECC_API int ecc_check(const char *ini_path, const ecc_open_options_t *opt, ecc_plugin_meta_t *meta,
                       char *err, size_t err_cap)
 {
@@ -148,7 +144,6 @@ ECC_API int ecc_check(const char *ini_path, const ecc_open_options_t *opt, ecc_p
   free(found);
   return rc;
 }
-
 
 ECC_API int ecc_check_params(const char *ini_path, const ecc_open_options_t *opt,
                              ecc_plugin_meta_t **out, char *err, size_t err_cap)

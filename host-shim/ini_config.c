@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ini_config.c - turns the INI file given to ecc_open/ecc_check into an
  * ini_config: the [plugin] settings the shim uses itself, and every other key
@@ -42,20 +43,20 @@ static const char plugin_keys[] = "name, path, dir, log_level";
 struct parse_state {
   const char *text; /* the whole file */
   size_t len;
-  size_t next;      /* where the next line starts */
+  size_t next; /* where the next line starts */
   struct ini_config *cfg;
-  struct key_index *keys;  /* every pair's key, to find duplicates */
-  int line;         /* the line inih is working on */
-  int err_line;     /* line of the first error found here, 0 if none */
+  struct key_index *keys; /* every pair's key, to find duplicates */
+  int line;               /* the line inih is working on */
+  int err_line;           /* line of the first error found here, 0 if none */
   int err_code;
   char err[PARSE_ERR_MAX];
-  int hint_line;    /* first line inih will call a syntax error, and why */
+  int hint_line; /* first line inih will call a syntax error, and why */
   const char *hint;
-  int plugin_line;  /* first [plugin] header */
+  int plugin_line; /* first [plugin] header */
 };
 
-__attribute__((format(printf, 2, 3))) static int
-parse_fail(struct parse_state *st, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static int parse_fail(struct parse_state *st, const char *fmt,
+                                                            ...)
 {
   if (st->err_line == 0) {
     va_list ap;
@@ -107,8 +108,8 @@ static bool inspect_section(struct parse_state *st, const char *text)
   size_t len = (size_t)(close - text - 1);
   for (size_t i = 0; i < len; i++) {
     if (!section_char_ok(text[1 + i])) {
-      parse_fail(st, "bad section name '[%.*s]': use letters, digits, '_', '-' and '.'",
-                 (int)len, text + 1);
+      parse_fail(st, "bad section name '[%.*s]': use letters, digits, '_', '-' and '.'", (int)len,
+                 text + 1);
       return false;
     }
   }
@@ -252,8 +253,7 @@ static int on_plugin_key(struct parse_state *st, const char *name, const char *v
   if (s == NULL)
     return parse_fail(st, "unknown key '%s' in [plugin] (accepted: %s)", name, plugin_keys);
   if (s->value != NULL)
-    return parse_fail(st, "duplicate key '%s' in [plugin] (first set on line %d)", name,
-                      s->line);
+    return parse_fail(st, "duplicate key '%s' in [plugin] (first set on line %d)", name, s->line);
   if (s == &st->cfg->log_level_text && shim_level_from_name(value) < 0)
     return parse_fail(st, "bad log_level '%s' (%s)", value, shim_level_names());
   s->value = strdup(value);
@@ -264,7 +264,8 @@ static int on_plugin_key(struct parse_state *st, const char *name, const char *v
 }
 
 /* The pair of key, or NULL. */
-static struct ini_pair *find_pair(const struct ini_config *cfg, struct key_index *keys, const char *key)
+static struct ini_pair *find_pair(const struct ini_config *cfg, struct key_index *keys,
+                                  const char *key)
 {
   size_t pos;
   return key_index_find(keys, key, &pos) ? &cfg->pairs[pos] : NULL;
@@ -272,7 +273,8 @@ static struct ini_pair *find_pair(const struct ini_config *cfg, struct key_index
 
 /* Appends a pair whose key is not in keys yet and indexes it. Takes
  * ownership of key and value (frees them on failure). */
-static int append_pair(struct ini_config *cfg, struct key_index *keys, char *key, char *value, int line)
+static int append_pair(struct ini_config *cfg, struct key_index *keys, char *key, char *value,
+                       int line)
 {
   if (key == NULL || value == NULL)
     goto nomem;
@@ -315,7 +317,8 @@ static int on_pair(void *user, const char *section, const char *name, const char
   if (name[0] == '\0')
     return parse_fail(st, "empty key name in [%s]", section);
   if (value[0] == '\0')
-    return parse_fail(st, "key '%s' in [%s] has an empty value (delete the line to use the default)",
+    return parse_fail(st,
+                      "key '%s' in [%s] has an empty value (delete the line to use the default)",
                       name, section);
   if (strcmp(section, "plugin") == 0)
     return on_plugin_key(st, name, value);
@@ -360,8 +363,7 @@ static int report_parse(const struct parse_state *st, int rc, char *err, size_t 
 static int open_ini(const char *file, int *fd, char *err, size_t err_cap)
 {
   char canon[PATH_MAX], why[PATH_MAX + 512];
-  switch (trust_open(file, TRUST_FILE, "INI file", fd, canon, sizeof(canon), why,
-                     sizeof(why))) {
+  switch (trust_open(file, TRUST_FILE, "INI file", fd, canon, sizeof(canon), why, sizeof(why))) {
   case TRUST_OK:
     return ECC_OK;
   case TRUST_MISSING:
@@ -383,8 +385,10 @@ static int refuse_long_file(const char *file, const char *text, char *err, size_
   int line = 1;
   for (size_t i = 0; i < INI_CONFIG_MAX_BYTES; i++)
     line += text[i] == '\n';
-  shim_errf(err, err_cap, "%s:%d: the file is longer than %zu bytes (%zu MiB), the most an INI "
-            "file may hold", file, line, INI_CONFIG_MAX_BYTES, INI_CONFIG_MAX_BYTES >> 20);
+  shim_errf(err, err_cap,
+            "%s:%d: the file is longer than %zu bytes (%zu MiB), the most an INI "
+            "file may hold",
+            file, line, INI_CONFIG_MAX_BYTES, INI_CONFIG_MAX_BYTES >> 20);
   return ECC_ERR_CONFIG;
 }
 
@@ -406,8 +410,7 @@ static int grow_buffer(char **buf, size_t *cap, const char *file, char *err, siz
   size_t bigger = *cap * 2 < INI_CONFIG_MAX_BYTES + 1 ? *cap * 2 : INI_CONFIG_MAX_BYTES + 1;
   char *grown = realloc(*buf, bigger);
   if (grown == NULL) {
-    shim_errf(err, err_cap, "cannot read INI file %s: out of memory for %zu bytes", file,
-              bigger);
+    shim_errf(err, err_cap, "cannot read INI file %s: out of memory for %zu bytes", file, bigger);
     return ECC_ERR_NOMEM;
   }
   *buf = grown;
@@ -417,8 +420,7 @@ static int grow_buffer(char **buf, size_t *cap, const char *file, char *err, siz
 
 /* Reads the whole file into *out (*len bytes). Every failure is an error:
  * none is taken for the end of the file. */
-static int read_whole(int fd, const char *file, char **out, size_t *len, char *err,
-                      size_t err_cap)
+static int read_whole(int fd, const char *file, char **out, size_t *len, char *err, size_t err_cap)
 {
   struct stat st;
   if (fstat(fd, &st) != 0) {
@@ -483,8 +485,7 @@ static int set_plugin_override(struct ini_config *cfg, const char *name, const c
 {
   struct ini_setting *s = plugin_setting(cfg, name);
   if (s == NULL) {
-    shim_errf(err, err_cap, "override: unknown key 'plugin.%s' (accepted: %s)", name,
-              plugin_keys);
+    shim_errf(err, err_cap, "override: unknown key 'plugin.%s' (accepted: %s)", name, plugin_keys);
     return ECC_ERR_CONFIG;
   }
   if (value[0] == '\0') {
@@ -492,8 +493,7 @@ static int set_plugin_override(struct ini_config *cfg, const char *name, const c
     return ECC_ERR_CONFIG;
   }
   if (s == &cfg->log_level_text && shim_level_from_name(value) < 0) {
-    shim_errf(err, err_cap, "override: bad plugin.log_level '%s' (%s)", value,
-              shim_level_names());
+    shim_errf(err, err_cap, "override: bad plugin.log_level '%s' (%s)", value, shim_level_names());
     return ECC_ERR_CONFIG;
   }
   char *copy = strdup(value);
@@ -510,8 +510,8 @@ static int set_plugin_override(struct ini_config *cfg, const char *name, const c
   return ECC_OK;
 }
 
-static int apply_override(struct ini_config *cfg, struct key_index *keys, const ecc_kv_t *kv, size_t index,
-                          char *err, size_t err_cap)
+static int apply_override(struct ini_config *cfg, struct key_index *keys, const ecc_kv_t *kv,
+                          size_t index, char *err, size_t err_cap)
 {
   if (kv->key == NULL || kv->key[0] == '\0' || kv->value == NULL) {
     shim_errf(err, err_cap, "override %zu has no key or no value", index);
@@ -539,8 +539,8 @@ static int apply_override(struct ini_config *cfg, struct key_index *keys, const 
 
 /* ---- the [plugin] section as a whole ---- */
 
-static int check_plugin_section(const struct ini_config *cfg, const struct parse_state *st, char *err,
-                                size_t err_cap)
+static int check_plugin_section(const struct ini_config *cfg, const struct parse_state *st,
+                                char *err, size_t err_cap)
 {
   if (cfg->name.value != NULL && cfg->path.value != NULL) {
     int later = cfg->name.line > cfg->path.line ? cfg->name.line : cfg->path.line;
@@ -553,11 +553,10 @@ static int check_plugin_section(const struct ini_config *cfg, const struct parse
     return ECC_OK;
   if (st->plugin_line != 0)
     shim_errf(err, err_cap,
-              "%s:%d: [plugin] needs 'name' (a short name) or 'path' (an absolute path)",
-              cfg->file, st->plugin_line);
+              "%s:%d: [plugin] needs 'name' (a short name) or 'path' (an absolute path)", cfg->file,
+              st->plugin_line);
   else
-    shim_errf(err, err_cap,
-              "%s: no [plugin] section: it must give the plugin's 'name' or 'path'",
+    shim_errf(err, err_cap, "%s: no [plugin] section: it must give the plugin's 'name' or 'path'",
               cfg->file);
   return ECC_ERR_CONFIG;
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ini_config.h - an INI file turned into the shim's settings ([plugin]) and
  * the plugin's "section.key" pairs, each remembering the line it came from.
@@ -36,12 +37,12 @@ struct ini_setting {
 };
 
 struct ini_config {
-  char *file;            /* the INI path as the caller gave it */
-  struct ini_setting name;      /* [plugin] name */
-  struct ini_setting path;      /* [plugin] path */
-  struct ini_setting dir;       /* [plugin] dir */
+  char *file;                        /* the INI path as the caller gave it */
+  struct ini_setting name;           /* [plugin] name */
+  struct ini_setting path;           /* [plugin] path */
+  struct ini_setting dir;            /* [plugin] dir */
   struct ini_setting log_level_text; /* [plugin] log_level as written */
-  int log_level;         /* ECC_LOG_* from log_level_text, or -1 when absent */
+  int log_level;                     /* ECC_LOG_* from log_level_text, or -1 when absent */
   struct ini_pair *pairs;
   size_t n_pairs;
   size_t cap_pairs;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * key_index.c - the open-addressed table of key_index.h: linear probing, at
  * most half full, over SipHash-1-3 with a key drawn for each INI file.
@@ -49,7 +50,7 @@ static uint64_t load_le64(const unsigned char *p)
 static uint64_t siphash13(uint64_t k0, uint64_t k1, const unsigned char *p, size_t len)
 {
   struct sip_state s = {k0 ^ 0x736f6d6570736575ull, k1 ^ 0x646f72616e646f6dull,
-                 k0 ^ 0x6c7967656e657261ull, k1 ^ 0x7465646279746573ull};
+                        k0 ^ 0x6c7967656e657261ull, k1 ^ 0x7465646279746573ull};
   size_t whole = len - len % 8;
   for (size_t i = 0; i < whole; i += 8) {
     uint64_t m = load_le64(p + i);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * key_index.h - the "section.key" strings of one INI file, each mapped to the
  * position of its pair, so that finding a key costs the same for the first
@@ -19,10 +20,10 @@ struct key_slot {
 
 struct key_index {
   struct key_slot *slots;
-  size_t cap;     /* a power of two, or 0 before the first key */
+  size_t cap; /* a power of two, or 0 before the first key */
   size_t used;
   uint64_t k0, k1; /* the key of the hash (SipHash-1-3) */
-  size_t probes;  /* slots looked at so far, rehashing included: the cost */
+  size_t probes;   /* slots looked at so far, rehashing included: the cost */
 };
 
 /* The most keys an index holds (positions and hashes are 32-bit). */

@@ -61,12 +61,6 @@ static const char *closest_param(const struct plugin_ops *ops, const char *key)
   return best;
 }
 
-
-
-
-
-
-
 static void list_params(const struct plugin_ops *ops, char *buf, size_t cap)
 {
   size_t used = 0;
@@ -82,7 +76,8 @@ static void list_params(const struct plugin_ops *ops, char *buf, size_t cap)
 /* Refuses, before create runs, a key the plugin does not publish, naming the
  * line it was written on. A plugin that publishes nothing is left to judge
  * its keys in create. */
-int keys_check(const struct ini_config *ini, const struct plugin_ops *ops, char *err, size_t err_cap)
+int keys_check(const struct ini_config *ini, const struct plugin_ops *ops, char *err,
+               size_t err_cap)
 {
   if (ops->n_params == 0)
     return ECC_OK;
@@ -96,8 +91,8 @@ int keys_check(const struct ini_config *ini, const struct plugin_ops *ops, char 
     const char *near = closest_param(ops, p->key);
     if (near != NULL)
       snprintf(hint, sizeof(hint), "; did you mean '%s'?", near);
-    shim_errf(err, err_cap, "%s: unknown key '%s' (the plugin '%s' accepts: %s)%s", where,
-              p->key, ops->name, accepted, hint);
+    shim_errf(err, err_cap, "%s: unknown key '%s' (the plugin '%s' accepts: %s)%s", where, p->key,
+              ops->name, accepted, hint);
     return ECC_ERR_CONFIG;
   }
   return ECC_OK;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * loader.c - finds a plugin file from a path or a short name, refuses files
  * another user could control, dlopens it, finds and checks its ABI table,
@@ -9,8 +10,8 @@
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
-#include <pthread.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -63,8 +64,8 @@ static int default_dir(char *out, size_t cap, char *err, size_t err_cap)
   return ECC_OK;
 }
 
-static int plugin_dir(const char *dir, char *out, size_t cap, enum plugin_input *culprit,
-                      char *err, size_t err_cap)
+static int plugin_dir(const char *dir, char *out, size_t cap, enum plugin_input *culprit, char *err,
+                      size_t err_cap)
 {
   if (dir != NULL) {
     *culprit = PLUGIN_INPUT_DIR;
@@ -88,8 +89,8 @@ static int plugin_dir(const char *dir, char *out, size_t cap, enum plugin_input 
   return default_dir(out, cap, err, err_cap);
 }
 
-int plugin_resolve(const char *name, const char *path, const char *dir, char *file,
-                   size_t file_cap, enum plugin_input *culprit, char *err, size_t err_cap)
+int plugin_resolve(const char *name, const char *path, const char *dir, char *file, size_t file_cap,
+                   enum plugin_input *culprit, char *err, size_t err_cap)
 {
   if (path != NULL) {
     *culprit = PLUGIN_INPUT_PATH;
@@ -156,8 +157,8 @@ static int check_file(const char *file, char *canon, char *err, size_t err_cap)
  * points at can be checked against the plugin's own segments: dlsym may
  * return an absolute address, or a symbol of another object. */
 struct object_map {
-  uintptr_t base;         /* load bias: a segment starts at base + p_vaddr */
-  const ElfW(Phdr) *phdr; /* in the loaded image; valid while it is loaded */
+  uintptr_t base;          /* load bias: a segment starts at base + p_vaddr */
+  const ElfW(Phdr) * phdr; /* in the loaded image; valid while it is loaded */
   size_t phnum;
 };
 
@@ -174,13 +175,14 @@ static int match_object(struct dl_phdr_info *info, size_t size, void *data)
   if (info->dlpi_addr != s->lm->l_addr || info->dlpi_name == NULL ||
       strcmp(info->dlpi_name, s->lm->l_name) != 0)
     return 0;
-  *s->out = (struct object_map){.base = info->dlpi_addr, .phdr = info->dlpi_phdr,
-                         .phnum = info->dlpi_phnum};
+  *s->out = (struct object_map){
+      .base = info->dlpi_addr, .phdr = info->dlpi_phdr, .phnum = info->dlpi_phnum};
   s->found = true;
   return 1;
 }
 
-static int find_object(void *dl, const char *path, struct object_map *out, char *err, size_t err_cap)
+static int find_object(void *dl, const char *path, struct object_map *out, char *err,
+                       size_t err_cap)
 {
   struct link_map *lm = NULL;
   if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL) {
@@ -200,7 +202,8 @@ static int find_object(void *dl, const char *path, struct object_map *out, char 
 
 /* The end of the loadable segment with all of `flags` that holds the len
  * (>= 1) bytes at addr, or 0 when no segment holds all of them. */
-static uintptr_t segment_end(const struct object_map *m, uintptr_t addr, size_t len, ElfW(Word) flags)
+static uintptr_t segment_end(const struct object_map *m, uintptr_t addr, size_t len,
+                             ElfW(Word) flags)
 {
   for (size_t i = 0; i < m->phnum; i++) {
     const ElfW(Phdr) *ph = &m->phdr[i];
@@ -243,8 +246,7 @@ static size_t symbol_size(const void *addr)
 /* Bytes of the v1 table the shim cannot work without: up to `shutdown`. */
 static const size_t v1_required =
     offsetof(ecc_plugin_v1_t, shutdown) + sizeof(((ecc_plugin_v1_t *)0)->shutdown);
-static const size_t v1_header =
-    offsetof(ecc_plugin_v1_t, struct_size) + sizeof(uint32_t);
+static const size_t v1_header = offsetof(ecc_plugin_v1_t, struct_size) + sizeof(uint32_t);
 
 static const char *v1_missing_required(const ecc_plugin_v1_t *t)
 {
@@ -293,8 +295,7 @@ static int v1_check(const ecc_plugin_v1_t *t, size_t sym_size, const char *path,
   return ECC_OK;
 }
 
-static int v1_check_fields(const ecc_plugin_v1_t *t, const char *path, char *err,
-                           size_t err_cap)
+static int v1_check_fields(const ecc_plugin_v1_t *t, const char *path, char *err, size_t err_cap)
 {
   const char *missing = v1_missing_required(t);
   if (missing != NULL) {
@@ -307,8 +308,7 @@ static int v1_check_fields(const ecc_plugin_v1_t *t, const char *path, char *err
     return ECC_ERR_INCOMPATIBLE;
   }
   if (t->n_params != 0 && t->params == NULL) {
-    shim_errf(err, err_cap, "plugin %s: n_params is %zu but params is NULL", path,
-              t->n_params);
+    shim_errf(err, err_cap, "plugin %s: n_params is %zu but params is NULL", path, t->n_params);
     return ECC_ERR_INCOMPATIBLE;
   }
   return ECC_OK;
@@ -353,8 +353,8 @@ static void v1_fill_ops(const ecc_plugin_v1_t *t, struct plugin_ops *ops)
 
 /* The `len` bytes of the table from its start must lie in one readable
  * segment of the plugin before any of them is read. */
-static int table_in_object(const void *table, size_t len, const struct object_map *m, const char *path,
-                           char *err, size_t err_cap)
+static int table_in_object(const void *table, size_t len, const struct object_map *m,
+                           const char *path, char *err, size_t err_cap)
 {
   if (in_object(m, table, len, PF_R))
     return ECC_OK;
@@ -371,8 +371,8 @@ static int table_in_object(const void *table, size_t len, const struct object_ma
   return ECC_ERR_INCOMPATIBLE;
 }
 
-static int adapt_v1(const void *table, const struct object_map *m, const char *path, struct plugin_ops *ops,
-                    char *err, size_t err_cap)
+static int adapt_v1(const void *table, const struct object_map *m, const char *path,
+                    struct plugin_ops *ops, char *err, size_t err_cap)
 {
   const ecc_plugin_v1_t *t = table;
   int rc = v1_check(t, symbol_size(table), path, err, err_cap);
@@ -387,8 +387,8 @@ static int adapt_v1(const void *table, const struct object_map *m, const char *p
 
 /* ---- what the adapted table points at ---- */
 
-static int strings_in_object(const struct plugin_ops *ops, const struct object_map *m, const char *path,
-                             char *err, size_t err_cap)
+static int strings_in_object(const struct plugin_ops *ops, const struct object_map *m,
+                             const char *path, char *err, size_t err_cap)
 {
   const char *bad = !string_in_object(m, ops->name)      ? "name"
                     : !string_in_object(m, ops->version) ? "version"
@@ -396,8 +396,7 @@ static int strings_in_object(const struct plugin_ops *ops, const struct object_m
   if (bad == NULL)
     return ECC_OK;
   shim_errf(err, err_cap,
-            "plugin %s: table field '%s' does not point to a string inside the plugin", path,
-            bad);
+            "plugin %s: table field '%s' does not point to a string inside the plugin", path, bad);
   return ECC_ERR_INCOMPATIBLE;
 }
 
@@ -413,15 +412,18 @@ static const char *param_fault(const ecc_param_t *p, const struct object_map *m)
   return NULL;
 }
 
-static int params_in_object(const struct plugin_ops *ops, const struct object_map *m, const char *path,
-                            char *err, size_t err_cap)
+static int params_in_object(const struct plugin_ops *ops, const struct object_map *m,
+                            const char *path, char *err, size_t err_cap)
 {
   size_t n = ops->n_params;
   if (n == 0)
     return ECC_OK;
-  if (n > SIZE_MAX / sizeof(ecc_param_t) || !in_object(m, ops->params, n * sizeof(ecc_param_t), PF_R)) {
-    shim_errf(err, err_cap, "plugin %s: its %zu params do not lie inside the plugin's readable "
-              "segments", path, n);
+  if (n > SIZE_MAX / sizeof(ecc_param_t) ||
+      !in_object(m, ops->params, n * sizeof(ecc_param_t), PF_R)) {
+    shim_errf(err, err_cap,
+              "plugin %s: its %zu params do not lie inside the plugin's readable "
+              "segments",
+              path, n);
     return ECC_ERR_INCOMPATIBLE;
   }
   for (size_t i = 0; i < n; i++) {
@@ -431,26 +433,33 @@ static int params_in_object(const struct plugin_ops *ops, const struct object_ma
     if (ops->params[i].key == NULL)
       shim_errf(err, err_cap, "plugin %s: params[%zu] has no key", path, i);
     else
-      shim_errf(err, err_cap, "plugin %s: params[%zu].%s does not point to a string inside "
-                "the plugin", path, i, fault);
+      shim_errf(err, err_cap,
+                "plugin %s: params[%zu].%s does not point to a string inside "
+                "the plugin",
+                path, i, fault);
     return ECC_ERR_INCOMPATIBLE;
   }
   return ECC_OK;
 }
 
 /* Every function the shim may call must be code of the plugin itself. */
-static int functions_in_object(const struct plugin_ops *ops, const struct object_map *m, const char *path,
-                               char *err, size_t err_cap)
+static int functions_in_object(const struct plugin_ops *ops, const struct object_map *m,
+                               const char *path, char *err, size_t err_cap)
 {
   const struct {
     const char *name;
     uintptr_t addr;
   } fns[] = {
-      {"create", (uintptr_t)ops->create},         {"save", (uintptr_t)ops->save},
-      {"flush", (uintptr_t)ops->flush},           {"load", (uintptr_t)ops->load},
-      {"poll", (uintptr_t)ops->poll},             {"shutdown", (uintptr_t)ops->shutdown},
-      {"validate", (uintptr_t)ops->validate},     {"stats", (uintptr_t)ops->stats},
-      {"last_error", (uintptr_t)ops->last_error}, {"describe", (uintptr_t)ops->describe},
+      {"create", (uintptr_t)ops->create},
+      {"save", (uintptr_t)ops->save},
+      {"flush", (uintptr_t)ops->flush},
+      {"load", (uintptr_t)ops->load},
+      {"poll", (uintptr_t)ops->poll},
+      {"shutdown", (uintptr_t)ops->shutdown},
+      {"validate", (uintptr_t)ops->validate},
+      {"stats", (uintptr_t)ops->stats},
+      {"last_error", (uintptr_t)ops->last_error},
+      {"describe", (uintptr_t)ops->describe},
   };
   for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
     if (fns[i].addr == 0 || in_object(m, (const void *)fns[i].addr, 1, PF_X))
@@ -482,8 +491,8 @@ static int ops_in_object(const struct plugin_ops *ops, const struct object_map *
  * struct plugin_ops would take v2's shape with adapt_v1 filling the gaps. */
 static const struct table_version {
   const char *symbol;
-  int (*adapt)(const void *table, const struct object_map *m, const char *path, struct plugin_ops *ops,
-               char *err, size_t err_cap);
+  int (*adapt)(const void *table, const struct object_map *m, const char *path,
+               struct plugin_ops *ops, char *err, size_t err_cap);
 } versions[] = {
     {ECC_PLUGIN_V1_SYMBOL, adapt_v1},
 };
@@ -501,8 +510,8 @@ static int use_table(const struct table_version *v, const void *table, const str
   return rc;
 }
 
-static int find_table(void *dl, const struct object_map *m, const char *path, struct plugin_ops *ops,
-                      char *err, size_t err_cap)
+static int find_table(void *dl, const struct object_map *m, const char *path,
+                      struct plugin_ops *ops, char *err, size_t err_cap)
 {
   for (size_t i = 0; i < n_versions; i++) {
     dlerror();
@@ -513,8 +522,8 @@ static int find_table(void *dl, const struct object_map *m, const char *path, st
   char names[256] = "";
   size_t used = 0;
   for (size_t i = 0; i < n_versions && used < sizeof(names); i++) {
-    int n = snprintf(names + used, sizeof(names) - used, "%s%s", i ? " or " : "",
-                     versions[i].symbol);
+    int n =
+        snprintf(names + used, sizeof(names) - used, "%s%s", i ? " or " : "", versions[i].symbol);
     if (n < 0)
       break;
     used += (size_t)n;

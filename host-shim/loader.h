@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * loader.h - finding a plugin file, loading it, checking its ABI table and
  * unloading it. Private to libecc-host.so.
@@ -39,8 +40,8 @@ struct plugin_ops {
 };
 
 struct loaded_plugin {
-  void *dl;                    /* dlopen handle; NULL when nothing is loaded */
-  char path[PLUGIN_PATH_MAX];  /* canonical path of the file loaded */
+  void *dl;                   /* dlopen handle; NULL when nothing is loaded */
+  char path[PLUGIN_PATH_MAX]; /* canonical path of the file loaded */
   struct plugin_ops ops;
 };
 
@@ -58,8 +59,8 @@ enum plugin_input {
  * $ECC_PLUGIN_DIR (not in setuid/setgid processes), else the folder "ecc"
  * beside libecc-host.so. Checks the text only: the file may not exist.
  * Returns ECC_OK or ECC_ERR_CONFIG (reason in err, culprit set). */
-int plugin_resolve(const char *name, const char *path, const char *dir, char *file,
-                   size_t file_cap, enum plugin_input *culprit, char *err, size_t err_cap);
+int plugin_resolve(const char *name, const char *path, const char *dir, char *file, size_t file_cap,
+                   enum plugin_input *culprit, char *err, size_t err_cap);
 
 /* Check the file (a regular file that it, and every directory on its
  * canonical path, is owned by root or this user and writable by nobody

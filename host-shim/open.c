@@ -16,8 +16,8 @@
 #include "steps.h"
 #include "where.h"
 
-__attribute__((format(printf, 3, 4))) static void
-shim_log(const ecc_host_services_t *svc, int level, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void shim_log(const ecc_host_services_t *svc,
+                                                           int level, const char *fmt, ...)
 {
   if (svc->log == NULL || level > svc->log_level)
     return;
@@ -29,21 +29,8 @@ shim_log(const ecc_host_services_t *svc, int level, const char *fmt, ...)
   svc->log(svc->user, level, msg);
 }
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-static void create_failed(const ecc_connector_t *c, const struct ini_config *ini, int raw, char *why,
-                          char *err, size_t err_cap)
+static void create_failed(const ecc_connector_t *c, const struct ini_config *ini, int raw,
+                          char *why, char *err, size_t err_cap)
 {
   char where[WHERE_MAX + 2];
   where_plugin_text(ini, why, where, sizeof(where));
@@ -51,8 +38,8 @@ static void create_failed(const ecc_connector_t *c, const struct ini_config *ini
             c->plugin.ops.name, c->plugin.path, why[0] != '\0' ? why : ecc_strerror(raw));
 }
 
-
-static int create_connector(ecc_connector_t *c, const struct ini_config *ini, char *err, size_t err_cap)
+static int create_connector(ecc_connector_t *c, const struct ini_config *ini, char *err,
+                            size_t err_cap)
 {
   const struct plugin_ops *ops = &c->plugin.ops;
   ecc_kv_t *kv = steps_make_kv(ini);
@@ -81,8 +68,8 @@ static int create_connector(ecc_connector_t *c, const struct ini_config *ini, ch
     return rc;
   }
   if (h == 0) {
-    shim_errf(err, err_cap, "plugin '%s' (%s) returned ECC_OK from create but handle 0",
-              ops->name, c->plugin.path);
+    shim_errf(err, err_cap, "plugin '%s' (%s) returned ECC_OK from create but handle 0", ops->name,
+              c->plugin.path);
     return ECC_ERR_INCOMPATIBLE;
   }
   c->handle = h;
@@ -92,7 +79,6 @@ static int create_connector(ecc_connector_t *c, const struct ini_config *ini, ch
     (void)ops->shutdown(h); /* the error above is the one to report */
   return rc;
 }
-
 
 ECC_API int ecc_open(const char *ini_path, const ecc_open_options_t *opt, ecc_connector_t **out,
                      char *err, size_t err_cap)
@@ -120,9 +106,9 @@ ECC_API int ecc_open(const char *ini_path, const ecc_open_options_t *opt, ecc_co
     return rc;
   }
   c->services = (ecc_host_services_t){.struct_size = sizeof(c->services),
-                                    .log_level = options_log_level(&s, &ini),
-                                    .log = s.log,
-                                    .user = s.log_user};
+                                      .log_level = options_log_level(&s, &ini),
+                                      .log = s.log,
+                                      .user = s.log_user};
   rc = create_connector(c, &ini, err, err_cap);
   ini_config_free(&ini);
   if (rc != ECC_OK) {
@@ -137,7 +123,6 @@ ECC_API int ecc_open(const char *ini_path, const ecc_open_options_t *opt, ecc_co
   *out = c;
   return ECC_OK;
 }
-
 
 ECC_API int ecc_plugin_info(ecc_connector_t *c, ecc_plugin_meta_t *out)
 {

@@ -29,10 +29,10 @@ static void stderr_log(void *user, int level, const char *msg)
 
 /* The check timeout: 0, or a field the caller's struct_size does not
  * reach, leaves the default. */
-static int read_timeout(const ecc_open_options_t *opt, struct open_settings *s, char *err, size_t err_cap)
+static int read_timeout(const ecc_open_options_t *opt, struct open_settings *s, char *err,
+                        size_t err_cap)
 {
-  if (ECC_COVERS(opt, ecc_open_options_t, check_timeout_ms) &&
-      opt->check_timeout_ms != 0)
+  if (ECC_COVERS(opt, ecc_open_options_t, check_timeout_ms) && opt->check_timeout_ms != 0)
     s->check_timeout_ms = opt->check_timeout_ms;
   if (s->check_timeout_ms > CHECK_TIMEOUT_MAX_MS) {
     shim_errf(err, err_cap, "ecc_open_options_t.check_timeout_ms %llu is more than %d (an hour)",
@@ -46,8 +46,8 @@ static int read_timeout(const ecc_open_options_t *opt, struct open_settings *s, 
  * against an older ecc_host.h keeps working when fields are appended. */
 int options_read(const ecc_open_options_t *opt, struct open_settings *s, char *err, size_t err_cap)
 {
-  *s = (struct open_settings){.log = stderr_log, .log_level = -1,
-                       .check_timeout_ms = CHECK_TIMEOUT_DEFAULT_MS};
+  *s = (struct open_settings){
+      .log = stderr_log, .log_level = -1, .check_timeout_ms = CHECK_TIMEOUT_DEFAULT_MS};
   if (opt == NULL)
     return ECC_OK;
   if (opt->struct_size < sizeof(uint32_t)) {
@@ -58,21 +58,18 @@ int options_read(const ecc_open_options_t *opt, struct open_settings *s, char *e
     s->overrides = opt->overrides;
     s->n_overrides = opt->n_overrides;
   }
-  if (ECC_COVERS(opt, ecc_open_options_t, log_user) &&
-      opt->log != NULL) {
+  if (ECC_COVERS(opt, ecc_open_options_t, log_user) && opt->log != NULL) {
     s->log = opt->log;
     s->log_user = opt->log_user;
   }
   if (ECC_COVERS(opt, ecc_open_options_t, log_level))
     s->log_level = opt->log_level;
   if (s->log_level < -1 || s->log_level > ECC_LOG_DEBUG) {
-    shim_errf(err, err_cap, "ecc_open_options_t.log_level %d is not -1 or ECC_LOG_*",
-              s->log_level);
+    shim_errf(err, err_cap, "ecc_open_options_t.log_level %d is not -1 or ECC_LOG_*", s->log_level);
     return ECC_ERR_INVALID;
   }
   return read_timeout(opt, s, err, err_cap);
 }
-
 
 int options_log_level(const struct open_settings *s, const struct ini_config *ini)
 {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * probe.c - runs plugin code in a forked child and carries its report back
  * over a pipe in a fixed, length-prefixed form. The parent bounds every
@@ -196,8 +197,7 @@ static int ms_left(uint64_t deadline)
 
 enum rx_state { RX_DONE, RX_EOF, RX_TIMEOUT, RX_ERROR, RX_BAD };
 
-static enum rx_state read_exact(int fd, unsigned char *p, size_t n, uint64_t deadline,
-                                int *err_no)
+static enum rx_state read_exact(int fd, unsigned char *p, size_t n, uint64_t deadline, int *err_no)
 {
   size_t have = 0;
   while (have < n) {
@@ -490,8 +490,7 @@ static int judge(pid_t pid, const struct received *rx, uint64_t deadline, uint64
     return ECC_ERR_INCOMPATIBLE;
   }
   if (rx->state == RX_BAD) {
-    shim_errf(err, err_cap, "%s: the check process sent a malformed report (%s)", subject,
-              rx->bad);
+    shim_errf(err, err_cap, "%s: the check process sent a malformed report (%s)", subject, rx->bad);
     return ECC_ERR_INCOMPATIBLE;
   }
   return probe_decode(rx->payload, rx->len, subject, status, meta, err, err_cap);

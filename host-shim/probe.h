@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * probe.h - running a job that loads plugin code in a child process and
  * bringing back what it reported, or how the child ended instead. Private

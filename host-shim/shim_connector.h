@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shim_connector.h - the host library's connector object, shared by the file
  * that opens it (connector.c) and the file that guards and forwards every
@@ -20,14 +21,14 @@ struct ecc_connector {
   ecc_handle_t handle;
   /* Lent to the plugin by create: must outlive its shutdown. */
   ecc_host_services_t services;
-  atomic_int closing;         /* set once by ecc_close: later arrivals are turned away */
-  atomic_int inside;          /* calls currently inside the plugin */
-  unsigned fork_gen;          /* the process generation at open (see calls.c) */
-  pid_t owner;                /* the process that opened it */
-  atomic_int fork_logged;     /* the refusal in a forked child has been logged */
-  pthread_mutex_t err_lock;   /* guards the two fields below */
-  int shim_err_set;           /* the most recent error was found by the shim */
-  char shim_err[512];         /* its text, for ecc_last_error */
+  atomic_int closing;       /* set once by ecc_close: later arrivals are turned away */
+  atomic_int inside;        /* calls currently inside the plugin */
+  unsigned fork_gen;        /* the process generation at open (see calls.c) */
+  pid_t owner;              /* the process that opened it */
+  atomic_int fork_logged;   /* the refusal in a forked child has been logged */
+  pthread_mutex_t err_lock; /* guards the two fields below */
+  int shim_err_set;         /* the most recent error was found by the shim */
+  char shim_err[512];       /* its text, for ecc_last_error */
 };
 
 /* After calloc, before anything else: the guard, the owner, the error text. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shim_names.h - the host library's view of the closed sets of
  * ecc_common.h: whether a status is one, and the names of log levels (as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * status.c - ecc_strerror and the names of log levels, both derived from
  * the closed sets of ecc_common.h, as constant strings that live as long as

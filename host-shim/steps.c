@@ -17,7 +17,7 @@
 
 /* The plugin file the INI names (text only); errors point at the line. */
 int steps_resolve(const struct ini_config *ini, char *file, size_t file_cap, char *err,
-                                size_t err_cap)
+                  size_t err_cap)
 {
   char why[PLUGIN_ERR_MAX], where[WHERE_MAX];
   enum plugin_input culprit = PLUGIN_INPUT_NONE;
@@ -32,8 +32,8 @@ int steps_resolve(const struct ini_config *ini, char *file, size_t file_cap, cha
 
 /* Load the resolved file and check the INI's keys against its table. On
  * success the caller owns plugin; on error nothing stays loaded. */
-int steps_load_and_check(const struct ini_config *ini, const char *file, struct loaded_plugin *plugin,
-                               char *err, size_t err_cap)
+int steps_load_and_check(const struct ini_config *ini, const char *file,
+                         struct loaded_plugin *plugin, char *err, size_t err_cap)
 {
   char why[PLUGIN_ERR_MAX], where[WHERE_MAX];
   int rc = plugin_load(file, plugin, why, sizeof(why));
@@ -61,7 +61,7 @@ static int load_named_plugin(const struct ini_config *ini, struct loaded_plugin 
 
 /* Parse, load, check keys. On success the caller owns ini and plugin. */
 int steps_prepare(const char *ini_path, const struct open_settings *s, struct ini_config *ini,
-                   struct loaded_plugin *plugin, char *err, size_t err_cap)
+                  struct loaded_plugin *plugin, char *err, size_t err_cap)
 {
   int rc = ini_config_load(ini_path, s->overrides, s->n_overrides, ini, err, err_cap);
   if (rc != ECC_OK)
@@ -95,8 +95,6 @@ static void copy_text(char *dst, size_t cap, const char *src)
 {
   snprintf(dst, cap, "%s", src != NULL ? src : "");
 }
-
-
 
 void steps_fill_meta(const struct loaded_plugin *p, ecc_plugin_meta_t *m)
 {

@@ -26,8 +26,8 @@ void where_setting(const struct ini_config *ini, const struct ini_setting *s, ch
 
 /* ---- the steps ecc_open and ecc_check share ---- */
 
-
-static const struct ini_setting *culprit_setting(const struct ini_config *ini, enum plugin_input culprit)
+static const struct ini_setting *culprit_setting(const struct ini_config *ini,
+                                                 enum plugin_input culprit)
 {
   switch (culprit) {
   case PLUGIN_INPUT_NAME:
@@ -41,8 +41,7 @@ static const struct ini_setting *culprit_setting(const struct ini_config *ini, e
   }
 }
 
-void where_culprit(const struct ini_config *ini, enum plugin_input culprit, char *buf,
-                   size_t cap)
+void where_culprit(const struct ini_config *ini, enum plugin_input culprit, char *buf, size_t cap)
 {
   where_setting(ini, culprit_setting(ini, culprit), buf, cap);
 }
@@ -62,7 +61,8 @@ static bool names_key(const char *text, const char *key)
   for (const char *hit = strstr(text, key); hit != NULL; hit = strstr(hit + 1, key)) {
     bool starts = hit == text || (!ecc_name_char((unsigned char)hit[-1]) && hit[-1] != '.');
     const char *end = hit + len;
-    bool ends = !ecc_name_char((unsigned char)end[0]) && !(end[0] == '.' && ecc_name_char((unsigned char)end[1]));
+    bool ends = !ecc_name_char((unsigned char)end[0]) &&
+                !(end[0] == '.' && ecc_name_char((unsigned char)end[1]));
     if (starts && ends)
       return true;
   }

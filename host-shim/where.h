@@ -20,8 +20,7 @@ void where_setting(const struct ini_config *ini, const struct ini_setting *s, ch
                    size_t cap);
 
 /* The same for the [plugin] setting a resolve error is about. */
-void where_culprit(const struct ini_config *ini, enum plugin_input culprit, char *buf,
-                   size_t cap);
+void where_culprit(const struct ini_config *ini, enum plugin_input culprit, char *buf, size_t cap);
 
 /* The same for the [plugin] name or path line (errors about the file). */
 void where_plugin_line(const struct ini_config *ini, char *buf, size_t cap);

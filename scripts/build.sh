@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Configures and builds into a build directory (default: build/).
 # Usage: scripts/build.sh [BUILD_DIR] [extra cmake arguments...]
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the project and runs the main job on the shipped default config:
 # a producer and a consumer process sharing one region, every byte checked.
 # Usage: scripts/demo.sh [CONFIG] [demo options...]

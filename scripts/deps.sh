@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs what building and testing need on Debian 12, if it is missing.
 # Extra package names given as arguments are installed too.
 set -euo pipefail

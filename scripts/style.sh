@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Checks the house style (README, "Style") on every C and CUDA source of
-# the tree: formatted as .clang-format says, opening with the SPDX line.
+# the tree (formatted as .clang-format says, opening with the SPDX line) and
+# that scripts and build files carry the SPDX line too.
 # Usage: scripts/style.sh [--fix]   (--fix rewrites the files in place)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -18,6 +19,13 @@ for f in "${files[@]}"; do
     bad=1
   fi
 done
+# Scripts and build files carry it too, in their own comment syntax.
+while read -r f; do
+  if ! head -n 2 "$f" | grep -q "SPDX-License-Identifier: Apache-2.0"; then
+    echo "style.sh: $f has no SPDX line in its first two lines" >&2
+    bad=1
+  fi
+done < <(git ls-files '*.sh' '*CMakeLists.txt' '*.cmake' '*.in' '*.py' .ci/run)
 if [ $fix -eq 1 ]; then
   clang-format -i "${files[@]}"
 elif ! clang-format --dry-run -Werror "${files[@]}" 2>/tmp/ecc-style.$$; then

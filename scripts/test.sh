@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds and runs the whole test suite. GPU tests skip, saying so, where no
 # GPU is present.
 # Usage: scripts/test.sh [BUILD_DIR] [extra cmake arguments...]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs the shim's open/use/close loop (tests/valgrind/loop.c) under valgrind
 # memcheck: every cycle loads the plugin, moves an entry both ways and
 # unloads it. Fails on any memory error or leak, or on a file left behind.

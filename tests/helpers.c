@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * helpers.c - shared test plumbing (see helpers.h).
  */
@@ -64,13 +65,13 @@ __attribute__((destructor)) static void remove_temp_files(void)
 
 const char *th_write_temp(const char *text, const char *suffix)
 {
-  char (*paths)[128] = temp_paths;
+  char(*paths)[128] = temp_paths;
   static unsigned counter;
   unsigned i = counter++ % 64;
   if (paths[i][0] != '\0')
     unlink(paths[i]); /* the slot's previous file */
-  int n = snprintf(paths[i], sizeof(paths[i]), "/tmp/ecc-test-%ld-XXXXXX%s", (long)getpid(),
-                   suffix);
+  int n =
+      snprintf(paths[i], sizeof(paths[i]), "/tmp/ecc-test-%ld-XXXXXX%s", (long)getpid(), suffix);
   cr_assert(n > 0 && (size_t)n < sizeof(paths[i]), "suffix %s is too long", suffix);
   int fd = mkstemps(paths[i], (int)strlen(suffix));
   cr_assert_geq(fd, 0, "cannot create %s", paths[i]);
@@ -199,9 +200,8 @@ const char *th_log_last(struct ecc_log *log)
   return buf;
 }
 
-const char *th_ini_at(const char *dir, const char *role, const char *region,
-                      uint64_t block_size, uint64_t num_blocks, const char *region_extra,
-                      const char *extra)
+const char *th_ini_at(const char *dir, const char *role, const char *region, uint64_t block_size,
+                      uint64_t num_blocks, const char *region_extra, const char *extra)
 {
   char dir_line[256] = "";
   if (dir != NULL)
@@ -218,8 +218,8 @@ const char *th_ini_at(const char *dir, const char *role, const char *region,
   return th_write_temp(text, ".ini");
 }
 
-const char *th_ini(const char *role, const char *region, uint64_t block_size,
-                   uint64_t num_blocks, const char *extra)
+const char *th_ini(const char *role, const char *region, uint64_t block_size, uint64_t num_blocks,
+                   const char *extra)
 {
   return th_ini_at(NULL, role, region, block_size, num_blocks, NULL, extra);
 }
@@ -241,7 +241,7 @@ const char *th_default_dir(void)
 }
 
 ecc_connector_t *th_open(const char *role, const char *region, uint64_t block_size,
-                       uint64_t num_blocks, const char *extra)
+                         uint64_t num_blocks, const char *extra)
 {
   char err[512] = "";
   ecc_connector_t *c = NULL;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * helpers.h - small things every test file needs: unique region names, INI
  * files written on the fly, and opening the real plugin through the shim.
@@ -63,14 +64,13 @@ const char *th_log_last(struct ecc_log *log);
 /* Write an INI for the real shm plugin (by absolute path) with the host
  * engine, the given role and region name, and `extra` appended verbatim
  * (may be NULL). Returns the path. */
-const char *th_ini(const char *role, const char *region, uint64_t block_size,
-                   uint64_t num_blocks, const char *extra);
+const char *th_ini(const char *role, const char *region, uint64_t block_size, uint64_t num_blocks,
+                   const char *extra);
 
 /* The same with the region file in `dir` (NULL: the default) and
  * `region_extra` written inside [region] (may be NULL). */
-const char *th_ini_at(const char *dir, const char *role, const char *region,
-                      uint64_t block_size, uint64_t num_blocks, const char *region_extra,
-                      const char *extra);
+const char *th_ini_at(const char *dir, const char *role, const char *region, uint64_t block_size,
+                      uint64_t num_blocks, const char *region_extra, const char *extra);
 
 /* The path of region `name` in `dir` (static storage, 8 live at a time). */
 const char *th_region_path(const char *dir, const char *name);
@@ -82,7 +82,7 @@ const char *th_default_dir(void);
 /* Open a connector from th_ini(...), failing the test with the shim's
  * message if it cannot. */
 ecc_connector_t *th_open(const char *role, const char *region, uint64_t block_size,
-                       uint64_t num_blocks, const char *extra);
+                         uint64_t num_blocks, const char *extra);
 
 /* The connector's counters and description, failing the test if it has
  * none to give. */

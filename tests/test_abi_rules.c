@@ -38,13 +38,18 @@ TestSuite(abi_rules, .init = setup, .fini = teardown, .timeout = 30);
 
 static ecc_handle_t create(void)
 {
-  ecc_kv_t kv[] = {{"region.name", th_region_name()}, {"region.dir", dir},
-                   {"region.block_size", "64"}, {"region.size", "4KiB"},
+  ecc_kv_t kv[] = {{"region.name", th_region_name()},
+                   {"region.dir", dir},
+                   {"region.block_size", "64"},
+                   {"region.size", "4KiB"},
                    {"engine.type", "host"}};
   char err[256] = "";
-  ecc_create_args_t args = {.struct_size = sizeof(args), .abi_major = ECC_ABI_MAJOR,
-                            .abi_minor = ECC_ABI_MINOR, .config = kv,
-                            .n_config = sizeof(kv) / sizeof(kv[0]), .err = err,
+  ecc_create_args_t args = {.struct_size = sizeof(args),
+                            .abi_major = ECC_ABI_MAJOR,
+                            .abi_minor = ECC_ABI_MINOR,
+                            .config = kv,
+                            .n_config = sizeof(kv) / sizeof(kv[0]),
+                            .err = err,
                             .err_cap = sizeof(err)};
   ecc_handle_t h = 0;
   cr_assert_eq(t->create(&args, &h), ECC_OK, "%s", err);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_cli.c - eccctl run as a user runs it: help and usage errors, info and
  * check creating nothing, config errors naming file and line, and the demo
@@ -47,12 +48,9 @@ static struct run *cli(const char *fmt, ...)
   vsnprintf(args, sizeof(args), fmt, ap);
   va_end(ap);
   counter++;
-  snprintf(out_path, sizeof(out_path), "/tmp/ecc-cli-%ld-%u.out", (long)getpid(),
-           counter);
-  snprintf(err_path, sizeof(err_path), "/tmp/ecc-cli-%ld-%u.err", (long)getpid(),
-           counter);
-  snprintf(cmd, sizeof(cmd), "'%s' %s >'%s' 2>'%s'", ECCCTL_PATH, args, out_path,
-           err_path);
+  snprintf(out_path, sizeof(out_path), "/tmp/ecc-cli-%ld-%u.out", (long)getpid(), counter);
+  snprintf(err_path, sizeof(err_path), "/tmp/ecc-cli-%ld-%u.err", (long)getpid(), counter);
+  snprintf(cmd, sizeof(cmd), "'%s' %s >'%s' 2>'%s'", ECCCTL_PATH, args, out_path, err_path);
   int st = system(cmd);
   cr_assert_neq(st, -1, "system() failed");
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -161,15 +159,13 @@ Test(cli, bad_command_lines_exit_2_with_usage_on_stderr)
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     struct run *r = cli("%s", bad[i]);
-    cr_assert_eq(r->status, 2, "'eccctl %s' exited %d\nstdout: %s\nstderr: %s", bad[i],
-                 r->status, r->out, r->err);
+    cr_assert_eq(r->status, 2, "'eccctl %s' exited %d\nstdout: %s\nstderr: %s", bad[i], r->status,
+                 r->out, r->err);
     cr_assert_str_empty(r->out, "'eccctl %s' wrote to stdout: %s", bad[i], r->out);
-    cr_assert(strstr(r->err, "usage: eccctl"), "'eccctl %s' printed no usage: %s", bad[i],
-              r->err);
+    cr_assert(strstr(r->err, "usage: eccctl"), "'eccctl %s' printed no usage: %s", bad[i], r->err);
   }
   struct run *r = cli("frobnicate");
-  cr_assert(strstr(r->err, "'frobnicate'"), "the unknown command is not named: %s",
-            r->err);
+  cr_assert(strstr(r->err, "'frobnicate'"), "the unknown command is not named: %s", r->err);
   r = cli("demo --entries abc " DEFAULT_INI);
   cr_assert(strstr(r->err, "--entries") && strstr(r->err, "abc"), "%s", r->err);
 }
@@ -192,8 +188,7 @@ Test(cli, info_on_default_ini_describes_plugin_and_creates_nothing)
   snprintf(abi, sizeof(abi), "plugin %d.%d, host %d.%d, negotiated %d.%d", ECC_ABI_MAJOR,
            ECC_ABI_MINOR, ECC_ABI_MAJOR, ECC_ABI_MINOR, ECC_ABI_MAJOR, ECC_ABI_MINOR);
   cr_assert(strstr(r->out, abi), "no ABI line '%s':\n%s", abi, r->out);
-  cr_assert(strstr(r->out, "save") && strstr(r->out, "load") &&
-                strstr(r->out, "host-engine"),
+  cr_assert(strstr(r->out, "save") && strstr(r->out, "load") && strstr(r->out, "host-engine"),
             "capabilities missing:\n%s", r->out);
   /* The summary comes from the plugin and reflects the file's settings. */
   cr_assert(strstr(r->out, "summary:") && strstr(r->out, "ecc-demo.region") &&
@@ -492,8 +487,7 @@ Test(cli, demo_handles_rows_that_end_inside_a_block)
 {
   struct own_region o = own_region();
   const char *ini = th_ini("both", o.name, 4096, 1024, NULL);
-  struct run *r =
-      cli("demo '%s' --entries 9 --rows 100 --row-bytes 1000 --per-step 3", ini);
+  struct run *r = cli("demo '%s' --entries 9 --rows 100 --row-bytes 1000 --per-step 3", ini);
   assert_demo_ok(r, 9, o.path);
 }
 
@@ -503,8 +497,7 @@ Test(cli, demo_reports_a_corrupted_byte)
   const char *ini = th_ini("both", o.name, 3072, 2048, NULL);
   struct run *r = cli("demo '%s' --entries 6 --rows 200 --corrupt 4", ini);
   cr_assert_eq(r->status, 1, "stdout: %s", r->out);
-  cr_assert(strstr(r->out, "verdict: FAILED: 1 bytes differed, in 1 entries"), "%s",
-            r->out);
+  cr_assert(strstr(r->out, "verdict: FAILED: 1 bytes differed, in 1 entries"), "%s", r->out);
   cr_assert_eq(figure(r->out, "mismatches:   "), 1);
   cr_assert_not(th_exists(o.path));
 }
@@ -530,8 +523,7 @@ Test(cli, demo_refuses_a_region_too_small_for_its_entries)
   const char *ini = th_ini("both", o.name, 3072, 64, NULL);
   struct run *r = cli("demo '%s' --entries 4 --rows 300", ini);
   cr_assert_eq(r->status, 1, "stdout: %s", r->out);
-  cr_assert(strstr(r->out, "verdict: FAILED") && strstr(r->out, "region.size"), "%s",
-            r->out);
+  cr_assert(strstr(r->out, "verdict: FAILED") && strstr(r->out, "region.size"), "%s", r->out);
   cr_assert_not(th_exists(o.path), "a failed demo left %s behind", o.path);
 }
 
@@ -543,9 +535,8 @@ Test(cli, demo_does_not_join_a_region_someone_else_uses)
   const char *ini = th_ini("both", o.name, 3072, 2048, NULL);
   struct run *r = cli("demo '%s' --entries 4 --rows 100", ini);
   cr_assert_eq(r->status, 1, "the demo used a live region:\n%s", r->out);
-  cr_assert(strstr(r->out, "verdict: FAILED") &&
-                strstr(r->out, "cannot open the producer"),
-            "%s", r->out);
+  cr_assert(strstr(r->out, "verdict: FAILED") && strstr(r->out, "cannot open the producer"), "%s",
+            r->out);
   cr_assert(th_exists(o.path), "the demo removed a region it did not create");
   cr_assert_eq(ecc_close(mine), ECC_OK);
   cr_assert_not(th_exists(o.path));

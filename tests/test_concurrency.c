@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_concurrency.c - the threading section of ecc_plugin_v1.h, stressed
  * for a bounded time: concurrent savers, loaders, a poller and a stats
@@ -70,12 +71,12 @@ enum { RUNNING, STOPPED, DRAINED };
 
 struct shared {
   ecc_connector_t *c;
-  atomic_int phase;            /* RUNNING; STOPPED: producers stop; DRAINED: all submitted */
-  atomic_int give_up;          /* the poller and the stats reader stop now */
-  atomic_int poller_finished;  /* it saw every accepted save and load */
+  atomic_int phase;                   /* RUNNING; STOPPED: producers stop; DRAINED: all submitted */
+  atomic_int give_up;                 /* the poller and the stats reader stop now */
+  atomic_int poller_finished;         /* it saw every accepted save and load */
   atomic_uint_fast64_t saved[SAVERS]; /* saves accepted per saver */
-  atomic_uint_fast64_t loaded; /* loads accepted */
-  atomic_int bad;              /* first violation, as a line number */
+  atomic_uint_fast64_t loaded;        /* loads accepted */
+  atomic_int bad;                     /* first violation, as a line number */
   char why[256];
   atomic_uint_fast64_t seen[SAVERS]; /* saves reported per saver (written by the poller) */
   uint64_t seen_loads;
@@ -126,8 +127,8 @@ static void *saver_main(void *arg)
     uint32_t ids[4];
     for (int b = 0; b < 4; b++)
       ids[b] = (uint32_t)(a->id * (NB / 4) + (n * 4 + (uint64_t)b) % (NB / 4)); /* own quarter */
-    ecc_save_entry_t e = {key, (uint64_t)(uintptr_t)src[a->id], 1 + rand_r(&seed) % (4 * BS),
-                        ids, 4};
+    ecc_save_entry_t e = {key, (uint64_t)(uintptr_t)src[a->id], 1 + rand_r(&seed) % (4 * BS), ids,
+                          4};
     int rc = ecc_save(s->c, &e, 1);
     if (rc != ECC_OK) {
       violation(s, __LINE__, "save returned %d", rc);
@@ -314,8 +315,8 @@ Test(concurrency, savers_loader_poller_and_stats_reader_share_one_handle)
 
 /* ---- several connectors in one process ------------------------------------ */
 
-#define OWN 4       /* threads with a connector and region of their own */
-#define RING 16     /* entries in flight between the paired producer and consumer */
+#define OWN 4   /* threads with a connector and region of their own */
+#define RING 16 /* entries in flight between the paired producer and consumer */
 #define PBS 1024u
 #define ROWS 4u
 
@@ -345,8 +346,8 @@ static void *own_main(void *arg)
 {
   struct own_arg *a = arg;
   ecc_kv_t kv = {"connector.role", "both"};
-  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
-                        .log_level = -1};
+  ecc_open_options_t o = {
+      .struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1, .log_level = -1};
   ecc_connector_t *c = NULL;
   if (ecc_open(a->ini, &o, &c, a->why, sizeof(a->why)) != ECC_OK)
     return NULL;
@@ -369,8 +370,8 @@ static void *own_main(void *arg)
       break;
     }
     memset(dst, 0, sizeof(dst));
-    if (ecc_load(c, &l, 1, NULL) != ECC_OK || wait_done(c, &d) != 0 ||
-        d.transfer_id != a->rounds || memcmp(src, dst, sizeof(src)) != 0) {
+    if (ecc_load(c, &l, 1, NULL) != ECC_OK || wait_done(c, &d) != 0 || d.transfer_id != a->rounds ||
+        memcmp(src, dst, sizeof(src)) != 0) {
       snprintf(a->why, sizeof(a->why), "load round %llu failed or differs",
                (unsigned long long)a->rounds);
       break;
@@ -389,8 +390,8 @@ struct pair {
   const char *ini;
   pthread_mutex_t lock;
   pthread_cond_t changed;
-  uint64_t handed;   /* entries handed over */
-  uint64_t checked;  /* entries the consumer verified */
+  uint64_t handed;  /* entries handed over */
+  uint64_t checked; /* entries the consumer verified */
   int done;
   char why[200];
 };
@@ -410,8 +411,8 @@ static void slot_ids(uint64_t index, uint32_t *ids)
 static ecc_connector_t *pair_open(struct pair *p, const char *role)
 {
   ecc_kv_t kv = {"connector.role", role};
-  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
-                        .log_level = -1};
+  ecc_open_options_t o = {
+      .struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1, .log_level = -1};
   ecc_connector_t *c = NULL;
   char err[512];
   if (ecc_open(p->ini, &o, &c, err, sizeof(err)) == ECC_OK)
@@ -513,12 +514,14 @@ Test(concurrency, several_connectors_in_one_process_never_share_state)
   struct own_arg own[OWN];
   pthread_t th[OWN], prod, cons;
   for (int i = 0; i < OWN; i++) {
-    own[i] = (struct own_arg){.ini = th_ini_at(cdir, "both", th_region_name(), PBS, 64, NULL, NULL), .id = i};
+    own[i] = (struct own_arg){.ini = th_ini_at(cdir, "both", th_region_name(), PBS, 64, NULL, NULL),
+                              .id = i};
     cr_assert_eq(pthread_create(&th[i], NULL, own_main, &own[i]), 0);
   }
   static struct pair p;
   memset(&p, 0, sizeof(p));
-  p.ini = th_ini_at(cdir, "both", th_region_name(), PBS, RING * ROWS, NULL, "[region]\njoin_timeout_ms = 10000\n");
+  p.ini = th_ini_at(cdir, "both", th_region_name(), PBS, RING * ROWS, NULL,
+                    "[region]\njoin_timeout_ms = 10000\n");
   pthread_mutex_init(&p.lock, NULL);
   pthread_cond_init(&p.changed, NULL);
   /* The producer creates the region; the consumer's open joins it. */
@@ -537,8 +540,8 @@ Test(concurrency, several_connectors_in_one_process_never_share_state)
   cr_expect_str_eq(p.why, "", "%s", p.why);
   cr_expect_eq(p.checked, p.handed);
   cr_expect_gt(p.handed, 0);
-  cr_log_info("%d private connectors: %llu save+load rounds; pair: %llu entries handed over",
-              OWN, (unsigned long long)rounds, (unsigned long long)p.handed);
+  cr_log_info("%d private connectors: %llu save+load rounds; pair: %llu entries handed over", OWN,
+              (unsigned long long)rounds, (unsigned long long)p.handed);
   pthread_mutex_destroy(&p.lock);
   pthread_cond_destroy(&p.changed);
   cr_expect_eq(th_count_entries(cdir), 0, "regions left behind");
@@ -552,7 +555,7 @@ struct race {
   const ecc_plugin_v1_t *t;
   ecc_handle_t h;
   atomic_int go;
-  atomic_int shut_returned;    /* shutdown has returned */
+  atomic_int shut_returned; /* shutdown has returned */
   atomic_int bad;
   char why[200];
   uint64_t calls;
@@ -647,12 +650,13 @@ static void *racer_main(void *arg)
 
 static ecc_handle_t raw_create(const ecc_plugin_v1_t *t, const char *name)
 {
-  ecc_kv_v1_t kv[] = {{"region.dir", cdir}, {"region.name", name}, {"region.block_size", "64"},
-                    {"region.size", "1KiB"}, {"engine.type", "host"},
-                    {"engine.host_threads", "2"}, {"connector.max_inflight", "4"}};
+  ecc_kv_v1_t kv[] = {{"region.dir", cdir},           {"region.name", name},
+                      {"region.block_size", "64"},    {"region.size", "1KiB"},
+                      {"engine.type", "host"},        {"engine.host_threads", "2"},
+                      {"connector.max_inflight", "4"}};
   char err[256] = "";
-  ecc_create_args_v1_t args = {sizeof(args), 1, 0, kv, sizeof(kv) / sizeof(kv[0]), NULL, err,
-                             sizeof(err)};
+  ecc_create_args_v1_t args = {sizeof(args), 1,   0,          kv, sizeof(kv) / sizeof(kv[0]),
+                               NULL,         err, sizeof(err)};
   ecc_handle_t h = 0;
   cr_assert_eq(t->create(&args, &h), ECC_OK, "%s", err);
   return h;
@@ -695,8 +699,9 @@ Test(concurrency, shutdown_racing_with_callers_returns_ok_or_closed)
     rounds++;
   }
   cr_log_info("shutdown races: %llu rounds, %llu calls, %llu answered ECC_ERR_CLOSED, "
-              "slowest shutdown %lld ms", (unsigned long long)rounds, (unsigned long long)calls,
-              (unsigned long long)closed, (long long)slowest);
+              "slowest shutdown %lld ms",
+              (unsigned long long)rounds, (unsigned long long)calls, (unsigned long long)closed,
+              (long long)slowest);
   cr_expect_gt(rounds, 0);
   cr_expect_eq(th_count_entries(cdir), 0, "regions left behind");
   dlclose(lib);

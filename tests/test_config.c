@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_config.c - the plugin's configuration parser: defaults, derived block
  * size, and every kind of bad value rejected with the key named.
@@ -45,8 +46,8 @@ Test(config, defaults_with_block_size)
 
 Test(config, block_size_from_hidden_size_and_dtype)
 {
-  ecc_kv_v1_t kv[] = {{"region.hidden_size", "1536"}, {"region.dtype", "float16"},
-                    {"region.size", "10MB"}};
+  ecc_kv_v1_t kv[] = {
+      {"region.hidden_size", "1536"}, {"region.dtype", "float16"}, {"region.size", "10MB"}};
   struct plugin_config c;
   char err[256] = "";
   cr_assert_eq(parse(kv, 3, &c, err), ECC_OK, "%s", err);
@@ -287,31 +288,31 @@ static void expect_rejected(const struct bad_case *bc)
 Test(config, bad_values_name_the_key)
 {
   static const struct bad_case cases[] = {
-    {"region.size", "1e99", "region.size"},
-    {"region.size", "-1", "region.size"},
-    {"region.size", "16EiB", "region.size"},
-    {"region.size", "20000000TiB", "region.size"},
-    {"region.size", "0", "region.size"},
-    {"region.size", "", "region.size"},
-    {"region.block_size", "0", "region.block_size"},
-    {"region.block_size", "2GiB", "smaller than one block"},
-    {"connector.role", "producr", "connector.role"},
-    {"connector.max_inflight", "0", "connector.max_inflight"},
-    {"connector.max_inflight", "99999999999999999999", "connector.max_inflight"},
-    {"connector.tp_rank", "-1", "connector.tp_rank"},
-    {"connector.tp_rank", "1.5", "connector.tp_rank"},
-    {"engine.type", "gpu", "engine.type"},
-    {"engine.max_sms", "0", "engine.max_sms"},
-    {"engine.device", "-2", "engine.device"},
-    {"region.name", "../etc", "region.name"},
-    {"region.name", "", "region.name"},
-    {"region.dir", "relative/dir", "region.dir"},
-    {"region.mode", "maybe", "region.mode"},
-    {"region.reap_orphans", "yes", "region.reap_orphans"},
-    {"region.require_tmpfs", "no", "region.require_tmpfs"},
-    {"pinning.enabled", "sometimes", "pinning.enabled"},
-    {"region.hidden_size", "1536", "not both"},
-    {"region.nmae", "x", "unknown key 'region.nmae'"},
+      {"region.size", "1e99", "region.size"},
+      {"region.size", "-1", "region.size"},
+      {"region.size", "16EiB", "region.size"},
+      {"region.size", "20000000TiB", "region.size"},
+      {"region.size", "0", "region.size"},
+      {"region.size", "", "region.size"},
+      {"region.block_size", "0", "region.block_size"},
+      {"region.block_size", "2GiB", "smaller than one block"},
+      {"connector.role", "producr", "connector.role"},
+      {"connector.max_inflight", "0", "connector.max_inflight"},
+      {"connector.max_inflight", "99999999999999999999", "connector.max_inflight"},
+      {"connector.tp_rank", "-1", "connector.tp_rank"},
+      {"connector.tp_rank", "1.5", "connector.tp_rank"},
+      {"engine.type", "gpu", "engine.type"},
+      {"engine.max_sms", "0", "engine.max_sms"},
+      {"engine.device", "-2", "engine.device"},
+      {"region.name", "../etc", "region.name"},
+      {"region.name", "", "region.name"},
+      {"region.dir", "relative/dir", "region.dir"},
+      {"region.mode", "maybe", "region.mode"},
+      {"region.reap_orphans", "yes", "region.reap_orphans"},
+      {"region.require_tmpfs", "no", "region.require_tmpfs"},
+      {"pinning.enabled", "sometimes", "pinning.enabled"},
+      {"region.hidden_size", "1536", "not both"},
+      {"region.nmae", "x", "unknown key 'region.nmae'"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     expect_rejected(&cases[i]);

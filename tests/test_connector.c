@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_connector.c - the connector's contract through the real plugin: bad
  * input rejected with no state change, the in-flight bound, FIFO
@@ -57,21 +58,24 @@ Test(connector, bad_saves_are_rejected_and_change_nothing)
 
   ecc_save_entry_t good = {"a", s, BS, ok_ids, 1};
   ecc_save_entry_t bad[] = {
-    {"b", s, BS, far_ids, 2},            /* block id out of range */
-    {"c", s, 2 * BS + 1, ok_ids, 2},     /* larger than its blocks */
-    {"", s, BS, ok_ids, 1},              /* empty key */
-    {long_key, s, BS, ok_ids, 1},        /* over-long key */
-    {NULL, s, BS, ok_ids, 1},            /* NULL key */
-    {"d", 0, BS, ok_ids, 1},             /* NULL source */
-    {"e", s, BS, NULL, 1},               /* NULL block ids */
-    {"f", s, 0, ok_ids, 1},              /* zero bytes */
-    {"g", UINT64_MAX - 8, BS, ok_ids, 1},/* wraps around */
+      {"b", s, BS, far_ids, 2},             /* block id out of range */
+      {"c", s, 2 * BS + 1, ok_ids, 2},      /* larger than its blocks */
+      {"", s, BS, ok_ids, 1},               /* empty key */
+      {long_key, s, BS, ok_ids, 1},         /* over-long key */
+      {NULL, s, BS, ok_ids, 1},             /* NULL key */
+      {"d", 0, BS, ok_ids, 1},              /* NULL source */
+      {"e", s, BS, NULL, 1},                /* NULL block ids */
+      {"f", s, 0, ok_ids, 1},               /* zero bytes */
+      {"g", UINT64_MAX - 8, BS, ok_ids, 1}, /* wraps around */
   };
-  const int want[] = {ECC_ERR_RANGE, ECC_ERR_RANGE, ECC_ERR_INVALID, ECC_ERR_INVALID,
-                      ECC_ERR_INVALID, ECC_ERR_INVALID, ECC_ERR_INVALID, ECC_ERR_INVALID,
-                      ECC_ERR_INVALID};
-  const char *say[] = {"out of range", "exceeds allocated blocks", "empty key", "longer than",
-                       "NULL key", "NULL source", "no block ids", "0 bytes", "wraps"};
+  const int want[] = {ECC_ERR_RANGE,   ECC_ERR_RANGE,   ECC_ERR_INVALID,
+                      ECC_ERR_INVALID, ECC_ERR_INVALID, ECC_ERR_INVALID,
+                      ECC_ERR_INVALID, ECC_ERR_INVALID, ECC_ERR_INVALID};
+  const char *say[] = {"out of range", "exceeds allocated blocks",
+                       "empty key",    "longer than",
+                       "NULL key",     "NULL source",
+                       "no block ids", "0 bytes",
+                       "wraps"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     /* A good entry first in the same call: it must not be queued either. */
     ecc_save_entry_t pair[2] = {good, bad[i]};
@@ -91,11 +95,8 @@ Test(connector, bad_loads_are_rejected_and_change_nothing)
   uint32_t far_ids[] = {7, 4096};
   ecc_load_entry_t good = {1, ok_ids, 2, d, sizeof(dst)};
   ecc_load_entry_t bad[] = {
-    {2, far_ids, 2, d, sizeof(dst)},
-    {3, ok_ids, 2, 0, sizeof(dst)},
-    {4, ok_ids, 2, d, 0},
-    {5, NULL, 2, d, sizeof(dst)},
-    {6, ok_ids, 0, d, sizeof(dst)},
+      {2, far_ids, 2, d, sizeof(dst)}, {3, ok_ids, 2, 0, sizeof(dst)}, {4, ok_ids, 2, d, 0},
+      {5, NULL, 2, d, sizeof(dst)},    {6, ok_ids, 0, d, sizeof(dst)},
   };
   const int want[] = {ECC_ERR_RANGE, ECC_ERR_INVALID, ECC_ERR_INVALID, ECC_ERR_INVALID,
                       ECC_ERR_INVALID};
@@ -145,7 +146,8 @@ Test(connector, host_engine_refuses_a_stream)
 
 Test(connector, inflight_bound_returns_busy_then_recovers)
 {
-  ecc_connector_t *c = th_open("both", th_region_name(), BS, NB, "\n[connector]\nmax_inflight = 2\n");
+  ecc_connector_t *c =
+      th_open("both", th_region_name(), BS, NB, "\n[connector]\nmax_inflight = 2\n");
   static uint8_t buf[BS];
   uint32_t ids[] = {0};
   char key[16];
@@ -169,7 +171,8 @@ Test(connector, inflight_bound_returns_busy_then_recovers)
 Test(connector, fifo_exactly_once_over_many_steps)
 {
   enum { STEPS = 400, PER = 5 };
-  ecc_connector_t *c = th_open("both", th_region_name(), BS, NB, "\n[connector]\nmax_inflight = 16\n");
+  ecc_connector_t *c =
+      th_open("both", th_region_name(), BS, NB, "\n[connector]\nmax_inflight = 16\n");
   static uint8_t src[PER][8 * BS], dst[16][PER][4 * BS]; /* 16 = max_inflight */
   for (int e = 0; e < PER; e++)
     th_fill(src[e], sizeof(src[e]), (uint64_t)e + 1);
@@ -188,7 +191,7 @@ Test(connector, fifo_exactly_once_over_many_steps)
           for (int b = 0; b < 8; b++)
             ids[k][b] = (uint32_t)(rand() % (NB / 2)); /* saves: lower half */
           e[k] = (ecc_save_entry_t){keys[k], (uint64_t)(uintptr_t)src[k],
-                                  1 + (uint64_t)(rand() % (8 * BS)), ids[k], 8};
+                                    1 + (uint64_t)(rand() % (8 * BS)), ids[k], 8};
         }
         cr_assert_eq(ecc_save(c, e, PER), ECC_OK);
       }
@@ -205,7 +208,7 @@ Test(connector, fifo_exactly_once_over_many_steps)
         for (int b = 0; b < 4; b++)
           ids[k][b] = (uint32_t)(NB / 2 + rand() % (NB / 2)); /* loads: upper half */
         e[k] = (ecc_load_entry_t){(uint64_t)(loaded * PER + k), ids[k], 4,
-                                (uint64_t)(uintptr_t)dst[loaded % 16][k], 4 * BS};
+                                  (uint64_t)(uintptr_t)dst[loaded % 16][k], 4 * BS};
       }
       int rc = ecc_load(c, e, PER, NULL);
       cr_assert(rc == ECC_OK || rc == ECC_ERR_BUSY);
@@ -264,7 +267,8 @@ static void *poll_thread(void *arg)
 Test(connector, poll_from_another_thread_than_save)
 {
   enum { N = 2000 };
-  ecc_connector_t *c = th_open("producer", th_region_name(), BS, NB, "\n[connector]\nmax_inflight = 8\n");
+  ecc_connector_t *c =
+      th_open("producer", th_region_name(), BS, NB, "\n[connector]\nmax_inflight = 8\n");
   struct poller p = {c, N, 0, 0};
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, poll_thread, &p), 0);
@@ -292,8 +296,10 @@ Test(connector, poll_from_another_thread_than_save)
  * machine, without the shim. */
 static ecc_handle_t raw_create(const ecc_plugin_v1_t *t, const char *region)
 {
-  ecc_kv_v1_t kv[] = {{"region.name", region}, {"region.block_size", "64"},
-                    {"region.size", "64KiB"}, {"engine.type", "host"}};
+  ecc_kv_v1_t kv[] = {{"region.name", region},
+                      {"region.block_size", "64"},
+                      {"region.size", "64KiB"},
+                      {"engine.type", "host"}};
   char err[256] = "";
   ecc_create_args_v1_t args = {sizeof(args), 1, 0, kv, 4, NULL, err, sizeof(err)};
   ecc_handle_t h = 0;
@@ -345,7 +351,8 @@ Test(connector, create_refuses_newer_minor_and_other_major)
   ecc_kv_v1_t kv[] = {{"region.block_size", "64"}};
   char err[256] = "";
   ecc_handle_t h = 7;
-  ecc_create_args_v1_t args = {sizeof(args), 1, ECC_ABI_V1_MINOR + 1, kv, 1, NULL, err, sizeof(err)};
+  ecc_create_args_v1_t args = {sizeof(args), 1,   ECC_ABI_V1_MINOR + 1, kv, 1,
+                               NULL,         err, sizeof(err)};
   cr_expect_eq(t->create(&args, &h), ECC_ERR_INCOMPATIBLE);
   cr_expect_eq(h, 0);
   cr_expect(strstr(err, "ABI") != NULL, "%s", err);
@@ -365,15 +372,19 @@ Test(connector, failed_create_leaves_no_file)
   snprintf(path, sizeof(path), "%s", th_region_path(th_default_dir(), name));
   /* Valid config, but engine.type = cuda fails after the region opened
    * when the CUDA engine is absent or has no GPU. */
-  ecc_kv_v1_t kv[] = {{"region.name", name}, {"region.block_size", "64"},
-                    {"region.size", "64KiB"}, {"engine.type", "cuda"},
-                    {"engine.device", "1023"}};
+  ecc_kv_v1_t kv[] = {{"region.name", name},
+                      {"region.block_size", "64"},
+                      {"region.size", "64KiB"},
+                      {"engine.type", "cuda"},
+                      {"engine.device", "1023"}};
   char err[256] = "";
   ecc_create_args_v1_t args = {sizeof(args), 1, 0, kv, 5, NULL, err, sizeof(err)};
   ecc_handle_t h = 0;
   int rc = t->create(&args, &h);
   cr_expect_neq(rc, ECC_OK);
-  cr_expect(strstr(err, "cuda") != NULL || strstr(err, "CUDA") != NULL || strstr(err, "device") != NULL, "%s", err);
+  cr_expect(strstr(err, "cuda") != NULL || strstr(err, "CUDA") != NULL ||
+                strstr(err, "device") != NULL,
+            "%s", err);
   cr_expect(!th_exists(path), "a failed create left %s behind", path);
   dlclose(lib);
 }
@@ -393,7 +404,8 @@ static void shuffled(uint32_t *perm, uint32_t n, unsigned seed)
 
 /* Fills src with pattern `seed`, saves it as one entry over every block of
  * the region in order (ids[i] = i) and waits for the save. */
-static void save_every_block(ecc_connector_t *c, uint8_t src[NB * BS], uint32_t ids[NB], uint64_t seed)
+static void save_every_block(ecc_connector_t *c, uint8_t src[NB * BS], uint32_t ids[NB],
+                             uint64_t seed)
 {
   th_fill(src, NB * BS, seed);
   for (uint32_t i = 0; i < NB; i++)
@@ -449,7 +461,8 @@ Test(connector, load_sort_spans_several_bytes_of_block_ids)
   shuffled(perm, N, 12);
   static ecc_load_entry_t e[N];
   for (uint32_t k = 0; k < N; k++)
-    e[k] = (ecc_load_entry_t){k, &ids[perm[k]], 1, (uint64_t)(uintptr_t)(dst + perm[k] * SMALL), SMALL};
+    e[k] = (ecc_load_entry_t){k, &ids[perm[k]], 1, (uint64_t)(uintptr_t)(dst + perm[k] * SMALL),
+                              SMALL};
   cr_assert_eq(ecc_load(c, e, N, NULL), ECC_OK);
   cr_assert_eq(th_poll_until(c, done, N, 5000), N);
   cr_expect_eq(memcmp(dst, src, sizeof(src)), 0);
@@ -485,7 +498,8 @@ Test(connector, load_in_host_order_when_destinations_ascend)
   cr_assert_eq(th_poll_until(c, done, N, 5000), N);
   for (uint32_t k = 0; k < N; k++) {
     cr_assert_eq(done[k].transfer_id, k, "completions follow the host's order");
-    cr_assert_eq(memcmp(dst + k * BS, src + perm[k] * BS, BS), 0, "entry %u holds the wrong block", k);
+    cr_assert_eq(memcmp(dst + k * BS, src + perm[k] * BS, BS), 0, "entry %u holds the wrong block",
+                 k);
   }
   cr_expect(breaks < N, "the test must contain neighbours");
   cr_expect_eq(th_stats(c).load.descriptors, breaks, "%llu descriptors, %llu breaks in host order",
@@ -539,8 +553,8 @@ Test(connector, rejected_save_leaves_the_queued_batch_as_it_was)
   ecc_save_entry_t a = {"a", (uint64_t)(uintptr_t)src, BS, first, 1};
   cr_assert_eq(ecc_save(c, &a, 1), ECC_OK);
   ecc_save_entry_t call[2] = {
-    {"b", (uint64_t)(uintptr_t)(src + BS), BS, next, 1}, /* continues a on both sides */
-    {"c", (uint64_t)(uintptr_t)src, BS, wild, 1},       /* block id out of range */
+      {"b", (uint64_t)(uintptr_t)(src + BS), BS, next, 1}, /* continues a on both sides */
+      {"c", (uint64_t)(uintptr_t)src, BS, wild, 1},        /* block id out of range */
   };
   cr_assert_eq(ecc_save(c, call, 2), ECC_ERR_RANGE);
   ecc_save_entry_t d = {"d", (uint64_t)(uintptr_t)(src + 2 * BS), BS, far, 1};

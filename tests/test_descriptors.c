@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_descriptors.c - descriptor building on its own: run cutting, partial
  * last blocks, merging across entries and unsigned address arithmetic.

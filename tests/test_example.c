@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_example.c - the README's minimal host program, built from the public
  * headers alone, saves in one process and loads in another.

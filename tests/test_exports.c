@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_exports.c - the plugin exports its ABI table and nothing else; the
  * shim exports exactly the functions its public header declares, no more

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_faults.c - failures injected from outside, through the shim: a
  * producer killed mid-step, the next producer rejoining or reaping, creators
@@ -22,7 +23,6 @@
 #include <unistd.h>
 
 #include "helpers.h"
-
 
 /* ---- a region directory of our own, and INI files for it ---------------- */
 
@@ -102,7 +102,7 @@ static int wait_one(ecc_connector_t *c, ecc_completion_t *out)
 #define BIG_FIRST 1024u
 #define BIG_ROWS 16384u /* 64 MiB */
 #define KNB (BIG_FIRST + BIG_ROWS)
-#define P2_FIRST 256u   /* the second producer writes past the first's */
+#define P2_FIRST 256u /* the second producer writes past the first's */
 #define P2_ENTRIES 12u
 
 enum note_type { NOTE_OPENED = 1, NOTE_SAVED, NOTE_BIG_FLUSHED, NOTE_FAILED, NOTE_DONE };
@@ -111,13 +111,13 @@ enum note_type { NOTE_OPENED = 1, NOTE_SAVED, NOTE_BIG_FLUSHED, NOTE_FAILED, NOT
  * its save completion was polled, which is the protocol under test. */
 struct note {
   int type;
-  int creator;           /* NOTE_OPENED: whether it created the region */
+  int creator; /* NOTE_OPENED: whether it created the region */
   uint32_t index;
   uint32_t first_block;
   uint32_t rows;
   uint64_t nbytes;
   uint64_t seed;
-  char text[160];        /* NOTE_FAILED: why */
+  char text[160]; /* NOTE_FAILED: why */
 };
 
 static void send_note(int fd, const struct note *n)
@@ -140,11 +140,15 @@ static uint64_t entry_bytes(uint32_t index)
 }
 
 /* Saves one entry and hands it over once its completion arrived. */
-static void save_and_hand_over(ecc_connector_t *c, int note_fd, const char *key,
-                               uint32_t index, uint32_t first, uint64_t seed, uint8_t *src)
+static void save_and_hand_over(ecc_connector_t *c, int note_fd, const char *key, uint32_t index,
+                               uint32_t first, uint64_t seed, uint8_t *src)
 {
-  struct note n = {.type = NOTE_SAVED, .index = index, .first_block = first,
-                   .rows = SMALL_ROWS, .nbytes = entry_bytes(index), .seed = seed};
+  struct note n = {.type = NOTE_SAVED,
+                   .index = index,
+                   .first_block = first,
+                   .rows = SMALL_ROWS,
+                   .nbytes = entry_bytes(index),
+                   .seed = seed};
   uint32_t ids[SMALL_ROWS];
   for (uint32_t b = 0; b < SMALL_ROWS; b++)
     ids[b] = first + b;
@@ -170,8 +174,8 @@ static void wait_go(int cmd_fd)
 static ecc_connector_t *child_open(const char *ini, int note_fd)
 {
   ecc_kv_t kv = {"connector.role", "producer"};
-  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
-                        .log_level = ECC_LOG_ERROR};
+  ecc_open_options_t o = {
+      .struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1, .log_level = ECC_LOG_ERROR};
   ecc_connector_t *c = NULL;
   char err[512];
   int rc = ecc_open(ini, &o, &c, err, sizeof(err));
@@ -209,7 +213,7 @@ static void first_producer(const char *ini, int cmd_fd, int note_fd)
   for (uint32_t b = 0; b < BIG_ROWS; b++)
     ids[b] = BIG_FIRST + b;
   ecc_save_entry_t e = {"p1-big", (uint64_t)(uintptr_t)big, (uint64_t)BIG_ROWS * KBS, ids,
-                      BIG_ROWS};
+                        BIG_ROWS};
   int rc = ecc_save(c, &e, 1);
   if (rc == ECC_OK)
     rc = ecc_flush(c, NULL);
@@ -253,9 +257,9 @@ static const struct {
   const char *role;
   void (*body)(const char *ini, int cmd_fd, int note_fd);
 } bodies[] = {
-  {"first", first_producer},
-  {"second", second_producer},
-  {"idle", idle_producer},
+    {"first", first_producer},
+    {"second", second_producer},
+    {"idle", idle_producer},
 };
 
 /* A producer runs as a fresh program (this test binary again, picked up
@@ -361,7 +365,7 @@ Test(faults, producer_killed_mid_step_hands_over_only_completed_saves_and_next_p
 {
   const char *name = th_region_name();
   const char *ini = th_ini_at(rdir, "both", name, KBS, KNB,
-                            "join_timeout_ms = 5000\n[engine]\nhost_threads = 1\n", NULL);
+                              "join_timeout_ms = 5000\n[engine]\nhost_threads = 1\n", NULL);
   struct child p1 = spawn("first", ini);
   struct child p2 = spawn("second", ini);
 
@@ -554,15 +558,15 @@ Test(faults, held_region_without_magic_times_out_naming_the_magic)
   int holder = open(th_region_path(rdir, name), O_RDONLY | O_CLOEXEC);
   cr_assert_eq(flock(holder, LOCK_SH), 0);
   const char *ini = th_ini_at(rdir, "both", name, 64, 16, "join_timeout_ms = 250\n", NULL);
-  expect_open_fails(ini, NULL, 0, ECC_ERR_REGION, "magic did not appear within 250 ms", 240,
-                    5000);
+  expect_open_fails(ini, NULL, 0, ECC_ERR_REGION, "magic did not appear within 250 ms", 240, 5000);
   close(holder);
 }
 
 Test(faults, joiner_without_a_creator_times_out_and_creates_nothing)
 {
   const char *name = th_region_name();
-  const char *ini = th_ini_at(rdir, "both", name, 64, 16, "mode = join\njoin_timeout_ms = 200\n", NULL);
+  const char *ini =
+      th_ini_at(rdir, "both", name, 64, 16, "mode = join\njoin_timeout_ms = 200\n", NULL);
   char want[256];
   snprintf(want, sizeof(want), "timed out after 200 ms waiting for %s", th_region_path(rdir, name));
   expect_open_fails(ini, NULL, 0, ECC_ERR_REGION, want, 190, 5000);
@@ -580,8 +584,7 @@ Test(faults, tmpfs_too_small_fails_with_enospc_and_leaves_nothing)
     int e = errno;
     rmdir(mnt);
     teardown(); /* a skipped test does not run the suite's fini */
-    cr_skip_test("cannot mount a 1 MiB tmpfs here (needs root or CAP_SYS_ADMIN): %s",
-                 strerror(e));
+    cr_skip_test("cannot mount a 1 MiB tmpfs here (needs root or CAP_SYS_ADMIN): %s", strerror(e));
   }
   const char *name = th_region_name();
   const char *big = th_ini_at(mnt, "both", name, 4096, 1024, NULL, NULL); /* 4 MiB */
@@ -676,7 +679,8 @@ Test(faults, inflight_bound_refuses_each_direction_alone_and_quietly)
 Test(faults, shutdown_with_large_transfers_in_flight_waits_frees_and_unlinks)
 {
   const char *name = th_region_name();
-  const char *ini = th_ini_at(rdir, "both", name, SBS, SROWS * SENTRIES, "[engine]\nhost_threads = 1\n", NULL);
+  const char *ini =
+      th_ini_at(rdir, "both", name, SBS, SROWS * SENTRIES, "[engine]\nhost_threads = 1\n", NULL);
   int fds = th_count_fds(), threads = count_threads();
   ecc_connector_t *c = open_role(ini, "both", ECC_LOG_WARN);
   char path[256];

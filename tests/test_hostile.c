@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_hostile.c - hostile input end to end, through ecc_open and ecc_check:
  * unsafe or forged region files, unsafe plugin files and names, the plugin
@@ -42,7 +43,8 @@ TestSuite(hostile, .init = setup, .fini = teardown, .timeout = 60);
 static void clear_hdir(void)
 {
   th_remove_tree(hdir);
-  cr_assert_eq(mkdir(hdir, 0700), 0, "mkdir %s: %s", hdir, strerror(errno)); /* as mkdtemp made it */
+  cr_assert_eq(mkdir(hdir, 0700), 0, "mkdir %s: %s", hdir,
+               strerror(errno)); /* as mkdtemp made it */
 }
 
 /* ---- hostile region files ---------------------------------------------- */
@@ -102,8 +104,8 @@ static void expect_same(const char *path, const struct snap *before)
   cr_expect_eq(now.st.st_mtim.tv_sec, before->st.st_mtim.tv_sec, "%s was written", path);
   cr_expect_eq(now.st.st_mtim.tv_nsec, before->st.st_mtim.tv_nsec, "%s was written", path);
   cr_expect_eq(now.got, before->got);
-  cr_expect_eq(memcmp(now.content, before->content, sizeof(now.content)), 0,
-               "%s changed content", path);
+  cr_expect_eq(memcmp(now.content, before->content, sizeof(now.content)), 0, "%s changed content",
+               path);
   cr_expect_str_eq(now.link, before->link, "%s was retargeted", path);
 }
 
@@ -181,7 +183,10 @@ static const char *make_inconsistent(const char *path, const char **needle)
 static const char *make_foreign(const char *path, const char **needle)
 {
   struct region_header h = th_region_header(BS, NB);
-  memcpy(h.magic, "\x7f" "ELF\2\1\1\0", 8);
+  memcpy(h.magic,
+         "\x7f"
+         "ELF\2\1\1\0",
+         8);
   write_region(path, &h, REGION_HEADER_BYTES + BS * NB, 0600);
   *needle = "not an encoder-cache region";
   return path;
@@ -239,18 +244,18 @@ static const struct hostile_kind {
   make_hostile make;
   int regular; /* a regular file of ours: an orphan the reaper may take */
 } kinds[] = {
-  {"world-writable", make_world_writable, 1},
-  {"group-writable", make_group_writable, 1},
-  {"truncated", make_truncated, 1},
-  {"shorter than a header", make_short_of_a_header, 1},
-  {"forged block count", make_forged_count, 1},
-  {"inconsistent header", make_inconsistent, 1},
-  {"foreign magic", make_foreign, 1},
-  {"other layout", make_other_layout, 1},
-  {"sparse", make_sparse, 1},
-  {"symlink", make_symlink, 0},
-  {"directory", make_directory, 0},
-  {"fifo", make_fifo, 0},
+    {"world-writable", make_world_writable, 1},
+    {"group-writable", make_group_writable, 1},
+    {"truncated", make_truncated, 1},
+    {"shorter than a header", make_short_of_a_header, 1},
+    {"forged block count", make_forged_count, 1},
+    {"inconsistent header", make_inconsistent, 1},
+    {"foreign magic", make_foreign, 1},
+    {"other layout", make_other_layout, 1},
+    {"sparse", make_sparse, 1},
+    {"symlink", make_symlink, 0},
+    {"directory", make_directory, 0},
+    {"fifo", make_fifo, 0},
 };
 #define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))
 
@@ -267,8 +272,8 @@ Test(hostile, region_files_are_refused_and_left_alone_when_reaping_is_off)
     if (victim != path)
       expect_refused(ini, path, path, needle);
     ecc_kv_t join = {"region.mode", "join"};
-    ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &join, .n_overrides = 1,
-                          .log_level = -1};
+    ecc_open_options_t o = {
+        .struct_size = sizeof(o), .overrides = &join, .n_overrides = 1, .log_level = -1};
     ecc_connector_t *c = NULL;
     char err[1024];
     cr_expect_eq(ecc_open(ini, &o, &c, err, sizeof(err)), ECC_ERR_REGION,
@@ -455,8 +460,8 @@ Test(hostile, plugin_names_that_could_leave_the_plugin_directory_are_refused)
   char too_long[80];
   memset(too_long, 'n', 65);
   too_long[65] = '\0';
-  const char *names[] = {"../../../tmp/evil", "a/b", "..", ".", "shm.so", "sh m",
-                         "/abs", too_long, "shm\\x"};
+  const char *names[] = {
+      "../../../tmp/evil", "a/b", "..", ".", "shm.so", "sh m", "/abs", too_long, "shm\\x"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
     char lines[256];
     snprintf(lines, sizeof(lines), "name = %s", names[i]);
@@ -464,8 +469,7 @@ Test(hostile, plugin_names_that_could_leave_the_plugin_directory_are_refused)
   }
   expect_plugin_refused("path = build/lib/ecc/libecc-shm.so", 3, ECC_ERR_CONFIG,
                         "must be absolute");
-  expect_plugin_refused("name = shm\ndir = lib/ecc", 4, ECC_ERR_CONFIG,
-                        "must be an absolute path");
+  expect_plugin_refused("name = shm\ndir = lib/ecc", 4, ECC_ERR_CONFIG, "must be an absolute path");
   cr_assert_eq(setenv("ECC_PLUGIN_DIR", "lib/ecc", 1), 0);
   const char *ini = plugin_ini("name = shm");
   char err[1024] = "";
@@ -495,8 +499,7 @@ __attribute__((constructor)) static void setuid_probe(void)
 }
 
 /* Runs the probe; returns its exit status (0 when it ran). */
-static int run_probe(const char *exe, const char *ini, const char *env_dir, char *out,
-                     size_t cap)
+static int run_probe(const char *exe, const char *ini, const char *env_dir, char *out, size_t cap)
 {
   int fds[2];
   cr_assert_eq(pipe(fds), 0);
@@ -572,8 +575,8 @@ Test(hostile, plugin_dir_variable_is_ignored_in_a_setuid_process, .fini = plugin
      * 'nobody', or setuid bits ignored (a nosuid mount). */
     plugin_teardown();
     teardown();
-    cr_skip_test("cannot run a setuid copy of this test as 'nobody' here (exit %d): %s",
-                 status, out);
+    cr_skip_test("cannot run a setuid copy of this test as 'nobody' here (exit %d): %s", status,
+                 out);
   }
   cr_expect_not_null(strstr(out, "rc=0 "), "%s", out);
   cr_expect_not_null(strstr(out, "name=shm "),
@@ -618,7 +621,8 @@ static const char *with_line5(const char *line5)
     strcat(rest, "\n");
   }
   static char text[300000];
-  snprintf(text, sizeof(text), "[plugin]\npath = %s\n[region]\ndir = %s\n%s\n%s[engine]\ntype = host\n",
+  snprintf(text, sizeof(text),
+           "[plugin]\npath = %s\n[region]\ndir = %s\n%s\n%s[engine]\ntype = host\n",
            ECC_PLUGIN_PATH, hdir, line5, rest);
   return text;
 }
@@ -650,14 +654,14 @@ Test(hostile, ini_out_of_range_and_overflowing_sizes_are_refused_at_their_line)
     const char *line;
     const char *needle;
   } cases[] = {
-    {"size = 1e99", "region.size = '1e99' is not a positive byte size"},
-    {"size = -1", "region.size = '-1' is not a positive byte size"},
-    {"size = 16EiB", "region.size = '16EiB' is not a positive byte size"},
-    {"size = 18446744073709551616", "region.size = '18446744073709551616'"},
-    {"size = 17179869184GiB", "region.size = '17179869184GiB'"},
-    {"size = 0", "region.size = '0' is not a positive byte size"},
-    {"size = 0x100", "region.size = '0x100'"},
-    {"size = 1 GiB extra", "region.size = '1 GiB extra'"},
+      {"size = 1e99", "region.size = '1e99' is not a positive byte size"},
+      {"size = -1", "region.size = '-1' is not a positive byte size"},
+      {"size = 16EiB", "region.size = '16EiB' is not a positive byte size"},
+      {"size = 18446744073709551616", "region.size = '18446744073709551616'"},
+      {"size = 17179869184GiB", "region.size = '17179869184GiB'"},
+      {"size = 0", "region.size = '0' is not a positive byte size"},
+      {"size = 0x100", "region.size = '0x100'"},
+      {"size = 1 GiB extra", "region.size = '1 GiB extra'"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     expect_ini_refused(with_line5(cases[i].line), 5, cases[i].needle);
@@ -665,13 +669,13 @@ Test(hostile, ini_out_of_range_and_overflowing_sizes_are_refused_at_their_line)
     const char *line;
     const char *needle;
   } numbers[] = {
-    {"block_size = 99999999999999999999999", "region.block_size = '99999999999999999999999'"},
-    {"join_timeout_ms = 1e3", "region.join_timeout_ms = '1e3' is not a whole number"},
-    {"join_timeout_ms = -5", "region.join_timeout_ms = '-5' is not a whole number"},
-    {"join_timeout_ms = 99999999999", "region.join_timeout_ms = '99999999999' is out of range"},
-    {"reap_orphans = yes", "region.reap_orphans = 'yes' is not one of"},
-    {"mode = steal", "region.mode = 'steal' is not one of"},
-    {"name = ../../etc", "region.name = '../../etc' must be 1 to 63 letters"},
+      {"block_size = 99999999999999999999999", "region.block_size = '99999999999999999999999'"},
+      {"join_timeout_ms = 1e3", "region.join_timeout_ms = '1e3' is not a whole number"},
+      {"join_timeout_ms = -5", "region.join_timeout_ms = '-5' is not a whole number"},
+      {"join_timeout_ms = 99999999999", "region.join_timeout_ms = '99999999999' is out of range"},
+      {"reap_orphans = yes", "region.reap_orphans = 'yes' is not one of"},
+      {"mode = steal", "region.mode = 'steal' is not one of"},
+      {"name = ../../etc", "region.name = '../../etc' must be 1 to 63 letters"},
   };
   for (size_t i = 0; i < sizeof(numbers) / sizeof(numbers[0]); i++)
     expect_ini_refused(with_line5(numbers[i].line), 5, numbers[i].needle);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_ini.c - the shim's reading of INI files and overrides: every mistake
  * is reported with the file and line at fault (or as an override), and
@@ -67,8 +68,7 @@ static char *tag_line(size_t len)
 Test(ini, syntax_error_names_the_line)
 {
   const char *ini = th_ini_text("[plugin]\npath = %s\n; a comment\nthis is not a pair\n", GOOD);
-  expect_error(ini, NULL, ECC_ERR_CONFIG, 4,
-               "syntax error: expected 'key = value' or '[section]'");
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 4, "syntax error: expected 'key = value' or '[section]'");
 }
 
 Test(ini, unclosed_section_header)
@@ -123,7 +123,8 @@ Test(ini, duplicate_key)
                                 GOOD);
   expect_error(ini, NULL, ECC_ERR_CONFIG, 10, "duplicate key 'region.name' (first set on line 6)");
   ini = th_ini_text("[plugin]\npath = %s\nlog_level = info\npath = %s\n", GOOD, GOOD);
-  expect_error(ini, NULL, ECC_ERR_CONFIG, 4, "duplicate key 'path' in [plugin] (first set on line 2)");
+  expect_error(ini, NULL, ECC_ERR_CONFIG, 4,
+               "duplicate key 'path' in [plugin] (first set on line 2)");
 }
 
 Test(ini, key_before_any_section)
@@ -264,11 +265,8 @@ Test(ini, comment_characters_in_a_plugin_section_value)
   static const struct {
     const char *rest, *value;
   } cases[] = {
-    {" = a b @ note", "a b"},
-    {" = a\t@note", "a"},
-    {" = a@b", "a@b"},
-    {" =@b", "@b"},
-    {" = /x@y @@ z", "/x@y"},
+      {" = a b @ note", "a b"}, {" = a\t@note", "a"},     {" = a@b", "a@b"},
+      {" =@b", "@b"},           {" = /x@y @@ z", "/x@y"},
   };
   for (size_t i = 0; i < sizeof(comment_chars); i++) {
     char c = comment_chars[i];
@@ -446,8 +444,8 @@ Test(ini, override_replaces_and_adds_keys)
   const char *overridden = th_trace_path();
   const char *ini = th_ini_text("[plugin]\npath = %s\n[good]\ntrace = %s\n", GOOD, in_file);
   ecc_kv_t kv[2] = {{"good.trace", overridden}, {"good.tag", "from-override"}};
-  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = 2,
-                          .log_level = -1};
+  ecc_open_options_t opt = {
+      .struct_size = sizeof(opt), .overrides = kv, .n_overrides = 2, .log_level = -1};
   open_and_close(ini, &opt);
   cr_assert_not(th_exists(in_file), "the INI's good.trace must be replaced");
   const char *text = th_read_file(overridden);
@@ -459,8 +457,8 @@ Test(ini, override_of_plugin_path_replaces_name)
 {
   const char *ini = th_ini_text("[plugin]\nname = not-installed\nlog_level = error\n");
   ecc_kv_t kv[1] = {{"plugin.path", GOOD}};
-  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = 1,
-                          .log_level = -1};
+  ecc_open_options_t opt = {
+      .struct_size = sizeof(opt), .overrides = kv, .n_overrides = 1, .log_level = -1};
   ecc_plugin_meta_t m;
   char err[1024];
   cr_assert_eq(ecc_check(ini, &opt, &m, err, sizeof(err)), ECC_OK, "err: %s", err);
@@ -475,8 +473,8 @@ Test(ini, bad_overrides)
   char err[1024];
   const char *ini = th_ini_text("[plugin]\npath = %s\n", GOOD);
   ecc_kv_t unknown[1] = {{"region.nmae", "x"}};
-  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = unknown, .n_overrides = 1,
-                          .log_level = -1};
+  ecc_open_options_t opt = {
+      .struct_size = sizeof(opt), .overrides = unknown, .n_overrides = 1, .log_level = -1};
   cr_assert_eq(ecc_check(ini, &opt, NULL, err, sizeof(err)), ECC_ERR_CONFIG);
   cr_assert_eq(strncmp(err, "override: unknown key 'region.nmae' (the plugin 'good' accepts: ",
                        strlen("override: unknown key 'region.nmae' (the plugin 'good' accepts: ")),
@@ -495,7 +493,8 @@ Test(ini, bad_overrides)
   ecc_kv_t plugin_key[1] = {{"plugin.pth", "x"}};
   opt.overrides = plugin_key;
   cr_assert_eq(ecc_check(ini, &opt, NULL, err, sizeof(err)), ECC_ERR_CONFIG);
-  cr_assert_str_eq(err, "override: unknown key 'plugin.pth' (accepted: name, path, dir, log_level)");
+  cr_assert_str_eq(err,
+                   "override: unknown key 'plugin.pth' (accepted: name, path, dir, log_level)");
 
   opt.overrides = NULL;
   cr_assert_eq(ecc_check(ini, &opt, NULL, err, sizeof(err)), ECC_ERR_INVALID);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_ini_limits.c - what the shim's INI reader does at its limits: many
  * keys, big or endless files, files that are not regular files, failing
@@ -19,7 +20,7 @@
 
 #define GOOD ECC_FIXTURE_DIR "/libecc-good.so"
 #define MAX_BYTES ((size_t)4 << 20) /* INI_CONFIG_MAX_BYTES */
-#define OTHER_UID 65534 /* nobody */
+#define OTHER_UID 65534             /* nobody */
 
 /* Sanitizers reserve terabytes of address space: no cap on it can work. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -116,14 +117,14 @@ Test(ini_limits, overrides_replace_each_of_100000_keys)
 {
   const char *ini = many_keys_ini("");
   ecc_kv_t *kv = calloc(MANY, sizeof(*kv));
-  char (*names)[16] = calloc(MANY, sizeof(*names));
+  char(*names)[16] = calloc(MANY, sizeof(*names));
   cr_assert(kv != NULL && names != NULL);
   for (int i = 0; i < MANY; i++) {
     snprintf(names[MANY - 1 - i], sizeof(names[0]), "s.k%07d", i);
     kv[MANY - 1 - i] = (ecc_kv_t){.key = names[MANY - 1 - i], .value = "replaced"};
   }
-  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = MANY,
-                          .log_level = -1};
+  ecc_open_options_t opt = {
+      .struct_size = sizeof(opt), .overrides = kv, .n_overrides = MANY, .log_level = -1};
   expect_check(ini, &opt, ECC_ERR_CONFIG, "override: unknown key 's.k0000000'", NULL);
   free(kv);
   free(names);
@@ -337,8 +338,8 @@ Test(ini_limits, an_ini_owned_by_another_user_is_refused)
   const char *ini = valid_ini("theirs.ini", 0644);
   cr_assert_eq(chown(ini, OTHER_UID, OTHER_UID), 0, "chown: %s", strerror(errno));
   char want[512];
-  snprintf(want, sizeof(want), "INI file %s refused: %s is owned by uid %d, not by root", ini,
-           ini, OTHER_UID);
+  snprintf(want, sizeof(want), "INI file %s refused: %s is owned by uid %d, not by root", ini, ini,
+           OTHER_UID);
   expect_check(ini, NULL, ECC_ERR_CONFIG, want, NULL);
 }
 
@@ -346,8 +347,8 @@ Test(ini_limits, a_group_or_world_writable_ini_is_refused)
 {
   const char *ini = valid_ini("group.ini", 0664);
   char want[512];
-  snprintf(want, sizeof(want), "INI file %s refused: %s is writable by its group (mode 0664)",
-           ini, ini);
+  snprintf(want, sizeof(want), "INI file %s refused: %s is writable by its group (mode 0664)", ini,
+           ini);
   expect_check(ini, NULL, ECC_ERR_CONFIG, want, NULL);
   ini = valid_ini("world.ini", 0666);
   snprintf(want, sizeof(want), "INI file %s refused: %s is writable by others (mode 0666)", ini,
@@ -366,7 +367,8 @@ Test(ini_limits, an_ini_in_a_world_writable_directory_is_refused_unless_it_is_st
   char want[512];
   snprintf(want, sizeof(want),
            "INI file %s refused: %s is writable by others (mode 0777) and is not a sticky "
-           "directory", ini, open_dir);
+           "directory",
+           ini, open_dir);
   expect_check(ini, NULL, ECC_ERR_CONFIG, want, NULL);
 
   cr_assert_eq(chmod(open_dir, 01777), 0);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_key_index.c - the shim's table of INI keys (host-shim/key_index.c,
  * built into this test): it finds every key it was given and no other, and
@@ -61,8 +62,13 @@ Test(key_index, finds_every_key_added_at_its_position_and_no_other)
     cr_assert_eq(pos, i, "%s at %zu, not %zu", keys[i], pos, i);
   }
   cr_assert_eq(ix.used, N);
-  const char *absent[] = {"", "section0", "section0.key", "section0.key00", "section49.key5000",
-                          "section0.key0 ", "Section0.key0"};
+  const char *absent[] = {"",
+                          "section0",
+                          "section0.key",
+                          "section0.key00",
+                          "section49.key5000",
+                          "section0.key0 ",
+                          "Section0.key0"};
   for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++)
     cr_assert_not(key_index_find(&ix, absent[i], &pos), "'%s' found", absent[i]);
   key_index_free(&ix);
@@ -84,8 +90,7 @@ Test(key_index, cost_grows_with_the_number_of_keys_not_its_square)
     probes[c] = read_like_a_file(&ix, keys, counts[c]);
     cr_log_info("%zu keys: %zu slots looked at (%.2f per key)", counts[c], probes[c],
                 (double)probes[c] / (double)counts[c]);
-    cr_assert_leq(probes[c], 10 * counts[c], "%zu keys: %zu slots looked at", counts[c],
-                  probes[c]);
+    cr_assert_leq(probes[c], 10 * counts[c], "%zu keys: %zu slots looked at", counts[c], probes[c]);
     cr_assert_leq(ix.cap, 4 * counts[c], "table of %zu slots for %zu keys", ix.cap, counts[c]);
     key_index_free(&ix);
     free_keys(keys);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_lifetime.c - the host library's promises about a connector's life:
  * ecc_close racing with calls on other threads, a log callback that calls
@@ -41,7 +42,7 @@ static void teardown(void)
 TestSuite(lifetime, .init = setup, .fini = teardown, .timeout = 60);
 
 static ecc_connector_t *open_fixture(const char *name, const char *tag,
-                                   const ecc_open_options_t *opt)
+                                     const ecc_open_options_t *opt)
 {
   char text[1024];
   snprintf(text, sizeof(text), "[plugin]\npath = %s\nlog_level = error\n[good]\ntag = %s\n",
@@ -141,8 +142,8 @@ Test(lifetime, close_waits_for_calls_inside_and_turns_away_later_ones)
 
 struct calls_back {
   ecc_connector_t *_Atomic c;
-  atomic_int stats_ok;   /* ecc_get_stats from inside the callback succeeded */
-  atomic_int flush_rc;   /* what ecc_flush returned from inside it (1: not tried) */
+  atomic_int stats_ok; /* ecc_get_stats from inside the callback succeeded */
+  atomic_int flush_rc; /* what ecc_flush returned from inside it (1: not tried) */
 };
 
 static __thread int in_callback;
@@ -166,8 +167,8 @@ static void calling_back(void *user, int level, const char *msg)
 Test(lifetime, log_callback_may_call_back_into_the_connector)
 {
   struct calls_back cb = {.flush_rc = 1};
-  ecc_open_options_t opt = {.struct_size = sizeof(opt), .log = calling_back, .log_user = &cb,
-                          .log_level = ECC_LOG_DEBUG};
+  ecc_open_options_t opt = {
+      .struct_size = sizeof(opt), .log = calling_back, .log_user = &cb, .log_level = ECC_LOG_DEBUG};
   ecc_connector_t *c = open_real(th_region_name(), &opt);
   atomic_store(&cb.c, c);
 
@@ -294,13 +295,16 @@ static ecc_handle_t create_direct(const ecc_plugin_t *t, const char *region)
 {
   char size[32];
   snprintf(size, sizeof(size), "%u", BS * NB);
-  ecc_kv_t kv[] = {{"connector.role", "both"}, {"region.name", region}, {"region.dir", dir},
-                 {"region.block_size", "256"}, {"region.size", size}, {"engine.type", "host"}};
+  ecc_kv_t kv[] = {{"connector.role", "both"},   {"region.name", region}, {"region.dir", dir},
+                   {"region.block_size", "256"}, {"region.size", size},   {"engine.type", "host"}};
   char err[512] = "";
-  ecc_create_args_t args = {.struct_size = sizeof(args), .abi_major = ECC_ABI_MAJOR,
-                          .abi_minor = ECC_ABI_MINOR, .config = kv,
-                          .n_config = sizeof(kv) / sizeof(kv[0]), .err = err,
-                          .err_cap = sizeof(err)};
+  ecc_create_args_t args = {.struct_size = sizeof(args),
+                            .abi_major = ECC_ABI_MAJOR,
+                            .abi_minor = ECC_ABI_MINOR,
+                            .config = kv,
+                            .n_config = sizeof(kv) / sizeof(kv[0]),
+                            .err = err,
+                            .err_cap = sizeof(err)};
   ecc_handle_t h = 0;
   cr_assert_eq(t->create(&args, &h), ECC_OK, "create: %s", err);
   return h;
@@ -369,8 +373,8 @@ static void note_log(void *user, int level, const char *msg)
 Test(lifetime, status_outside_the_closed_set_is_an_error)
 {
   struct log_seen seen = {0};
-  ecc_open_options_t opt = {.struct_size = sizeof(opt), .log = note_log, .log_user = &seen,
-                          .log_level = ECC_LOG_ERROR};
+  ecc_open_options_t opt = {
+      .struct_size = sizeof(opt), .log = note_log, .log_user = &seen, .log_level = ECC_LOG_ERROR};
   ecc_connector_t *c = open_fixture("liar", "status", &opt);
   char src[BS] = {0};
   uint32_t block = 0;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_loader.c - the shim's loading of plugins: finding the file, refusing
  * unsafe or broken ones with a message that names the fault, using tables
@@ -101,10 +102,11 @@ Test(loader, good_plugin_forwards_every_call)
 
   uint32_t blocks[1] = {0};
   ecc_save_entry_t saves[2] = {{.key = "k-one", .nbytes = 1, .block_ids = blocks, .n_blocks = 1},
-                             {.key = "k-two", .nbytes = 1, .block_ids = blocks, .n_blocks = 1}};
+                               {.key = "k-two", .nbytes = 1, .block_ids = blocks, .n_blocks = 1}};
   cr_assert_eq(ecc_save(c, saves, 2), ECC_OK);
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
-  ecc_load_entry_t load = {.transfer_id = 77, .block_ids = blocks, .n_blocks = 1, .dst_capacity = 1};
+  ecc_load_entry_t load = {
+      .transfer_id = 77, .block_ids = blocks, .n_blocks = 1, .dst_capacity = 1};
   cr_assert_eq(ecc_load(c, &load, 1, NULL), ECC_OK);
 
   ecc_completion_t done[4];
@@ -375,8 +377,8 @@ Test(loader, optional_functions_are_forwarded)
   ecc_connector_t *c = open_ok(th_fixture_ini("full", NULL));
   uint32_t blocks[1] = {0};
   ecc_save_entry_t saves[3] = {{.key = "a", .nbytes = 1, .block_ids = blocks, .n_blocks = 1},
-                             {.key = "b", .nbytes = 1, .block_ids = blocks, .n_blocks = 1},
-                             {.key = "c", .nbytes = 1, .block_ids = blocks, .n_blocks = 1}};
+                               {.key = "b", .nbytes = 1, .block_ids = blocks, .n_blocks = 1},
+                               {.key = "c", .nbytes = 1, .block_ids = blocks, .n_blocks = 1}};
   cr_assert_eq(ecc_save(c, saves, 3), ECC_OK);
   cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
   ecc_stats_t st = {.struct_size = sizeof(st)};
@@ -577,8 +579,8 @@ Test(loader, check_params_returns_every_key_in_one_block)
   cr_assert_str_eq(m->name, "full");
   cr_assert_str_eq(m->version, "0.2.0");
   cr_assert_eq(m->caps, ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS);
-  static const char *const keys[] = {"connector.role", "region.name", "region.size",
-                                     "good.trace", "good.tag"};
+  static const char *const keys[] = {"connector.role", "region.name", "region.size", "good.trace",
+                                     "good.tag"};
   static const char *const defaults[] = {"both", "default", "1MiB", "", ""};
   cr_assert_eq(m->n_params, 5);
   for (size_t i = 0; i < 5; i++) {
@@ -634,7 +636,9 @@ Test(loader, missing_file_is_told_apart_from_a_corrupt_one)
 
   FILE *f = fopen(corrupt, "wb");
   cr_assert_not_null(f);
-  fputs("\x7f" "ELF but not really; just some garbage bytes", f);
+  fputs("\x7f"
+        "ELF but not really; just some garbage bytes",
+        f);
   fclose(f);
   chmod(corrupt, 0644);
   snprintf(want, sizeof(want), "cannot load plugin %s: ", corrupt);
@@ -919,8 +923,8 @@ static void capture(void *user, int level, const char *msg)
 Test(loader, log_sink_and_level_reach_plugin_and_shim)
 {
   struct log_capture cap = {.max_level = -1};
-  ecc_open_options_t opt = {.struct_size = sizeof(opt), .log = capture, .log_user = &cap,
-                          .log_level = ECC_LOG_INFO};
+  ecc_open_options_t opt = {
+      .struct_size = sizeof(opt), .log = capture, .log_user = &cap, .log_level = ECC_LOG_INFO};
   const char *ini = th_fixture_ini("good", NULL);
   ecc_connector_t *c = NULL;
   char err[512];

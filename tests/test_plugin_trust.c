@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_plugin_trust.c - which plugin files the shim agrees to run: the file,
  * every directory on its path, [plugin] dir and ECC_PLUGIN_DIR must be owned
@@ -168,8 +169,7 @@ Test(plugin_trust, plugin_dir_variable_naming_another_users_folder_is_refused)
   th_copy_file(GOOD, at("theirs/libecc-good.so"), 0755);
   give_away(at("theirs"));
   cr_assert_eq(setenv("ECC_PLUGIN_DIR", at("theirs"), 1), 0);
-  expect_refused("name = good", at("theirs/libecc-good.so"), at("theirs"),
-                 "is owned by uid 65534");
+  expect_refused("name = good", at("theirs/libecc-good.so"), at("theirs"), "is owned by uid 65534");
   unsetenv("ECC_PLUGIN_DIR");
 }
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_region.c - the region file on its own: create and join (in one
  * process and across fork), header and layout checks, unsafe files, timeouts,
@@ -90,8 +91,7 @@ static int64_t elapsed_ms(const struct timespec *t0)
 /* A region file made by hand: `h` (may be NULL) at offset 0, `size` bytes,
  * every block allocated as a creator leaves them (a join refuses a sparse
  * file; test_region_life.c checks that). */
-static void write_file(const char *path, const struct region_header *h, off_t size,
-                       mode_t mode)
+static void write_file(const char *path, const struct region_header *h, off_t size, mode_t mode)
 {
   int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   cr_assert_geq(fd, 0, "create %s: %s", path, strerror(errno));

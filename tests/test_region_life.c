@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_region_life.c - the region file's life across processes: the last
  * holder removes it (so a restarted side joins the live file), a file
@@ -55,17 +56,22 @@ static void teardown(void)
 TestSuite(life, .init = setup, .fini = teardown, .timeout = 120);
 
 /* Skipping runs no fini: clean up first. */
-#define SKIP(...)                                                                              \
-  do {                                                                                         \
-    teardown();                                                                                \
-    cr_skip_test(__VA_ARGS__);                                                                 \
+#define SKIP(...)              \
+  do {                         \
+    teardown();                \
+    cr_skip_test(__VA_ARGS__); \
   } while (0)
 
-static struct region_params params(const char *dir, const char *name, int mode,
-                                   uint32_t timeout_ms, int reap)
+static struct region_params params(const char *dir, const char *name, int mode, uint32_t timeout_ms,
+                                   int reap)
 {
-  struct region_params p = {.dir = dir, .name = name, .block_size = BS, .num_blocks = NB,
-                            .mode = mode, .join_timeout_ms = timeout_ms, .reap_orphans = reap};
+  struct region_params p = {.dir = dir,
+                            .name = name,
+                            .block_size = BS,
+                            .num_blocks = NB,
+                            .mode = mode,
+                            .join_timeout_ms = timeout_ms,
+                            .reap_orphans = reap};
   return p;
 }
 
@@ -192,8 +198,9 @@ Test(life, reaper_never_follows_another_users_link_out_of_the_directory)
   kept[1] = tmp;
   cr_assert_eq(symlink(victim, link), 0);
   cr_assert_eq(lchown(link, OTHER_UID, OTHER_UID), 0);
-  expect_dir_refused(link, NULL, ECC_ERR_REGION,
-                     "is a symbolic link owned by uid 65534, not by root or by this process's user");
+  expect_dir_refused(
+      link, NULL, ECC_ERR_REGION,
+      "is a symbolic link owned by uid 65534, not by root or by this process's user");
   expect_dir_refused(link, "reap_orphans = false\n", ECC_ERR_REGION, link);
   for (int i = 0; i < 2; i++)
     cr_expect(th_exists(kept[i]), "the reaper removed %s through another user's link", kept[i]);
@@ -365,7 +372,7 @@ static int save_entries(ecc_connector_t *c, uint64_t seed, uint32_t first, uint3
   uint8_t *src = malloc((size_t)count * BS);
   uint32_t *ids = malloc(count * sizeof(uint32_t));
   ecc_save_entry_t *e = calloc(count, sizeof(*e));
-  char (*keys)[32] = calloc(count, 32);
+  char(*keys)[32] = calloc(count, 32);
   ecc_completion_t *done = calloc(count, sizeof(*done));
   if (src == NULL || ids == NULL || e == NULL || keys == NULL || done == NULL)
     return ECC_ERR_NOMEM;
@@ -442,24 +449,24 @@ enum { CMD_OPEN = 1, CMD_SAVE, CMD_LOAD, CMD_CLOSE };
 
 struct cmd {
   int op;
-  char role[16];  /* CMD_OPEN: connector.role */
-  uint64_t seed;  /* CMD_SAVE, CMD_LOAD: see save_entries */
+  char role[16]; /* CMD_OPEN: connector.role */
+  uint64_t seed; /* CMD_SAVE, CMD_LOAD: see save_entries */
   uint32_t first, count;
 };
 
 struct reply {
   int rc;
-  int creator;      /* CMD_OPEN */
-  int wrong;        /* CMD_LOAD: entries that differ */
+  int creator;       /* CMD_OPEN */
+  int wrong;         /* CMD_LOAD: entries that differ */
   uint64_t dev, ino; /* CMD_OPEN: the region file */
-  char text[400];   /* CMD_OPEN: the error */
+  char text[400];    /* CMD_OPEN: the error */
 };
 
 static void remote_open(const char *ini, const struct cmd *m, ecc_connector_t **c, struct reply *r)
 {
   ecc_kv_t kv = {"connector.role", m->role};
-  ecc_open_options_t o = {.struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1,
-                        .log_level = -1};
+  ecc_open_options_t o = {
+      .struct_size = sizeof(o), .overrides = &kv, .n_overrides = 1, .log_level = -1};
   r->rc = ecc_open(ini, &o, c, r->text, sizeof(r->text));
   if (r->rc != ECC_OK)
     return;
@@ -526,8 +533,8 @@ static struct remote remote_start(const char *ini)
   return r;
 }
 
-static int remote_send(struct remote *r, int op, const char *role, uint64_t seed,
-                       uint32_t first, uint32_t count)
+static int remote_send(struct remote *r, int op, const char *role, uint64_t seed, uint32_t first,
+                       uint32_t count)
 {
   struct cmd m = {.op = op, .seed = seed, .first = first, .count = count};
   snprintf(m.role, sizeof(m.role), "%s", role ? role : "");
@@ -586,8 +593,8 @@ Test(life, restarted_producer_joins_the_region_the_consumer_still_holds)
   cr_assert(r.dev == dev && r.ino == ino, "the restarted producer is on another file");
   cr_assert_eq(remote_do(&prod, CMD_SAVE, NULL, 2, 0, ENTRIES).rc, ECC_OK);
   int wrong = load_wrong(cons, 2, 0, ENTRIES);
-  cr_assert_eq(wrong, 0, "%d of %u entries loaded after the restart are not the new bytes",
-               wrong, ENTRIES);
+  cr_assert_eq(wrong, 0, "%d of %u entries loaded after the restart are not the new bytes", wrong,
+               ENTRIES);
 
   cr_assert_eq(remote_do(&prod, CMD_CLOSE, NULL, 0, 0, 0).rc, ECC_OK);
   remote_stop(&prod);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_trust.c - the ownership rule of plugin/common/trust.h on real files:
  * owners, write bits, sticky directories, links, FIFOs and missing paths.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_two_process.c - a producer and a consumer in two processes share one
  * region through the shim: keys saved in one are loaded in the other, and
@@ -91,8 +92,8 @@ Test(two_process, producer_saves_consumer_loads)
 {
   const char *ini = th_ini("both", th_region_name(), BS, NB, NULL);
   ecc_kv_t role = {"connector.role", "producer"};
-  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = &role, .n_overrides = 1,
-                          .log_level = -1};
+  ecc_open_options_t opt = {
+      .struct_size = sizeof(opt), .overrides = &role, .n_overrides = 1, .log_level = -1};
   ecc_connector_t *p = NULL;
   char err[512];
   cr_assert_eq(ecc_open(ini, &opt, &p, err, sizeof(err)), ECC_OK, "%s", err);

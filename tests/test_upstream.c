@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_upstream.c - the reference worker's test cases (block = 16 bytes,
  * 8 blocks), run through the real plugin and the real shim with the host
@@ -19,7 +20,7 @@
 
 struct rig {
   ecc_connector_t *c;
-  uint8_t *blocks;   /* our own view of the region's blocks */
+  uint8_t *blocks; /* our own view of the region's blocks */
   size_t map_bytes;
   uint8_t *map;
 };
@@ -49,8 +50,8 @@ static void rig_close(struct rig *r)
 }
 
 /* Save `nbytes` of a seeded pattern under `key`, flush, wait for it. */
-static void save_one(struct rig *r, const char *key, const uint32_t *ids, uint32_t n,
-                     uint8_t *src, uint64_t nbytes)
+static void save_one(struct rig *r, const char *key, const uint32_t *ids, uint32_t n, uint8_t *src,
+                     uint64_t nbytes)
 {
   ecc_save_entry_t e = {key, (uint64_t)(uintptr_t)src, nbytes, ids, n};
   cr_assert_eq(ecc_save(r->c, &e, 1), ECC_OK);
@@ -64,8 +65,8 @@ static void save_one(struct rig *r, const char *key, const uint32_t *ids, uint32
 }
 
 /* Every block listed got its slice of src; every other byte kept 0xEE. */
-static void expect_region(const struct rig *r, const uint32_t *ids, uint32_t n,
-                          const uint8_t *src, uint64_t nbytes)
+static void expect_region(const struct rig *r, const uint32_t *ids, uint32_t n, const uint8_t *src,
+                          uint64_t nbytes)
 {
   uint8_t want[BS * NB];
   memset(want, 0xEE, sizeof(want));
@@ -74,8 +75,8 @@ static void expect_region(const struct rig *r, const uint32_t *ids, uint32_t n,
     memcpy(want + (size_t)ids[i] * BS, src + (size_t)i * BS, len);
   }
   for (size_t b = 0; b < BS * NB; b++)
-    cr_assert_eq(r->blocks[b], want[b], "region byte %zu (block %zu): 0x%02x, expected 0x%02x",
-                 b, b / BS, r->blocks[b], want[b]);
+    cr_assert_eq(r->blocks[b], want[b], "region byte %zu (block %zu): 0x%02x, expected 0x%02x", b,
+                 b / BS, r->blocks[b], want[b]);
 }
 
 static void save_case(const uint32_t *ids, uint32_t n, uint64_t nbytes, uint64_t want_descs)
@@ -167,7 +168,7 @@ Test(upstream_save, several_keys_in_one_step_form_one_batch)
   th_fill(c, sizeof(c), 3);
   ecc_save_entry_t e1 = {"a", (uint64_t)(uintptr_t)a, 32, (uint32_t[]){0, 1}, 2};
   ecc_save_entry_t e2[2] = {{"b", (uint64_t)(uintptr_t)b, 16, (uint32_t[]){4}, 1},
-                          {"c", (uint64_t)(uintptr_t)c, 32, (uint32_t[]){6, 7}, 2}};
+                            {"c", (uint64_t)(uintptr_t)c, 32, (uint32_t[]){6, 7}, 2}};
   cr_assert_eq(ecc_save(r.c, &e1, 1), ECC_OK);
   cr_assert_eq(ecc_save(r.c, e2, 2), ECC_OK);
   cr_assert_eq(ecc_flush(r.c, NULL), ECC_OK);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * call_bench.c - ecc-call-bench: the host time of one call through the
  * shim, for the calls a serving loop makes most (an empty poll, a one-entry
@@ -20,8 +21,7 @@
 #define NB 1024u
 
 enum call { CALL_POLL, CALL_STATS, CALL_SAVE, N_CALLS };
-static const char *const names[N_CALLS] = {"poll (nothing ready)", "get_stats",
-                                             "save (1 entry)"};
+static const char *const names[N_CALLS] = {"poll (nothing ready)", "get_stats", "save (1 entry)"};
 
 struct worker {
   ecc_connector_t *c;

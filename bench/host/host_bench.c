@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * host_bench.c - ecc-host-bench: how fast the host engine moves a step's
  * entries, against memcpy of the same bytes on this machine, in one run.
@@ -94,8 +95,8 @@ static ecc_connector_t *open_host(uint64_t block, uint32_t blocks, unsigned thre
   int len = snprintf(text, sizeof(text),
                      "[plugin]\nname = shm\n[region]\nname = hostbench-%ld\nblock_size = %llu\n"
                      "size = %llu\nmode = create\n[engine]\ntype = host\nhost_threads = %u\n",
-                     (long)getpid(), (unsigned long long)block,
-                     (unsigned long long)block * blocks, threads);
+                     (long)getpid(), (unsigned long long)block, (unsigned long long)block * blocks,
+                     threads);
   if (write(fd, text, (size_t)len) != len) {
     close(fd);
     unlink(path);
@@ -134,7 +135,8 @@ struct row {
 };
 
 /* One block size and layout: entries of `per` blocks filling STEP_BYTES. */
-static int run_case(ecc_connector_t *c, uint64_t block, uint32_t total, enum layout l, struct row *out)
+static int run_case(ecc_connector_t *c, uint64_t block, uint32_t total, enum layout l,
+                    struct row *out)
 {
   uint32_t n_blocks = (uint32_t)(STEP_BYTES / block);
   uint32_t per = n_blocks < 880 ? n_blocks : 880; /* one image: 880 tokens */
@@ -146,7 +148,7 @@ static int run_case(ecc_connector_t *c, uint64_t block, uint32_t total, enum lay
   uint8_t *reg = malloc((uint64_t)total * block); /* stand-in region for the naive loop */
   ecc_save_entry_t *se = calloc(n_entries, sizeof(*se));
   ecc_load_entry_t *le = calloc(n_entries, sizeof(*le));
-  char (*keys)[32] = calloc(n_entries, 32);
+  char(*keys)[32] = calloc(n_entries, 32);
   if (!ids || !src || !dst || !flat || !reg || !se || !le || !keys)
     return -1;
   unsigned seed = 12345u + (unsigned)block + (unsigned)l;
@@ -158,10 +160,10 @@ static int run_case(ecc_connector_t *c, uint64_t block, uint32_t total, enum lay
   for (uint32_t e = 0; e < n_entries; e++) {
     snprintf(keys[e], 32, "e%u", e);
     se[e] = (ecc_save_entry_t){keys[e], (uint64_t)(uintptr_t)(src + (uint64_t)e * per * block),
-                             (uint64_t)per * block, ids + (uint64_t)e * per, per};
+                               (uint64_t)per * block, ids + (uint64_t)e * per, per};
     le[e] = (ecc_load_entry_t){e, ids + (uint64_t)e * per, per,
-                             (uint64_t)(uintptr_t)(dst + (uint64_t)e * per * block),
-                             (uint64_t)per * block};
+                               (uint64_t)(uintptr_t)(dst + (uint64_t)e * per * block),
+                               (uint64_t)per * block};
   }
   double ts[REPS], tl[REPS], tm[REPS], tn[REPS];
   for (int r = -2; r < REPS; r++) { /* two warm-up rounds */
@@ -214,8 +216,8 @@ int main(int argc, char **argv)
   unsigned threads = argc > 1 ? (unsigned)atoi(argv[1]) : 0;
   printf("ecc-host-bench: host engine, %llu MiB per step, median of %d, threads %s\n",
          (unsigned long long)(STEP_BYTES >> 20), REPS, threads ? argv[1] : "auto");
-  printf("%-9s %-11s %9s %9s %9s %9s %8s %8s\n", "block", "layout", "save", "load",
-         "memcpy", "per-desc", "save/mc", "load/mc");
+  printf("%-9s %-11s %9s %9s %9s %9s %8s %8s\n", "block", "layout", "save", "load", "memcpy",
+         "per-desc", "save/mc", "load/mc");
   int failed = 0;
   for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
     uint32_t total = (uint32_t)((STEP_BYTES * 4) / sizes[s]); /* room for fragmented runs */

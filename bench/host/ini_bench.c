@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ini_bench.c - ecc-ini-bench: how the cost of reading an INI file grows with
  * its number of keys, through ecc_check, so that a cost growing faster than
@@ -99,8 +100,8 @@ static double best_overrides(size_t n)
     key_name(name + 6, i);
     kv[i] = (ecc_kv_t){.key = name, .value = "replaced"};
   }
-  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = kv, .n_overrides = n,
-                          .log_level = ECC_LOG_ERROR};
+  ecc_open_options_t opt = {
+      .struct_size = sizeof(opt), .overrides = kv, .n_overrides = n, .log_level = ECC_LOG_ERROR};
   double t = best_check(&opt, "ecc-ini-bench-absent");
   free(kv);
   free(names);
@@ -117,8 +118,8 @@ static int bench(size_t n)
   double ovr = best_overrides(n);
   if (ovr < 0)
     return -1;
-  printf("%8zu keys: duplicate at the end %9.1f ms   every key overridden %9.1f ms\n", n,
-         dup * 1e3, ovr * 1e3);
+  printf("%8zu keys: duplicate at the end %9.1f ms   every key overridden %9.1f ms\n", n, dup * 1e3,
+         ovr * 1e3);
   return 0;
 }
 

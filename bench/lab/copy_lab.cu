@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * copy_lab.cu - the experiments behind the copy kernel's launch shape: the
  * gather (host -> device) and scatter (device -> host) kernels over mapped
@@ -27,16 +28,17 @@ static void check(cudaError_t rc, const char *what, int line)
 /* Loads with an L2 prefetch-size hint (HINT 1: 128 B, 2: 256 B, 0: none):
  * do larger L2 fills of host memory make fewer, larger read requests on
  * the link, leaving the upstream direction to the other way's writes? */
-template <int HINT>
-__device__ __forceinline__ uint4 load16(const uint4 *p)
+template <int HINT> __device__ __forceinline__ uint4 load16(const uint4 *p)
 {
   uint4 r;
   if (HINT == 1)
     asm volatile("ld.global.nc.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
   else if (HINT == 2)
     asm volatile("ld.global.nc.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
   else
     r = *p;
   return r;
@@ -81,7 +83,6 @@ __global__ void copy_kernel(const uint64_t *__restrict__ src, const uint64_t *__
     __threadfence_system();
 }
 
-
 /* ---- the bulk-copy (TMA) variant: one warp per CTA drives a ring of
  * shared-memory stages; lane 0 issues cp.async.bulk loads into the ring
  * and bulk stores out of it. Addresses and sizes must be 16-byte multiples. */
@@ -93,7 +94,9 @@ static __device__ __forceinline__ uint32_t sm(const void *p)
 static __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity)
 {
   asm volatile("{\n .reg .pred p;\n W%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-               " @!p bra W%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+               " @!p bra W%=;\n}\n" ::"r"(bar),
+               "r"(parity)
+               : "memory");
 }
 
 struct rec {
@@ -101,10 +104,9 @@ struct rec {
 };
 
 template <int S, int CHUNK>
-__global__ void __launch_bounds__(32) tma_kernel(const uint64_t *__restrict__ src,
-                                                 const uint64_t *__restrict__ dst,
-                                                 const uint64_t *__restrict__ len, uint32_t n,
-                                                 int fence)
+__global__ void __launch_bounds__(32)
+    tma_kernel(const uint64_t *__restrict__ src, const uint64_t *__restrict__ dst,
+               const uint64_t *__restrict__ len, uint32_t n, int fence)
 {
   extern __shared__ __align__(128) uint8_t ring[];
   __shared__ __align__(8) uint64_t bars[S];
@@ -130,9 +132,11 @@ __global__ void __launch_bounds__(32) tma_kernel(const uint64_t *__restrict__ sr
       const rec &r = recs[(k / 32) & 1][k % 32];
       uint32_t bar = sm(&bars[k % S]);
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                   "r"((uint32_t)r.len) : "memory");
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                   ::"r"(sm(ring + (k % S) * CHUNK)), "l"(r.src), "r"((uint32_t)r.len), "r"(bar)
+                   "r"((uint32_t)r.len)
+                   : "memory");
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                   "%2, [%3];" ::"r"(sm(ring + (k % S) * CHUNK)),
+                   "l"(r.src), "r"((uint32_t)r.len), "r"(bar)
                    : "memory");
     }
   }
@@ -142,7 +146,8 @@ __global__ void __launch_bounds__(32) tma_kernel(const uint64_t *__restrict__ sr
       bar_wait(sm(&bars[st]), (parity >> st) & 1);
       const rec &r = recs[(k / 32) & 1][k % 32];
       asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(r.dst),
-                   "r"(sm(ring + st * CHUNK)), "r"((uint32_t)r.len) : "memory");
+                   "r"(sm(ring + st * CHUNK)), "r"((uint32_t)r.len)
+                   : "memory");
       asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
     parity ^= 1u << st;
@@ -153,9 +158,11 @@ __global__ void __launch_bounds__(32) tma_kernel(const uint64_t *__restrict__ sr
       uint32_t ps = (k - 1) % S;
       uint32_t bar = sm(&bars[ps]);
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                   "r"((uint32_t)r.len) : "memory");
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                   ::"r"(sm(ring + ps * CHUNK)), "l"(r.src), "r"((uint32_t)r.len), "r"(bar)
+                   "r"((uint32_t)r.len)
+                   : "memory");
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                   "%2, [%3];" ::"r"(sm(ring + ps * CHUNK)),
+                   "l"(r.src), "r"((uint32_t)r.len), "r"(bar)
                    : "memory");
     }
     __syncwarp();
@@ -182,11 +189,13 @@ struct variant {
   int smem; /* dynamic shared memory (bulk-copy variants) */
 };
 static const variant VARIANTS[] = {
-  {"256x4", 256, copy_kernel<4>, 0},  {"512x4", 512, copy_kernel<4>, 0},
-  {"512x8", 512, copy_kernel<8>, 0},  {"1024x4", 1024, copy_kernel<4>, 0},
-  {"tma8x16K", 32, tma_kernel<8, 16384>, 8 * 16384},
-  {"tma12x16K", 32, tma_kernel<12, 16384>, 12 * 16384},
-  {"tma16x8K", 32, tma_kernel<16, 8192>, 16 * 8192},
+    {"256x4", 256, copy_kernel<4>, 0},
+    {"512x4", 512, copy_kernel<4>, 0},
+    {"512x8", 512, copy_kernel<8>, 0},
+    {"1024x4", 1024, copy_kernel<4>, 0},
+    {"tma8x16K", 32, tma_kernel<8, 16384>, 8 * 16384},
+    {"tma12x16K", 32, tma_kernel<12, 16384>, 12 * 16384},
+    {"tma16x8K", 32, tma_kernel<16, 8192>, 16 * 8192},
 };
 
 struct job {
@@ -202,8 +211,7 @@ static const size_t HBYTES = 2ull << 30, DBYTES = 1ull << 30;
 /* n random distinct host blocks of bs against contiguous device memory at
  * dev_off, each cut in pieces of at most `piece` bytes; to_host: device ->
  * host. */
-static job make_job(size_t bs, uint32_t n, size_t dev_off, int to_host, unsigned seed,
-                    size_t piece)
+static job make_job(size_t bs, uint32_t n, size_t dev_off, int to_host, unsigned seed, size_t piece)
 {
   job j;
   size_t per = (bs + piece - 1) / piece;
@@ -232,7 +240,10 @@ static job make_job(size_t bs, uint32_t n, size_t dev_off, int to_host, unsigned
   return j;
 }
 
-static void CUDART_CB hold(void *) { usleep(300); }
+static void CUDART_CB hold(void *)
+{
+  usleep(300);
+}
 
 /* Every piece of the job landed (checked after a run). */
 static const char *verify(const job &j)
@@ -267,7 +278,8 @@ static void issue(const op &o, int i)
   CK(cudaStreamWaitEvent(st[i], gate, 0));
   CK(cudaEventRecord(e0[i], st[i]));
   if (o.kind == 0) {
-    o.v->k<<<o.ctas, o.v->threads, o.v->smem, st[i]>>>(o.j->src, o.j->dst, o.j->len, o.j->n, o.j->to_host);
+    o.v->k<<<o.ctas, o.v->threads, o.v->smem, st[i]>>>(o.j->src, o.j->dst, o.j->len, o.j->n,
+                                                       o.j->to_host);
     CK(cudaGetLastError());
   } else if (o.to_host) {
     CK(cudaMemcpyAsync(H + (1ull << 30), D + o.dev_off, o.bytes, cudaMemcpyDeviceToHost, st[i]));
@@ -334,7 +346,8 @@ int main(int argc, char **argv)
   double rt[2];
   const size_t MB64 = 64ull << 20;
 
-  op ch2d = {1, nullptr, nullptr, 0, 0, MB64, 0}, cd2h = {1, nullptr, nullptr, 0, 1, MB64, 256ull << 20};
+  op ch2d = {1, nullptr, nullptr, 0, 0, MB64, 0},
+     cd2h = {1, nullptr, nullptr, 0, 1, MB64, 256ull << 20};
   double a = run(&ch2d, 1, rt), b = run(&cd2h, 1, rt);
   op both[2] = {ch2d, cd2h};
   double c = run(both, 2, rt);
@@ -343,14 +356,15 @@ int main(int argc, char **argv)
 
   if (argc > 1 && strcmp(argv[1], "hints") == 0) {
     static const variant HV[] = {
-      {"512x8", 512, copy_kernel<8, 0>, 0},
-      {"512x8/128B", 512, copy_kernel<8, 1>, 0},
-      {"512x8/256B", 512, copy_kernel<8, 2>, 0},
+        {"512x8", 512, copy_kernel<8, 0>, 0},
+        {"512x8/128B", 512, copy_kernel<8, 1>, 0},
+        {"512x8/256B", 512, copy_kernel<8, 2>, 0},
     };
     for (size_t bs : {(size_t)4096, (size_t)65536}) {
       uint32_t n = (uint32_t)(MB64 / bs);
       job g = make_job(bs, n, 0, 0, 1, bs), s = make_job(bs, n, 256ull << 20, 1, 2, bs);
-      printf("\n%zu B blocks, %u scattered, 64 MiB each way (GB/s; both: total = load + save)\n", bs, n);
+      printf("\n%zu B blocks, %u scattered, 64 MiB each way (GB/s; both: total = load + save)\n",
+             bs, n);
       for (const variant &v : HV)
         for (int ctas : {16, 32}) {
           op lo = {0, &g, &v, ctas, 0, 0, 0}, so = {0, &s, &HV[0], ctas, 1, 0, 0};
@@ -361,13 +375,14 @@ int main(int argc, char **argv)
                  rt[0], rt[1], verify(g), verify(s));
           op mix[2] = {lo, cd2h};
           double m = run(mix, 2, rt);
-          printf("    %s load/%d + copy-engine contiguous save: %.1f = %.1f + %.1f\n", v.name, ctas, m,
-                 rt[0], rt[1]);
+          printf("    %s load/%d + copy-engine contiguous save: %.1f = %.1f + %.1f\n", v.name, ctas,
+                 m, rt[0], rt[1]);
         }
       op so = {0, &s, &HV[0], 16, 1, 0, 0};
       op mix2[2] = {ch2d, so};
       double m2 = run(mix2, 2, rt);
-      printf("copy-engine contiguous load + kernel save 512x8/16: %.1f = %.1f + %.1f\n", m2, rt[0], rt[1]);
+      printf("copy-engine contiguous load + kernel save 512x8/16: %.1f = %.1f + %.1f\n", m2, rt[0],
+             rt[1]);
     }
     return 0;
   }
@@ -376,9 +391,10 @@ int main(int argc, char **argv)
     uint32_t n = (uint32_t)(MB64 / bs);
     job g = make_job(bs, n, 0, 0, 1, bs), s = make_job(bs, n, 256ull << 20, 1, 2, bs);
     job gt = make_job(bs, n, 0, 0, 1, 8192), stt = make_job(bs, n, 256ull << 20, 1, 2, 8192);
-    printf("\n%zu B blocks, %u scattered, 64 MiB each way (GB/s; both: total = load + save)\n", bs, n);
-    printf("%-7s %4s | %6s %6s | %6s = %6s + %6s\n", "shape", "ctas", "load", "save", "both", "load",
-           "save");
+    printf("\n%zu B blocks, %u scattered, 64 MiB each way (GB/s; both: total = load + save)\n", bs,
+           n);
+    printf("%-7s %4s | %6s %6s | %6s = %6s + %6s\n", "shape", "ctas", "load", "save", "both",
+           "load", "save");
     for (const variant &v : VARIANTS) {
       for (int ctas : {8, 16, 32}) {
         const job *jg = v.smem ? &gt : &g, *js = v.smem ? &stt : &s;
@@ -401,7 +417,8 @@ int main(int argc, char **argv)
       op l2 = {0, &g, &v, lc, 0, 0, 0}, s2 = {0, &s, &v, 16, 1, 0, 0};
       op mix3[2] = {l2, s2};
       double m3 = run(mix3, 2, rt);
-      printf("kernel load 512x4/%d + kernel save 512x4/16: %.1f = %.1f + %.1f\n", lc, m3, rt[0], rt[1]);
+      printf("kernel load 512x4/%d + kernel save 512x4/16: %.1f = %.1f + %.1f\n", lc, m3, rt[0],
+             rt[1]);
     }
     const variant &tv = VARIANTS[4];
     op tl = {0, &gt, &tv, 16, 0, 0, 0}, ts = {0, &stt, &tv, 16, 1, 0, 0};
@@ -418,7 +435,8 @@ int main(int argc, char **argv)
       op l2 = {0, &g, &v, 16, 0, 0, 0}, s2 = {0, &s, &v, sc, 1, 0, 0};
       op mix3[2] = {l2, s2};
       double m3 = run(mix3, 2, rt);
-      printf("kernel load 512x4/16 + kernel save 512x4/%d: %.1f = %.1f + %.1f\n", sc, m3, rt[0], rt[1]);
+      printf("kernel load 512x4/16 + kernel save 512x4/%d: %.1f = %.1f + %.1f\n", sc, m3, rt[0],
+             rt[1]);
     }
   }
   return 0;

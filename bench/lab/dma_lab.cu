@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dma_lab.cu - why copy-engine batches of the two directions ran one after
  * the other in the plugin but side by side in the benchmark: both ways at
@@ -5,6 +6,7 @@
  * the things that differ between the two varied one at a time.
  * Not part of the build: nvcc -O3 -arch=sm_90 -o dma_lab dma_lab.cu -lcuda
  */
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -13,7 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 #include <vector>
-#include <algorithm>
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -108,7 +109,8 @@ int main()
   CK(cudaMalloc(&ds, STEP));
   CK(cudaMalloc(&dl, STEP));
   CK(cudaMemset(ds, 1, STEP));
-  uint8_t *h1 = shm_map("/dev/shm/dma-lab-1", 128 * MB), *h2 = shm_map("/dev/shm/dma-lab-2", 128 * MB);
+  uint8_t *h1 = shm_map("/dev/shm/dma-lab-1", 128 * MB),
+          *h2 = shm_map("/dev/shm/dma-lab-2", 128 * MB);
   int least = 0, greatest = 0;
   CK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   cudaStream_t a, b, ha, hb;
@@ -123,9 +125,10 @@ int main()
   for (int f = 0; f < 3; f++) {
     CK(cudaHostRegister(h1, 128 * MB, flag_sets[f]));
     CK(cudaHostRegister(h2, 128 * MB, flag_sets[f]));
-    printf("register %-16s batch: %6.1f   memcpyAsync: %6.1f   batch, high-priority streams: %6.1f\n",
-           flag_names[f], both(h1, h2, ds, dl, a, b, 1), both(h1, h2, ds, dl, a, b, 0),
-           both(h1, h2, ds, dl, ha, hb, 1));
+    printf(
+        "register %-16s batch: %6.1f   memcpyAsync: %6.1f   batch, high-priority streams: %6.1f\n",
+        flag_names[f], both(h1, h2, ds, dl, a, b, 1), both(h1, h2, ds, dl, a, b, 0),
+        both(h1, h2, ds, dl, ha, hb, 1));
     CK(cudaHostUnregister(h1));
     CK(cudaHostUnregister(h2));
   }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * plugin_both.c - both directions at once through the plugin (one connector,
  * then saves and loads on two), with and without a compute stream: how the
@@ -28,7 +29,8 @@ int main(int argc, char **argv)
   const char *plugin = argv[1], *method = argc > 2 ? argv[2] : "dma";
   char ini[] = "/tmp/pb-XXXXXX";
   int fd = mkstemp(ini);
-  dprintf(fd, "[plugin]\npath = %s\n[connector]\nrole = both\n[region]\nname = pb%d\n"
+  dprintf(fd,
+          "[plugin]\npath = %s\n[connector]\nrole = both\n[region]\nname = pb%d\n"
           "block_size = 1MiB\nsize = 512MiB\n[engine]\ntype = cuda\nmethod = %s\n",
           plugin, (int)getpid(), method);
   close(fd);
@@ -52,8 +54,10 @@ int main(int argc, char **argv)
     sid[i] = (uint32_t)i * 3;
     lid[i] = (uint32_t)i * 3 + 1;
     snprintf(keys[i], 16, "k%d", i);
-    se[i] = (ecc_save_entry_t){keys[i], (uint64_t)(uintptr_t)(ds + ((size_t)i << 20)), 1 << 20, &sid[i], 1};
-    le[i] = (ecc_load_entry_t){(uint64_t)i, &lid[i], 1, (uint64_t)(uintptr_t)(dl + ((size_t)i << 20)), 1 << 20};
+    se[i] = (ecc_save_entry_t){keys[i], (uint64_t)(uintptr_t)(ds + ((size_t)i << 20)), 1 << 20,
+                               &sid[i], 1};
+    le[i] = (ecc_load_entry_t){(uint64_t)i, &lid[i], 1,
+                               (uint64_t)(uintptr_t)(dl + ((size_t)i << 20)), 1 << 20};
   }
   for (int variant = 0; variant < 4; variant++) {
     void *s_save = variant & 1 ? comp : NULL, *s_load = variant & 2 ? comp : NULL;
@@ -81,7 +85,8 @@ int main(int argc, char **argv)
   /* Saves on this connector, loads on a second one over another region. */
   char ini2[] = "/tmp/pb-XXXXXX";
   fd = mkstemp(ini2);
-  dprintf(fd, "[plugin]\npath = %s\n[connector]\nrole = both\n[region]\nname = pc%d\n"
+  dprintf(fd,
+          "[plugin]\npath = %s\n[connector]\nrole = both\n[region]\nname = pc%d\n"
           "block_size = 1MiB\nsize = 512MiB\n[engine]\ntype = cuda\nmethod = %s\n",
           plugin, (int)getpid(), method);
   close(fd);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * staged_lab.cu - can the CPU stage scattered blocks fast enough for the copy
  * engines to run both ways at once at link speed? Loads: threads gather
@@ -13,11 +14,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
-#include <vector>
 #include <immintrin.h>
 #include <omp.h>
+#include <thread>
 #include <time.h>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -140,7 +141,8 @@ static void worker(int dir, int w, int nw)
   if (dir == 1) /* saves: device -> slot first, then scatter */
     for (size_t c = 0; c < nchunk && c < (size_t)NSLOT; c++) {
       size_t k = std::min(per_chunk, per_w - c * per_chunk);
-      CK(cudaMemcpyAsync(WS[1][w][c], dev + c * per_chunk * BLK, k * BLK, cudaMemcpyDeviceToHost, wst[1][w]));
+      CK(cudaMemcpyAsync(WS[1][w][c], dev + c * per_chunk * BLK, k * BLK, cudaMemcpyDeviceToHost,
+                         wst[1][w]));
       CK(cudaEventRecord(wev[1][w][c], wst[1][w]));
     }
   for (size_t c = 0; c < nchunk; c++) {
@@ -158,11 +160,13 @@ static void worker(int dir, int w, int nw)
     if (g_nt)
       _mm_sfence();
     if (dir == 0) {
-      CK(cudaMemcpyAsync(dev + c * per_chunk * BLK, WS[0][w][sl], k * BLK, cudaMemcpyHostToDevice, wst[0][w]));
+      CK(cudaMemcpyAsync(dev + c * per_chunk * BLK, WS[0][w][sl], k * BLK, cudaMemcpyHostToDevice,
+                         wst[0][w]));
       CK(cudaEventRecord(wev[0][w][sl], wst[0][w]));
     } else if (c + NSLOT < nchunk) {
       size_t nx = c + NSLOT, kk = std::min(per_chunk, per_w - nx * per_chunk);
-      CK(cudaMemcpyAsync(WS[1][w][sl], dev + nx * per_chunk * BLK, kk * BLK, cudaMemcpyDeviceToHost, wst[1][w]));
+      CK(cudaMemcpyAsync(WS[1][w][sl], dev + nx * per_chunk * BLK, kk * BLK, cudaMemcpyDeviceToHost,
+                         wst[1][w]));
       CK(cudaEventRecord(wev[1][w][sl], wst[1][w]));
     }
   }
@@ -291,8 +295,8 @@ int main(int argc, char **argv)
         for (int t : {2, 4, 6, 8}) {
           g_threads = t;
           double l = run_workers(1), sv = run_workers(2), b = run_workers(3);
-          printf("%6zu %s %3d | %5.1f %5.1f %5.1f | %s\n", BLK, g_nt ? "nt    " : "memcpy", t, l, sv, b,
-                 verify() ? "ok" : "WRONG");
+          printf("%6zu %s %3d | %5.1f %5.1f %5.1f | %s\n", BLK, g_nt ? "nt    " : "memcpy", t, l,
+                 sv, b, verify() ? "ok" : "WRONG");
           fflush(stdout);
         }
     }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli.h - what the parts of eccctl share: the command entry points, their
  * help texts and the strict number parsing every option goes through.
@@ -24,13 +25,12 @@ void help_demo(FILE *out);
 
 /* Print "eccctl CMD: <message>" and the command's synopsis to stderr;
  * returns CLI_USAGE. */
-int cli_usage_error(const char *cmd, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Parse a whole decimal (or 0x hex) number in [min, max]. Returns 0, or -1
  * after printing what was wrong, and the usage, to stderr. */
-int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t min,
-                  uint64_t max, uint64_t *out);
+int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t min, uint64_t max,
+                  uint64_t *out);
 
 /* Print why CONFIG could not be used: the shim's message (or the code's
  * name when there is none), with the file named once. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * demo.c - the `demo` command: checks the configuration, forks a producer
  * and a consumer that share one region, bounds them with a timeout, makes
@@ -139,8 +140,7 @@ static int parse_args(int argc, char **argv, struct demo_opts *o)
   if (optind + 1 < argc)
     return cli_usage_error("demo", "unexpected argument '%s'", argv[optind + 1]);
   if (o->corrupt >= 0 && (uint64_t)o->corrupt >= o->entries)
-    return cli_usage_error("demo",
-                           "--corrupt %" PRId64 " names no entry (there are %" PRIu64 ")",
+    return cli_usage_error("demo", "--corrupt %" PRId64 " names no entry (there are %" PRIu64 ")",
                            o->corrupt, o->entries);
   o->config = argv[optind];
   return CLI_OK;
@@ -161,8 +161,8 @@ typedef int (*child_body)(const struct demo_opts *, int, int, struct demo_side *
 
 /* Fork a child running body(o, fd_a, fd_b, side); it first closes the two
  * pipe ends that belong to its peer. */
-static void spawn(struct child *ch, child_body body, const struct demo_opts *o, int fd_a,
-                  int fd_b, const int peer_fds[2], struct demo_side *side)
+static void spawn(struct child *ch, child_body body, const struct demo_opts *o, int fd_a, int fd_b,
+                  const int peer_fds[2], struct demo_side *side)
 {
   fflush(stdout);
   fflush(stderr);
@@ -246,12 +246,11 @@ static void add_reason(struct reasons *r, const char *fmt, ...)
   int n = vsnprintf(r->text + r->len, sizeof(r->text) - r->len, fmt, ap);
   va_end(ap);
   if (n > 0)
-    r->len +=
-        (size_t)n < sizeof(r->text) - r->len ? (size_t)n : sizeof(r->text) - r->len - 1;
+    r->len += (size_t)n < sizeof(r->text) - r->len ? (size_t)n : sizeof(r->text) - r->len - 1;
 }
 
-static void judge_child(struct reasons *r, const struct child *ch,
-                        const struct demo_side *side, uint64_t timeout_s)
+static void judge_child(struct reasons *r, const struct child *ch, const struct demo_side *side,
+                        uint64_t timeout_s)
 {
   if (ch->pid < 0) {
     add_reason(r, "could not start the %s: %s", ch->name,
@@ -266,8 +265,7 @@ static void judge_child(struct reasons *r, const struct child *ch,
     add_reason(r, "%s exited with status %d", ch->name, WEXITSTATUS(ch->status));
   if (side->error[0])
     add_reason(r, "%s: %s", ch->name, side->error);
-  else if (!side->done && !ch->timed_out && WIFEXITED(ch->status) &&
-           WEXITSTATUS(ch->status) == 0)
+  else if (!side->done && !ch->timed_out && WIFEXITED(ch->status) && WEXITSTATUS(ch->status) == 0)
     add_reason(r, "%s did not finish", ch->name);
 }
 
@@ -304,14 +302,13 @@ static void judge_counts(struct reasons *r, const struct demo_opts *o,
 {
   const struct demo_side *p = &res->producer, *c = &res->consumer;
   if (c->mismatched_bytes)
-    add_reason(r, "%" PRIu64 " bytes differed, in %" PRIu64 " entries",
-               c->mismatched_bytes, c->mismatched_entries);
+    add_reason(r, "%" PRIu64 " bytes differed, in %" PRIu64 " entries", c->mismatched_bytes,
+               c->mismatched_entries);
   /* After a child failed, short counts are its consequence, not news. */
   if (r->len > 0)
     return;
   if (p->entries != o->entries)
-    add_reason(r, "the producer saved %" PRIu64 " of %" PRIu64 " entries", p->entries,
-               o->entries);
+    add_reason(r, "the producer saved %" PRIu64 " of %" PRIu64 " entries", p->entries, o->entries);
   if (c->entries != o->entries)
     add_reason(r, "the consumer checked %" PRIu64 " of %" PRIu64 " entries", c->entries,
                o->entries);
@@ -324,13 +321,11 @@ static void judge_counts(struct reasons *r, const struct demo_opts *o,
 
 /* ---- the report ---------------------------------------------------------- */
 
-static void print_rate(const char *label, uint64_t bytes, double phase_s,
-                       const struct demo_side *s)
+static void print_rate(const char *label, uint64_t bytes, double phase_s, const struct demo_side *s)
 {
   printf("%-13s ", label);
   if (phase_s > 0)
-    printf("%.2f over the phase's wall time (%.3f s)", (double)bytes / phase_s / 1e9,
-           phase_s);
+    printf("%.2f over the phase's wall time (%.3f s)", (double)bytes / phase_s / 1e9, phase_s);
   else
     printf("n/a over wall time");
   if (s->have_stats && s->stat_busy_ns > 0)
@@ -356,13 +351,11 @@ static void print_report(const struct demo_opts *o, const struct demo_results *r
                         : "another process");
     printf("engine:       %s (%s); entries in %s memory\n", p->engine, p->engine_detail,
            p->on_gpu ? "GPU" : "host");
-    printf("stream:       %" PRIu64 " entries of %" PRIu64 "..%" PRIu64 " rows x %" PRIu64
-           " B, %" PRIu64 " per step, seed %" PRIu64 "; %" PRIu64
-           " entries not one run of blocks\n",
-           o->entries, p->min_rows, p->max_rows, p->row_bytes, o->per_step, o->seed,
-           p->split_entries);
-    printf("steps:        %" PRIu64 " save steps, %" PRIu64 " load steps\n", p->steps,
-           c->steps);
+    printf(
+        "stream:       %" PRIu64 " entries of %" PRIu64 "..%" PRIu64 " rows x %" PRIu64
+        " B, %" PRIu64 " per step, seed %" PRIu64 "; %" PRIu64 " entries not one run of blocks\n",
+        o->entries, p->min_rows, p->max_rows, p->row_bytes, o->per_step, o->seed, p->split_entries);
+    printf("steps:        %" PRIu64 " save steps, %" PRIu64 " load steps\n", p->steps, c->steps);
   }
   printf("entries:      %" PRIu64 " saved, %" PRIu64 " loaded and checked\n", p->entries,
          c->entries);
@@ -386,8 +379,7 @@ static struct demo_results *shared_results(void)
   return m;
 }
 
-static int run_children(const struct demo_opts *o, struct demo_results *res,
-                        struct child kids[2])
+static int run_children(const struct demo_opts *o, struct demo_results *res, struct child kids[2])
 {
   int msg[2], ack[2];
   if (pipe(msg) != 0)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * demo.h - what the demo's three processes share: the options, the results
  * each child writes for the parent, the pipe messages between producer and
@@ -27,12 +28,12 @@ struct demo_opts {
 
 /* What one child reports; lives in memory shared with the parent. */
 struct demo_side {
-  int done;                 /* 1 once the child finished without error */
-  char error[DEMO_ERR_CAP]; /* why it failed ("" if it did not) */
-  uint64_t entries;       /* entries saved (producer) or loaded and verified (consumer) */
-  uint64_t bytes;         /* bytes saved or loaded */
-  uint64_t steps;         /* batched saves or loads issued */
-  uint64_t split_entries; /* producer: entries whose blocks are not one run */
+  int done;                    /* 1 once the child finished without error */
+  char error[DEMO_ERR_CAP];    /* why it failed ("" if it did not) */
+  uint64_t entries;            /* entries saved (producer) or loaded and verified (consumer) */
+  uint64_t bytes;              /* bytes saved or loaded */
+  uint64_t steps;              /* batched saves or loads issued */
+  uint64_t split_entries;      /* producer: entries whose blocks are not one run */
   uint64_t min_rows, max_rows; /* producer: smallest and largest entry */
   uint64_t mismatched_bytes;   /* consumer: bytes that differed from the pattern */
   uint64_t mismatched_entries;
@@ -102,8 +103,7 @@ void demo_nap(void);
 /* Format the failure of an ecc_* call, with the connector's last error. */
 void demo_fail(struct demo_side *side, ecc_connector_t *c, const char *what, int rc);
 /* Write a formatted reason to side->error; returns -1. */
-int demo_failf(struct demo_side *side, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int demo_failf(struct demo_side *side, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Open one side's connector on o->config with connector.role = role and
  * region.mode = mode, and record in side what it describes (layout,
@@ -118,9 +118,7 @@ void demo_record_stats(ecc_connector_t *c, int dir, struct demo_side *side);
  * one already. */
 void demo_close(ecc_connector_t *c, struct demo_side *side);
 
-int demo_producer(const struct demo_opts *o, int msg_fd, int ack_fd,
-                  struct demo_side *side);
-int demo_consumer(const struct demo_opts *o, int msg_fd, int ack_fd,
-                  struct demo_side *side);
+int demo_producer(const struct demo_opts *o, int msg_fd, int ack_fd, struct demo_side *side);
+int demo_consumer(const struct demo_opts *o, int msg_fd, int ack_fd, struct demo_side *side);
 
 #endif /* ECC_CLI_DEMO_H */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * demo_common.c - the demo's shared pieces: entry sizes and keys, the byte
  * pattern derived from (seed, entry) and its check, pipe I/O and clocks,
@@ -5,8 +6,8 @@
  * its stats, close it.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>

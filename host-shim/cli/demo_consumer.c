@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * demo_consumer.c - the demo's consumer process: joins the producer's region,
  * loads the entries it is handed in batches (one destination buffer per
@@ -115,14 +116,12 @@ static int take_message(struct consumer *q, uint64_t *ids_used)
   const struct demo_msg *m = &pd->m;
   char want[ECC_KEY_MAX + 1];
   if (m->type != DEMO_MSG_ENTRY || m->index >= q->o->entries || q->seen[m->index])
-    return demo_failf(q->side,
-                      "unexpected message for entry %" PRIu64 " (type 0x%" PRIx32 ")",
+    return demo_failf(q->side, "unexpected message for entry %" PRIu64 " (type 0x%" PRIx32 ")",
                       m->index, m->type);
   demo_key(q->o, m->index, want, sizeof(want));
   if (m->nbytes == 0 || m->n_blocks != demo_blocks_for(m->nbytes, q->bs) ||
       m->n_blocks > q->max_blocks || strncmp(want, m->key, sizeof(want)) != 0)
-    return demo_failf(q->side,
-                      "malformed message for entry %" PRIu64 " (%" PRIu64 " bytes)",
+    return demo_failf(q->side, "malformed message for entry %" PRIu64 " (%" PRIu64 " bytes)",
                       m->index, m->nbytes);
   if (demo_read_all(q->msg_fd, q->ids + *ids_used, m->n_blocks * sizeof(uint32_t)) != 0)
     return demo_failf(q->side, "the message pipe broke inside entry %" PRIu64, m->index);
@@ -149,14 +148,13 @@ static int gather_step(struct consumer *q)
   q->n_step = 0;
   if (wait_readable(q->msg_fd, q->o->deadline) != 0)
     return demo_failf(q->side,
-                      "timed out waiting for the producer after %" PRIu64 " of %" PRIu64
-                      " entries",
+                      "timed out waiting for the producer after %" PRIu64 " of %" PRIu64 " entries",
                       q->side->entries, q->o->entries);
   int rc = take_message(q, &ids_used);
   if (rc == 1)
-    return demo_failf(
-        q->side, "the producer ended the stream after %" PRIu64 " of %" PRIu64 " entries",
-        q->side->entries, q->o->entries);
+    return demo_failf(q->side,
+                      "the producer ended the stream after %" PRIu64 " of %" PRIu64 " entries",
+                      q->side->entries, q->o->entries);
   if (rc != 0)
     return -1;
   while (q->n_step < q->o->per_step && q->side->entries + q->n_step < q->o->entries &&
@@ -164,8 +162,8 @@ static int gather_step(struct consumer *q)
     rc = take_message(q, &ids_used);
     if (rc != 0)
       return rc == 1 ? demo_failf(q->side,
-                                  "the producer ended the stream after %" PRIu64
-                                  " of %" PRIu64 " entries",
+                                  "the producer ended the stream after %" PRIu64 " of %" PRIu64
+                                  " entries",
                                   q->side->entries + q->n_step, q->o->entries)
                      : -1;
   }
@@ -181,10 +179,10 @@ static int issue_loads(struct consumer *q)
     pd->transfer_id = ++q->next_transfer_id;
     pd->offset = off;
     batch[i] = (ecc_load_entry_t){.transfer_id = pd->transfer_id,
-                                .block_ids = q->ids + ids_used,
-                                .n_blocks = pd->m.n_blocks,
-                                .dst = (uint64_t)(uintptr_t)(q->dst + off),
-                                .dst_capacity = pd->m.nbytes};
+                                  .block_ids = q->ids + ids_used,
+                                  .n_blocks = pd->m.n_blocks,
+                                  .dst = (uint64_t)(uintptr_t)(q->dst + off),
+                                  .dst_capacity = pd->m.nbytes};
     /* Whole blocks apart, so entries adjacent in the region are adjacent
      * here too and the plugin can copy them as one run. */
     off += (uint64_t)pd->m.n_blocks * q->bs;
@@ -217,14 +215,13 @@ static int take_completion(struct consumer *q, const ecc_completion_t *cp)
                       cp->direction, cp->transfer_id);
   struct pending *pd = &q->step[cp->transfer_id - first];
   if (pd->done)
-    return demo_failf(q->side, "transfer id %" PRIu64 " completed twice",
-                      cp->transfer_id);
+    return demo_failf(q->side, "transfer id %" PRIu64 " completed twice", cp->transfer_id);
   if (cp->status != ECC_OK)
-    return demo_failf(q->side, "the load of entry %" PRIu64 " completed with %s",
-                      pd->m.index, ecc_strerror(cp->status));
+    return demo_failf(q->side, "the load of entry %" PRIu64 " completed with %s", pd->m.index,
+                      ecc_strerror(cp->status));
   if (cp->nbytes != pd->m.nbytes)
-    return demo_failf(q->side, "the load of entry %" PRIu64 " moved %" PRIu64 " bytes",
-                      pd->m.index, cp->nbytes);
+    return demo_failf(q->side, "the load of entry %" PRIu64 " moved %" PRIu64 " bytes", pd->m.index,
+                      cp->nbytes);
   pd->done = 1;
   return 0;
 }
@@ -276,9 +273,8 @@ static int verify_and_ack(struct consumer *q)
     q->side->bytes += pd->m.nbytes;
     struct demo_ack ack = {.index = pd->m.index};
     if (demo_write_all(q->ack_fd, &ack, sizeof(ack)) != 0)
-      return demo_failf(
-          q->side, "the producer went away before entry %" PRIu64 " was acknowledged",
-          pd->m.index);
+      return demo_failf(q->side, "the producer went away before entry %" PRIu64 " was acknowledged",
+                        pd->m.index);
   }
   return 0;
 }
@@ -286,16 +282,14 @@ static int verify_and_ack(struct consumer *q)
 static int run_stream(struct consumer *q)
 {
   while (q->side->entries < q->o->entries) {
-    if (gather_step(q) != 0 || issue_loads(q) != 0 || wait_loads(q) != 0 ||
-        verify_and_ack(q) != 0)
+    if (gather_step(q) != 0 || issue_loads(q) != 0 || wait_loads(q) != 0 || verify_and_ack(q) != 0)
       return -1;
   }
   q->side->phase_s = q->t_last - q->t_first;
   /* The stream must end here: anything more is an entry sent twice. */
   struct demo_msg extra;
   if (demo_read_all(q->msg_fd, &extra, sizeof(extra)) != 1)
-    return demo_failf(q->side, "the producer sent more than %" PRIu64 " entries",
-                      q->o->entries);
+    return demo_failf(q->side, "the producer sent more than %" PRIu64 " entries", q->o->entries);
   return 0;
 }
 
@@ -310,8 +304,7 @@ static void teardown(struct consumer *q)
   free(q->seen);
 }
 
-int demo_consumer(const struct demo_opts *o, int msg_fd, int ack_fd,
-                  struct demo_side *side)
+int demo_consumer(const struct demo_opts *o, int msg_fd, int ack_fd, struct demo_side *side)
 {
   struct consumer q;
   memset(&q, 0, sizeof(q));

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * demo_producer.c - the demo's producer process: allocates region blocks for
  * a stream of synthetic encoder outputs from a ring with back-pressure,
@@ -53,7 +54,7 @@ struct producer {
   unsigned char *src[SRC_SLOTS];
   uint64_t slot_pending[SRC_SLOTS];
   unsigned cur_slot;
-  uint64_t max_inflight;     /* the connector's bound on batched saves in flight */
+  uint64_t max_inflight;  /* the connector's bound on batched saves in flight */
   unsigned char *staging; /* host copy of one entry, GPU case only */
   uint32_t *ids;          /* block ids of one step's saves */
   uint32_t *msg_ids;      /* block ids of one entry handed over */
@@ -117,9 +118,8 @@ static int take_ack(struct producer *p)
   if (rc != 0)
     return demo_failf(p->side, "cannot read acknowledgements: %s", strerror(errno));
   if (ack.index >= p->next || p->e[ack.index].state != E_SENT)
-    return demo_failf(
-        p->side, "the consumer acknowledged entry %" PRIu64 ", which it was not sent",
-        ack.index);
+    return demo_failf(p->side, "the consumer acknowledged entry %" PRIu64 ", which it was not sent",
+                      ack.index);
   p->e[ack.index].state = E_ACKED;
   p->acked++;
   return 0;
@@ -134,16 +134,14 @@ static int drain_acks(struct producer *p, int wait_ms)
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0)
-      return demo_failf(p->side, "poll on the acknowledgement pipe failed: %s",
-                        strerror(errno));
+      return demo_failf(p->side, "poll on the acknowledgement pipe failed: %s", strerror(errno));
     if (n == 0)
       break;
     int rc = take_ack(p);
     if (rc == 1)
-      return demo_failf(p->side,
-                        "the consumer went away after acknowledging %" PRIu64
-                        " of %" PRIu64 " entries",
-                        p->acked, p->o->entries);
+      return demo_failf(
+          p->side, "the consumer went away after acknowledging %" PRIu64 " of %" PRIu64 " entries",
+          p->acked, p->o->entries);
     if (rc != 0)
       return -1;
     wait_ms = 0;
@@ -166,8 +164,7 @@ static int send_entry(struct producer *p, uint64_t index)
     p->msg_ids[j] = block_id(p, en, j);
   if (demo_write_all(p->msg_fd, &m, sizeof(m)) != 0 ||
       demo_write_all(p->msg_fd, p->msg_ids, en->n_blocks * sizeof(uint32_t)) != 0)
-    return demo_failf(p->side, "cannot hand an entry to the consumer: %s",
-                      strerror(errno));
+    return demo_failf(p->side, "cannot hand an entry to the consumer: %s", strerror(errno));
   return 0;
 }
 
@@ -178,9 +175,9 @@ static int take_completion(struct producer *p, const ecc_completion_t *cp)
   const char *dash = strrchr(cp->key, '-');
   uint64_t index = dash ? strtoull(dash + 1, NULL, 10) : UINT64_MAX;
   if (cp->direction != ECC_DIR_SAVE)
-    return demo_failf(
-        p->side, "poll returned a completion of direction %" PRIu32 " to the producer",
-        cp->direction);
+    return demo_failf(p->side,
+                      "poll returned a completion of direction %" PRIu32 " to the producer",
+                      cp->direction);
   if (index < p->next)
     demo_key(p->o, index, want, sizeof(want));
   if (index >= p->next || strcmp(want, cp->key) != 0)
@@ -192,8 +189,8 @@ static int take_completion(struct producer *p, const ecc_completion_t *cp)
                       ecc_strerror(cp->status));
   struct entry *en = &p->e[index];
   if (cp->nbytes != en->nbytes)
-    return demo_failf(p->side, "the save of '%s' moved %" PRIu64 " bytes, not %" PRIu64,
-                      cp->key, cp->nbytes, en->nbytes);
+    return demo_failf(p->side, "the save of '%s' moved %" PRIu64 " bytes, not %" PRIu64, cp->key,
+                      cp->nbytes, en->nbytes);
   en->state = E_SENT;
   p->slot_pending[en->slot]--;
   p->completed++;
@@ -220,16 +217,14 @@ static int poll_saves(struct producer *p, int *progressed)
   return 0;
 }
 
-static int put_source(struct producer *p, unsigned char *dst, uint64_t index,
-                      uint64_t nbytes)
+static int put_source(struct producer *p, unsigned char *dst, uint64_t index, uint64_t nbytes)
 {
   if (!p->dm.on_gpu) {
     demo_fill(dst, nbytes, p->o->seed, index);
     return 0;
   }
   demo_fill(p->staging, nbytes, p->o->seed, index);
-  return devmem_upload(&p->dm, dst, p->staging, nbytes, p->side->error,
-                       sizeof(p->side->error));
+  return devmem_upload(&p->dm, dst, p->staging, nbytes, p->side->error, sizeof(p->side->error));
 }
 
 static int flush_step(struct producer *p)
@@ -276,10 +271,10 @@ static int save_step(struct producer *p, int *progressed)
       p->ids[ids_used + j] = block_id(p, en, j);
     demo_key(p->o, p->next, keys[k], sizeof(keys[k]));
     batch[k] = (ecc_save_entry_t){.key = keys[k],
-                                .src = (uint64_t)(uintptr_t)src,
-                                .nbytes = en->nbytes,
-                                .block_ids = p->ids + ids_used,
-                                .n_blocks = en->n_blocks};
+                                  .src = (uint64_t)(uintptr_t)src,
+                                  .nbytes = en->nbytes,
+                                  .block_ids = p->ids + ids_used,
+                                  .n_blocks = en->n_blocks};
     en->slot = (uint8_t)s;
     en->state = E_SAVING;
     off += en->nbytes;
@@ -298,8 +293,7 @@ static int save_step(struct producer *p, int *progressed)
   int rc = ecc_save(p->c, batch, k);
   if (rc != ECC_OK) {
     char what[64];
-    snprintf(what, sizeof(what), "ecc_save of entries %" PRIu64 "..%" PRIu64, first,
-             first + k - 1);
+    snprintf(what, sizeof(what), "ecc_save of entries %" PRIu64 "..%" PRIu64, first, first + k - 1);
     demo_fail(p->side, p->c, what, rc);
     return -1;
   }
@@ -314,8 +308,7 @@ static int run_stream(struct producer *p)
 {
   while (p->completed < p->o->entries) {
     int progressed = 0;
-    if (drain_acks(p, 0) != 0 || save_step(p, &progressed) != 0 ||
-        poll_saves(p, &progressed) != 0)
+    if (drain_acks(p, 0) != 0 || save_step(p, &progressed) != 0 || poll_saves(p, &progressed) != 0)
       return -1;
     if (demo_now() > p->o->deadline)
       return demo_failf(p->side, "timed out with saves still outstanding");
@@ -358,9 +351,8 @@ static int open_connector(struct producer *p)
   p->cap = info.num_blocks;
   p->max_inflight = info.max_inflight ? info.max_inflight : 1;
   if (!info.save_rank)
-    return demo_failf(p->side,
-                      "this configuration is not the save rank (tp_rank and pcp_rank "
-                      "must be 0), so nothing would be saved");
+    return demo_failf(p->side, "this configuration is not the save rank (tp_rank and pcp_rank "
+                               "must be 0), so nothing would be saved");
   return 0;
 }
 
@@ -427,8 +419,7 @@ static void teardown(struct producer *p)
     close(p->msg_fd);
 }
 
-int demo_producer(const struct demo_opts *o, int msg_fd, int ack_fd,
-                  struct demo_side *side)
+int demo_producer(const struct demo_opts *o, int msg_fd, int ack_fd, struct demo_side *side)
 {
   struct producer p;
   memset(&p, 0, sizeof(p));
@@ -437,8 +428,8 @@ int demo_producer(const struct demo_opts *o, int msg_fd, int ack_fd,
   p.msg_fd = msg_fd;
   p.ack_fd = ack_fd;
   int rc = -1;
-  if (open_connector(&p) == 0 && prepare(&p) == 0 && say_hello(&p) == 0 &&
-      run_stream(&p) == 0 && finish_stream(&p) == 0) {
+  if (open_connector(&p) == 0 && prepare(&p) == 0 && say_hello(&p) == 0 && run_stream(&p) == 0 &&
+      finish_stream(&p) == 0) {
     demo_record_stats(p.c, ECC_DIR_SAVE, side);
     rc = 0;
   }

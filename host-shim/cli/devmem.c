@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * devmem.c - buffers for the demo in GPU or host memory. The CUDA runtime is
  * found with dlopen so that eccctl needs neither CUDA headers to build nor a
@@ -22,8 +23,7 @@ static const char *const cudart_names[] = {
     "libcudart.so",
 };
 
-static int resolve(struct devmem *dm, void **slot, const char *sym, char *err,
-                   size_t err_cap)
+static int resolve(struct devmem *dm, void **slot, const char *sym, char *err, size_t err_cap)
 {
   *slot = dlsym(dm->lib, sym);
   if (*slot == NULL) {
@@ -86,8 +86,7 @@ void devmem_fini(struct devmem *dm)
   memset(dm, 0, sizeof(*dm));
 }
 
-static int cuda_failed(struct devmem *dm, int code, const char *what, char *err,
-                       size_t err_cap)
+static int cuda_failed(struct devmem *dm, int code, const char *what, char *err, size_t err_cap)
 {
   snprintf(err, err_cap, "%s failed: CUDA error %d (%s)", what, code,
            dm->error_string_fn ? dm->error_string_fn(code) : "?");
@@ -151,6 +150,5 @@ int devmem_sync(struct devmem *dm, char *err, size_t err_cap)
   if (!dm->on_gpu)
     return 0;
   int rc = dm->sync_fn();
-  return rc == CUDA_SUCCESS ? 0
-                            : cuda_failed(dm, rc, "cudaDeviceSynchronize", err, err_cap);
+  return rc == CUDA_SUCCESS ? 0 : cuda_failed(dm, rc, "cudaDeviceSynchronize", err, err_cap);
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * devmem.h - memory for the demo's encoder outputs and load destinations:
  * GPU memory through a CUDA runtime found at run time when the connector

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * info.c - the `info` and `check` commands: what plugin an INI file selects,
  * its versions, capabilities and keys, what it would build, and (info --open)
@@ -137,17 +138,15 @@ static void print_caps(uint32_t caps)
 
 static void print_params(const ecc_param_t *params, size_t n)
 {
-  printf("keys:           %zu accepted (INI '[section] name' = pair 'section.name')\n",
-         n);
+  printf("keys:           %zu accepted (INI '[section] name' = pair 'section.name')\n", n);
   for (size_t i = 0; i < n; i++) {
     const char *def = params[i].default_value ? params[i].default_value : "";
-    printf("  %-24s = %-10s  %s\n", params[i].key ? params[i].key : "?",
-           def[0] ? def : "(none)", params[i].help ? params[i].help : "");
+    printf("  %-24s = %-10s  %s\n", params[i].key ? params[i].key : "?", def[0] ? def : "(none)",
+           params[i].help ? params[i].help : "");
   }
 }
 
-static void print_meta(const char *config, const ecc_plugin_meta_t *meta,
-                       const char *summary)
+static void print_meta(const char *config, const ecc_plugin_meta_t *meta, const char *summary)
 {
   printf("config:         %s\n", config);
   printf("plugin:         %s\n", meta->path);

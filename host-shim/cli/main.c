@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * main.c - eccctl's entry point: the top-level usage text, dispatch to the
  * commands, and the argument helpers they share.
@@ -79,8 +80,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
   return CLI_USAGE;
 }
 
-int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t min,
-                  uint64_t max, uint64_t *out)
+int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t min, uint64_t max,
+                  uint64_t *out)
 {
   char *end = NULL;
   errno = 0;
@@ -95,8 +96,8 @@ int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t m
     return -1;
   }
   if (v < min || v > max) {
-    cli_usage_error(cmd, "%s must be between %llu and %llu, got %llu", opt,
-                    (unsigned long long)min, (unsigned long long)max, v);
+    cli_usage_error(cmd, "%s must be between %llu and %llu, got %llu", opt, (unsigned long long)min,
+                    (unsigned long long)max, v);
     return -1;
   }
   *out = v;
@@ -146,8 +147,7 @@ int main(int argc, char **argv)
   }
   const struct command *c = find_command(first);
   if (c == NULL) {
-    fprintf(stderr, "eccctl: unknown %s '%s'\n", first[0] == '-' ? "option" : "command",
-            first);
+    fprintf(stderr, "eccctl: unknown %s '%s'\n", first[0] == '-' ? "option" : "command", first);
     main_usage(stderr);
     return CLI_USAGE;
   }

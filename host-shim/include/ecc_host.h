@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ecc_host.h - the library a host application links to use an encoder-cache
  * connector plugin chosen by an INI file.
@@ -76,13 +77,14 @@ typedef struct ecc_connector ecc_connector_t;
 
 /* Optional settings for ecc_open(); NULL means all defaults. */
 typedef struct ecc_open_options {
-  uint32_t struct_size;       /* sizeof(ecc_open_options_t) */
-  const ecc_kv_t *overrides;    /* pairs that replace or add to the INI's, e.g. {"connector.role","consumer"} */
+  uint32_t struct_size; /* sizeof(ecc_open_options_t) */
+  const ecc_kv_t
+      *overrides; /* pairs that replace or add to the INI's, e.g. {"connector.role","consumer"} */
   size_t n_overrides;
   /* Log sink; NULL logs to stderr. Called from any thread. */
   void (*log)(void *user, int level, const char *msg);
   void *log_user;
-  int log_level;              /* -1: take [plugin] log_level from the INI */
+  int log_level; /* -1: take [plugin] log_level from the INI */
   /* ecc_check and ecc_check_params only: how long the check process may
    * take to load and validate the plugin before it is killed, at most
    * 3600000 (an hour); 0 means 10000. */
@@ -92,8 +94,8 @@ typedef struct ecc_open_options {
 /* Open a connector from an INI file. On failure returns an ECC_ERR_* code,
  * writes the reason (naming the file, line or key at fault) to err, sets
  * *out to NULL and leaves nothing loaded or created. */
-int ecc_open(const char *ini_path, const ecc_open_options_t *opt,
-             ecc_connector_t **out, char *err, size_t err_cap);
+int ecc_open(const char *ini_path, const ecc_open_options_t *opt, ecc_connector_t **out, char *err,
+             size_t err_cap);
 
 /* The six operations: see ecc_plugin_v1.h for their full contract. */
 int ecc_save(ecc_connector_t *c, const ecc_save_entry_t *entries, size_t n);
@@ -112,13 +114,13 @@ int ecc_last_error(ecc_connector_t *c, char *buf, size_t cap);
 
 /* The loaded plugin's table header, as negotiated. */
 typedef struct ecc_plugin_meta {
-  char path[4096];       /* resolved plugin file */
-  char name[64];         /* plugin's short name */
-  char version[64];      /* plugin's implementation version */
-  uint32_t abi_major;    /* the plugin's ABI major */
-  uint32_t abi_minor;    /* the plugin's ABI minor */
+  char path[4096];           /* resolved plugin file */
+  char name[64];             /* plugin's short name */
+  char version[64];          /* plugin's implementation version */
+  uint32_t abi_major;        /* the plugin's ABI major */
+  uint32_t abi_minor;        /* the plugin's ABI minor */
   uint32_t negotiated_minor; /* min(host's, plugin's) */
-  uint32_t caps;         /* ECC_CAP_* */
+  uint32_t caps;             /* ECC_CAP_* */
   const ecc_param_t *params; /* the keys the plugin accepts: from ecc_plugin_info valid while
                               the connector is open, from ecc_check_params inside its block,
                               NULL from ecc_check */
@@ -142,15 +144,15 @@ int ecc_plugin_info(ecc_connector_t *c, ecc_plugin_meta_t *out);
  * that ignores SIGCHLD (or reaps children it did not start) the child's
  * status is lost: its report still counts, and a child that sent none gives
  * ECC_ERR_SYSTEM ("cannot learn how the check process ended"). */
-int ecc_check(const char *ini_path, const ecc_open_options_t *opt,
-              ecc_plugin_meta_t *meta, char *err, size_t err_cap);
+int ecc_check(const char *ini_path, const ecc_open_options_t *opt, ecc_plugin_meta_t *meta,
+              char *err, size_t err_cap);
 
 /* ecc_check, and on success *out receives the plugin's header together
  * with the keys it accepts (params, their defaults and help texts) in one
  * block from malloc, which the caller releases with free(). On failure
  * *out is NULL. out must not be NULL (ECC_ERR_INVALID). */
-int ecc_check_params(const char *ini_path, const ecc_open_options_t *opt,
-                     ecc_plugin_meta_t **out, char *err, size_t err_cap);
+int ecc_check_params(const char *ini_path, const ecc_open_options_t *opt, ecc_plugin_meta_t **out,
+                     char *err, size_t err_cap);
 
 /* Name of a status code, e.g. "ECC_ERR_RANGE: block id or size out of range".
  * The text is constant and lives as long as the library, for unknown codes

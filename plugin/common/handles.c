@@ -1,13 +1,14 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handles.c - the slot table behind ecc_handle_t: lock-free entry for the
  * hot calls, a mutex only for create and shutdown.
  */
 #include "handles.h"
 
-#include <stdbool.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "clock.h"
@@ -19,10 +20,10 @@ enum { SLOT_FREE, SLOT_OPEN, SLOT_CLOSING };
 _Static_assert(HANDLE_SLOTS <= (1u << SLOT_BITS), "slot numbers must fit in SLOT_BITS");
 
 struct slot {
-  atomic_int state;         /* SLOT_* */
-  unsigned owner_gen;       /* process_gen of the process that created it */
-  _Atomic uint64_t seq;     /* sequence of the handle it holds now */
-  atomic_int users;         /* calls currently inside this slot's connector */
+  atomic_int state;     /* SLOT_* */
+  unsigned owner_gen;   /* process_gen of the process that created it */
+  _Atomic uint64_t seq; /* sequence of the handle it holds now */
+  atomic_int users;     /* calls currently inside this slot's connector */
   struct conn *conn;
 };
 

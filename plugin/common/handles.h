@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handles.h - maps the ABI's integer handles onto connectors.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.c - formats plugin messages once and sends them to the host's logger;
  * keeps the last error per handle for last_error(); holds messages made
@@ -108,8 +109,8 @@ void log_msg(struct ecc_log *log, int level, const char *fmt, ...)
   emit(log, level, text);
 }
 
-__attribute__((format(printf, 4, 0))) static int record(struct ecc_log *log, int level,
-                                                      int code, const char *fmt, va_list ap)
+__attribute__((format(printf, 4, 0))) static int record(struct ecc_log *log, int level, int code,
+                                                        const char *fmt, va_list ap)
 {
   char text[512];
   vsnprintf(text, sizeof(text), fmt, ap);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.h - messages to the host's log callback and the per-handle last error.
  *
@@ -47,7 +48,7 @@ struct ecc_log {
   _Atomic unsigned long holder[LOG_LOCKS]; /* the thread inside each lock, or 0 */
   atomic_uint n_held;                      /* messages waiting in held */
   struct log_held held[LOG_HELD_MAX];
-  unsigned dropped;                        /* messages past LOG_HELD_MAX, and whose */
+  unsigned dropped; /* messages past LOG_HELD_MAX, and whose */
   unsigned long dropped_owner;
 };
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * names.h - the one rule for the short names the project reads from its
  * users: region names, plugin short names, and the words of INI sections

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trust.c - the ownership rule of trust.h, applied while walking a canonical
  * path from "/" one component at a time, each opened relative to the one
@@ -71,8 +72,8 @@ static int walk_error(int e, const char *what, const char *path, const char *sho
 }
 
 /* One component against the rule; `shown` is the canonical prefix naming it. */
-static int check_component(const struct stat *st, int want_dir, const char *what,
-                           const char *path, const char *shown, char *why, size_t why_cap)
+static int check_component(const struct stat *st, int want_dir, const char *what, const char *path,
+                           const char *shown, char *why, size_t why_cap)
 {
   if (want_dir && !S_ISDIR(st->st_mode))
     return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not a directory", what, path,
@@ -89,8 +90,8 @@ static int check_component(const struct stat *st, int want_dir, const char *what
 /* Opens the last component from its checked parent and makes sure the
  * descriptor is the inode that was checked. */
 static int open_last(int parent, const char *name, const struct stat *checked, int want_dir,
-                     const char *what, const char *path, const char *shown, int *fd_out,
-                     char *why, size_t why_cap)
+                     const char *what, const char *path, const char *shown, int *fd_out, char *why,
+                     size_t why_cap)
 {
   int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW;
   int fd = openat(parent, name, flags | (want_dir ? O_DIRECTORY : 0));
@@ -108,8 +109,8 @@ static int open_last(int parent, const char *name, const struct stat *checked, i
 
 /* Walks canon from "/"; each directory is held open (O_PATH) while the next
  * component is looked up in it. */
-static int walk(const char *canon, int want_dir, const char *what, const char *path,
-                int *fd_out, char *why, size_t why_cap)
+static int walk(const char *canon, int want_dir, const char *what, const char *path, int *fd_out,
+                char *why, size_t why_cap)
 {
   char shown[PATH_MAX];
   struct stat st;
@@ -270,8 +271,8 @@ static int check_written(const char *path, const char *what, char *why, size_t w
   return rc;
 }
 
-int trust_open(const char *path, enum trust_kind kind, const char *what, int *fd_out,
-               char *canon, size_t canon_cap, char *why, size_t why_cap)
+int trust_open(const char *path, enum trust_kind kind, const char *what, int *fd_out, char *canon,
+               size_t canon_cap, char *why, size_t why_cap)
 {
   if (fd_out != NULL)
     *fd_out = -1;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trust.h - the ownership rule for files another user could control, shared
  * by the host library (plugin files, INI files) and the plugins (region
@@ -47,7 +48,7 @@ int trust_stat(const struct stat *st, const char *shown, char *why, size_t why_c
  * walk (O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, O_DIRECTORY for a
  * directory) that the caller closes; otherwise *fd_out is -1. A regular file
  * is checked to be one before it is opened, so a FIFO or device never is. */
-int trust_open(const char *path, enum trust_kind kind, const char *what, int *fd_out,
-               char *canon, size_t canon_cap, char *why, size_t why_cap);
+int trust_open(const char *path, enum trust_kind kind, const char *what, int *fd_out, char *canon,
+               size_t canon_cap, char *why, size_t why_cap);
 
 #endif /* ECC_TRUST_H */

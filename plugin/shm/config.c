@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config.c - the keys the plugin publishes (with defaults and help) and the
  * translation of the host's key/value pairs into a checked plugin_config.
@@ -18,26 +19,40 @@
 #include "region_dir.h"
 
 const ecc_param_v1_t config_params[CONFIG_N_PARAMS] = {
-  {"connector.role", "both", "producer | consumer | both: which directions this process moves"},
-  {"connector.tp_rank", "0", "tensor-parallel rank; saves happen only where tp_rank and pcp_rank are 0"},
-  {"connector.pcp_rank", "0", "prefill-context-parallel rank (see tp_rank)"},
-  {"connector.max_inflight", "64", "batched transfers in flight per direction before flush/load return BUSY (1..65536)"},
-  {"region.name", "default", "region name, [A-Za-z0-9_-]{1,63}; the file is <dir>/ecc-<name>.region"},
-  {"region.dir", "", "absolute directory of the region file, on a tmpfs; empty: /dev/shm/ecc-<uid>, made 0700 for this user on demand"},
-  {"region.size", "1GiB", "bytes of block data: number with B, K/KiB, M/MiB, G/GiB, T/TiB (x1024) or KB, MB, GB, TB (x1000)"},
-  {"region.block_size", "", "bytes per block (one token's row); or give hidden_size and dtype"},
-  {"region.hidden_size", "", "values per row; block_size = hidden_size x size of dtype"},
-  {"region.dtype", "", "float32 | float16 | bfloat16 | float8 | int8 (with hidden_size)"},
-  {"region.mode", "auto", "auto (create if absent, else join) | create | join"},
-  {"region.join_timeout_ms", "30000", "how long a joiner waits for the region's creator (0..3600000)"},
-  {"region.reap_orphans", "true", "true | false: unlink region files no live process holds before opening"},
-  {"region.require_tmpfs", "true", "true | false: refuse a region.dir that is not a tmpfs (on a disk a region outlives reboots)"},
-  {"pinning.enabled", "auto", "auto (try, warn on failure) | on (failure is an error) | off: register the region with the GPU driver"},
-  {"engine.type", "auto", "auto (cuda if a GPU is usable, else host) | cuda | host"},
-  {"engine.method", "auto", "cuda copy method: auto | dma (batched copy engine) | kernel (gather/scatter on SMs)"},
-  {"engine.device", "-1", "CUDA device ordinal; -1 uses the device current when create is called"},
-  {"engine.max_sms", "16", "SMs the kernel method may occupy (1..1024)"},
-  {"engine.host_threads", "0", "copy threads of the host engine; 0 picks min(online CPUs, 8)"},
+    {"connector.role", "both", "producer | consumer | both: which directions this process moves"},
+    {"connector.tp_rank", "0",
+     "tensor-parallel rank; saves happen only where tp_rank and pcp_rank are 0"},
+    {"connector.pcp_rank", "0", "prefill-context-parallel rank (see tp_rank)"},
+    {"connector.max_inflight", "64",
+     "batched transfers in flight per direction before flush/load return BUSY (1..65536)"},
+    {"region.name", "default",
+     "region name, [A-Za-z0-9_-]{1,63}; the file is <dir>/ecc-<name>.region"},
+    {"region.dir", "",
+     "absolute directory of the region file, on a tmpfs; empty: /dev/shm/ecc-<uid>, made 0700 for "
+     "this user on demand"},
+    {"region.size", "1GiB",
+     "bytes of block data: number with B, K/KiB, M/MiB, G/GiB, T/TiB (x1024) or KB, MB, GB, TB "
+     "(x1000)"},
+    {"region.block_size", "", "bytes per block (one token's row); or give hidden_size and dtype"},
+    {"region.hidden_size", "", "values per row; block_size = hidden_size x size of dtype"},
+    {"region.dtype", "", "float32 | float16 | bfloat16 | float8 | int8 (with hidden_size)"},
+    {"region.mode", "auto", "auto (create if absent, else join) | create | join"},
+    {"region.join_timeout_ms", "30000",
+     "how long a joiner waits for the region's creator (0..3600000)"},
+    {"region.reap_orphans", "true",
+     "true | false: unlink region files no live process holds before opening"},
+    {"region.require_tmpfs", "true",
+     "true | false: refuse a region.dir that is not a tmpfs (on a disk a region outlives reboots)"},
+    {"pinning.enabled", "auto",
+     "auto (try, warn on failure) | on (failure is an error) | off: register the region with the "
+     "GPU driver"},
+    {"engine.type", "auto", "auto (cuda if a GPU is usable, else host) | cuda | host"},
+    {"engine.method", "auto",
+     "cuda copy method: auto | dma (batched copy engine) | kernel (gather/scatter on SMs)"},
+    {"engine.device", "-1",
+     "CUDA device ordinal; -1 uses the device current when create is called"},
+    {"engine.max_sms", "16", "SMs the kernel method may occupy (1..1024)"},
+    {"engine.host_threads", "0", "copy threads of the host engine; 0 picks min(online CPUs, 8)"},
 };
 const size_t config_n_params = CONFIG_N_PARAMS;
 _Static_assert(sizeof(config_params) / sizeof(config_params[0]) == CONFIG_N_PARAMS,
@@ -95,12 +110,24 @@ static int gather(const ecc_kv_v1_t *kv, size_t n, struct raw_config *r, char *e
 
 int config_parse_size(const char *text, uint64_t *out)
 {
-  static const struct { const char *unit; uint64_t mul; } units[] = {
-    {"", 1}, {"B", 1},
-    {"K", 1ull << 10}, {"KiB", 1ull << 10}, {"KB", 1000ull},
-    {"M", 1ull << 20}, {"MiB", 1ull << 20}, {"MB", 1000000ull},
-    {"G", 1ull << 30}, {"GiB", 1ull << 30}, {"GB", 1000000000ull},
-    {"T", 1ull << 40}, {"TiB", 1ull << 40}, {"TB", 1000000000000ull},
+  static const struct {
+    const char *unit;
+    uint64_t mul;
+  } units[] = {
+      {"", 1},
+      {"B", 1},
+      {"K", 1ull << 10},
+      {"KiB", 1ull << 10},
+      {"KB", 1000ull},
+      {"M", 1ull << 20},
+      {"MiB", 1ull << 20},
+      {"MB", 1000000ull},
+      {"G", 1ull << 30},
+      {"GiB", 1ull << 30},
+      {"GB", 1000000000ull},
+      {"T", 1ull << 40},
+      {"TiB", 1ull << 40},
+      {"TB", 1000000000000ull},
   };
   const char *p = text;
   while (*p == ' ' || *p == '\t')
@@ -127,8 +154,8 @@ int config_parse_size(const char *text, uint64_t *out)
 }
 
 /* A whole number in [lo, hi]; rejects signs where lo >= 0, fractions, junk. */
-static int parse_int(const char *key, const char *text, long long lo, long long hi,
-                     long long *out, char *err, size_t cap)
+static int parse_int(const char *key, const char *text, long long lo, long long hi, long long *out,
+                     char *err, size_t cap)
 {
   const char *p = text;
   if (*p == '-' && lo < 0)
@@ -146,8 +173,8 @@ static int parse_int(const char *key, const char *text, long long lo, long long 
   return ECC_OK;
 }
 
-static int parse_u32(const struct raw_config *r, const char *key, long long lo,
-                     long long hi, uint32_t *out, char *err, size_t cap)
+static int parse_u32(const struct raw_config *r, const char *key, long long lo, long long hi,
+                     uint32_t *out, char *err, size_t cap)
 {
   long long v;
   int rc = parse_int(key, raw(r, key), lo, hi, &v, err, cap);
@@ -219,8 +246,10 @@ static int parse_name(const struct raw_config *r, struct plugin_config *c, char 
   memcpy(c->region_name, name, len + 1);
   const char *dir = raw(r, "region.dir");
   if ((dir[0] != '\0' && dir[0] != '/') || strlen(dir) >= sizeof(c->region_dir))
-    return fail(err, cap, "config: region.dir = '%s' must be empty (the default) or an absolute "
-                "path shorter than %zu", dir, sizeof(c->region_dir));
+    return fail(err, cap,
+                "config: region.dir = '%s' must be empty (the default) or an absolute "
+                "path shorter than %zu",
+                dir, sizeof(c->region_dir));
   memcpy(c->region_dir, dir, strlen(dir) + 1);
   return ECC_OK;
 }
@@ -240,9 +269,11 @@ static int parse_layout(const struct raw_config *r, struct plugin_config *c, cha
   const char *dtype = raw(r, "region.dtype");
 
   if (config_parse_size(size, &c->region_size) != 0 || c->region_size == 0)
-    return fail(err, cap, "config: region.size = '%s' is not a positive byte size (e.g. 1GiB)", size);
+    return fail(err, cap, "config: region.size = '%s' is not a positive byte size (e.g. 1GiB)",
+                size);
   if (bs[0] != '\0' && (hidden[0] != '\0' || dtype[0] != '\0'))
-    return fail(err, cap, "config: give region.block_size or region.hidden_size with region.dtype, not both");
+    return fail(err, cap,
+                "config: give region.block_size or region.hidden_size with region.dtype, not both");
   if (bs[0] != '\0') {
     if (config_parse_size(bs, &c->block_size) != 0 || c->block_size == 0)
       return fail(err, cap, "config: region.block_size = '%s' is not a positive byte size", bs);
@@ -256,10 +287,12 @@ static int parse_layout(const struct raw_config *r, struct plugin_config *c, cha
       return rc;
     c->block_size = (uint64_t)h * (uint64_t)per;
   } else {
-    return fail(err, cap, "config: region.block_size (or region.hidden_size and region.dtype) is required");
+    return fail(err, cap,
+                "config: region.block_size (or region.hidden_size and region.dtype) is required");
   }
   if (c->block_size > c->region_size)
-    return fail(err, cap, "config: region.size (%" PRIu64 " B) is smaller than one block (%" PRIu64 " B)",
+    return fail(err, cap,
+                "config: region.size (%" PRIu64 " B) is smaller than one block (%" PRIu64 " B)",
                 c->region_size, c->block_size);
   c->num_blocks = c->region_size / c->block_size;
   /* Block ids are 32-bit in the ABI. */
@@ -281,11 +314,9 @@ static int parse_enums(const struct raw_config *r, struct plugin_config *c, char
   if (rc == ECC_OK)
     rc = parse_choice(r, "engine.method", methods, N_OF(methods), &c->method, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "region.reap_orphans", bools, N_OF(bools), &c->reap_orphans, err,
-                      cap);
+    rc = parse_choice(r, "region.reap_orphans", bools, N_OF(bools), &c->reap_orphans, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "region.require_tmpfs", bools, N_OF(bools), &c->require_tmpfs,
-                      err, cap);
+    rc = parse_choice(r, "region.require_tmpfs", bools, N_OF(bools), &c->require_tmpfs, err, cap);
   return rc;
 }
 
@@ -310,8 +341,8 @@ static int parse_numbers(const struct raw_config *r, struct plugin_config *c, ch
   return rc;
 }
 
-int config_parse(const ecc_kv_v1_t *kv, size_t n, struct plugin_config *out,
-                 char *err, size_t err_cap)
+int config_parse(const ecc_kv_v1_t *kv, size_t n, struct plugin_config *out, char *err,
+                 size_t err_cap)
 {
   struct raw_config r;
   struct plugin_config c;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config.h - the plugin's configuration: its published keys and defaults, and
  * the parsing of the host's key/value pairs into one checked struct.
@@ -13,9 +14,9 @@
 
 /* The configuration's closed sets, each written once:
  * X(constant, value, the word INI files use). */
-#define CONFIG_ROLE_MAP(X)            \
-  X(ROLE_PRODUCER, 1, "producer")     \
-  X(ROLE_CONSUMER, 2, "consumer")     \
+#define CONFIG_ROLE_MAP(X)        \
+  X(ROLE_PRODUCER, 1, "producer") \
+  X(ROLE_CONSUMER, 2, "consumer") \
   X(ROLE_BOTH, 3, "both")
 #define CONFIG_PIN_MAP(X) \
   X(PIN_AUTO, 0, "auto")  \
@@ -25,11 +26,11 @@
   X(ENGINE_AUTO, 0, "auto")  \
   X(ENGINE_HOST, 1, "host")  \
   X(ENGINE_CUDA, 2, "cuda")
-#define CONFIG_METHOD_MAP(X)  \
-  X(METHOD_AUTO, 0, "auto")   \
-  X(METHOD_DMA, 1, "dma")     \
+#define CONFIG_METHOD_MAP(X) \
+  X(METHOD_AUTO, 0, "auto")  \
+  X(METHOD_DMA, 1, "dma")    \
   X(METHOD_KERNEL, 2, "kernel")
-#define CONFIG_BOOL_MAP(X) \
+#define CONFIG_BOOL_MAP(X)    \
   X(CONFIG_FALSE, 0, "false") \
   X(CONFIG_TRUE, 1, "true")
 /* Element types of a row: X(name, bytes). */
@@ -49,25 +50,25 @@ enum config_bool { CONFIG_BOOL_MAP(CONFIG_ENUM) };
 #undef CONFIG_ENUM
 
 struct plugin_config {
-  int role;                  /* enum conn_role */
-  uint32_t tp_rank;          /* tensor-parallel rank of this process */
-  uint32_t pcp_rank;         /* prefill-context-parallel rank of this process */
+  int role;                           /* enum conn_role */
+  uint32_t tp_rank;                   /* tensor-parallel rank of this process */
+  uint32_t pcp_rank;                  /* prefill-context-parallel rank of this process */
   char region_name[ECC_NAME_MAX + 1]; /* names.h */
-  char region_dir[128];      /* directory of the region file; "" for /dev/shm/ecc-<euid> */
-  uint64_t region_size;      /* bytes of block data requested */
-  uint64_t block_size;       /* bytes per block */
-  uint64_t num_blocks;       /* floor(region_size / block_size) */
-  int region_mode;           /* enum region_mode (region.h) */
-  uint32_t join_timeout_ms;  /* how long a joiner waits for the creator */
-  int reap_orphans;          /* unlink dead regions before opening */
-  int require_tmpfs;         /* refuse a region_dir that is not a tmpfs */
-  int pin;                   /* enum pin_mode */
-  int engine;                /* enum engine_kind */
-  int method;                /* enum cuda_method */
-  int device;                /* CUDA device ordinal, -1 for the current one */
-  uint32_t max_sms;          /* SMs the kernel method may use */
-  uint32_t host_threads;     /* copy threads of the host engine */
-  uint32_t max_inflight;     /* in-flight transfers per direction */
+  char region_dir[128];               /* directory of the region file; "" for /dev/shm/ecc-<euid> */
+  uint64_t region_size;               /* bytes of block data requested */
+  uint64_t block_size;                /* bytes per block */
+  uint64_t num_blocks;                /* floor(region_size / block_size) */
+  int region_mode;                    /* enum region_mode (region.h) */
+  uint32_t join_timeout_ms;           /* how long a joiner waits for the creator */
+  int reap_orphans;                   /* unlink dead regions before opening */
+  int require_tmpfs;                  /* refuse a region_dir that is not a tmpfs */
+  int pin;                            /* enum pin_mode */
+  int engine;                         /* enum engine_kind */
+  int method;                         /* enum cuda_method */
+  int device;                         /* CUDA device ordinal, -1 for the current one */
+  uint32_t max_sms;                   /* SMs the kernel method may use */
+  uint32_t host_threads;              /* copy threads of the host engine */
+  uint32_t max_inflight;              /* in-flight transfers per direction */
 };
 
 /* Number of published keys (checked against the table in config.c). */
@@ -77,8 +78,8 @@ extern const size_t config_n_params;
 
 /* Parse and check `n` pairs (defaults for absent keys). On error returns
  * ECC_ERR_CONFIG with the key and the reason written to err. */
-int config_parse(const ecc_kv_v1_t *kv, size_t n, struct plugin_config *out,
-                 char *err, size_t err_cap);
+int config_parse(const ecc_kv_v1_t *kv, size_t n, struct plugin_config *out, char *err,
+                 size_t err_cap);
 
 /* Parse a byte size: a whole number with an optional unit (B, K/KiB, M/MiB,
  * G/GiB, T/TiB are powers of 1024; KB, MB, GB, TB powers of 1000).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * connector.c - a connector's life: its region and engine opened at create
  * (the host engine where CUDA is not usable and not required), its stats

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * connector.h - one connector instance: the worker of the encoder cache.
  * It checks every request, turns a step's saves and loads into batched

@@ -7,8 +7,8 @@
 #ifndef ECC_CONNECTOR_PRIVATE_H
 #define ECC_CONNECTOR_PRIVATE_H
 
-#include <stdbool.h>
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "config.h"
 #include "connector.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * descriptors.c - builds the copy descriptors of a batch: cuts block lists
  * into ascending runs, merges a run into the previous descriptor when both
@@ -20,8 +21,8 @@ static void default_release(void *ctx, void *p)
   free(p);
 }
 
-void desc_init(struct desc_buf *b, void *(*alloc)(void *, size_t),
-               void (*release)(void *, void *), void *ctx)
+void desc_init(struct desc_buf *b, void *(*alloc)(void *, size_t), void (*release)(void *, void *),
+               void *ctx)
 {
   memset(b, 0, sizeof(*b));
   b->alloc = alloc != NULL ? alloc : default_alloc;
@@ -76,9 +77,8 @@ int desc_reserve(struct desc_buf *b, size_t more)
   return 0;
 }
 
-void desc_add_entry(struct desc_buf *b, uint64_t linear, uint64_t region_base,
-                    uint64_t block_size, const uint32_t *ids, uint64_t nbytes,
-                    int to_region)
+void desc_add_entry(struct desc_buf *b, uint64_t linear, uint64_t region_base, uint64_t block_size,
+                    const uint32_t *ids, uint64_t nbytes, int to_region)
 {
   struct desc_writer w;
   desc_writer_open(b, &w);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * descriptors.h - copy descriptors: (source, destination, length) triples
  * kept as three parallel arrays, the layout batched copy calls and copy
@@ -10,15 +11,15 @@
 #include <stdint.h>
 
 struct desc_buf {
-  uint64_t *src;   /* source addresses */
-  uint64_t *dst;   /* destination addresses */
-  uint64_t *len;   /* bytes per descriptor */
-  size_t count;    /* descriptors in use */
-  size_t cap;      /* capacity of each array */
-  uint64_t bytes;  /* sum of len[0..count) */
-  uint64_t src_end;/* where the last descriptor ends on each side (count > 0): */
-  uint64_t dst_end;/*   the next one may continue it */
-  void *storage;   /* one allocation holding the three arrays */
+  uint64_t *src;    /* source addresses */
+  uint64_t *dst;    /* destination addresses */
+  uint64_t *len;    /* bytes per descriptor */
+  size_t count;     /* descriptors in use */
+  size_t cap;       /* capacity of each array */
+  uint64_t bytes;   /* sum of len[0..count) */
+  uint64_t src_end; /* where the last descriptor ends on each side (count > 0): */
+  uint64_t dst_end; /*   the next one may continue it */
+  void *storage;    /* one allocation holding the three arrays */
   /* Allocator for storage (the CUDA engine gives pinned memory so kernels
    * can read descriptors in place). NULL means malloc/free. */
   void *(*alloc)(void *ctx, size_t bytes);
@@ -26,8 +27,8 @@ struct desc_buf {
   void *alloc_ctx;
 };
 
-void desc_init(struct desc_buf *b, void *(*alloc)(void *, size_t),
-               void (*release)(void *, void *), void *ctx);
+void desc_init(struct desc_buf *b, void *(*alloc)(void *, size_t), void (*release)(void *, void *),
+               void *ctx);
 void desc_free(struct desc_buf *b);
 /* Forget the contents, keep the storage. */
 void desc_clear(struct desc_buf *b);
@@ -118,8 +119,7 @@ static inline void desc_write_entry(struct desc_writer *w, uint64_t linear, uint
 }
 
 /* desc_write_entry for a single entry. */
-void desc_add_entry(struct desc_buf *b, uint64_t linear, uint64_t region_base,
-                    uint64_t block_size, const uint32_t *ids, uint64_t nbytes,
-                    int to_region);
+void desc_add_entry(struct desc_buf *b, uint64_t linear, uint64_t region_base, uint64_t block_size,
+                    const uint32_t *ids, uint64_t nbytes, int to_region);
 
 #endif /* ECC_DESCRIPTORS_H */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine.h - the transfer engine interface: how one batched transfer (a
  * descriptor list) is started, watched and waited for. The connector above
@@ -23,9 +24,9 @@ struct region;
  * keys and links it keeps around it (transfer.h) are none of the engine's
  * business. */
 struct transfer_view {
-  int direction;             /* ECC_DIR_SAVE (device->region) or ECC_DIR_LOAD */
-  struct desc_buf desc;      /* what to copy */
-  void *engine_state;        /* the engine's per-transfer state */
+  int direction;        /* ECC_DIR_SAVE (device->region) or ECC_DIR_LOAD */
+  struct desc_buf desc; /* what to copy */
+  void *engine_state;   /* the engine's per-transfer state */
 };
 
 struct engine;
@@ -54,24 +55,24 @@ struct engine_ops {
 
 struct engine {
   const struct engine_ops *ops;
-  void *impl;              /* the engine's own state */
-  char detail[128];        /* one line: what it chose and why */
-  bool pinned;             /* the region is registered with the driver */
-  uint64_t pin_ns;         /* time spent registering */
+  void *impl;       /* the engine's own state */
+  char detail[128]; /* one line: what it chose and why */
+  bool pinned;      /* the region is registered with the driver */
+  uint64_t pin_ns;  /* time spent registering */
 };
 
 /* The host (memcpy) engine: addresses are host memory, copies run on worker
  * threads. Always available. */
-int engine_host_create(const struct plugin_config *cfg, struct region *r,
-                       struct ecc_log *log, struct engine *out);
+int engine_host_create(const struct plugin_config *cfg, struct region *r, struct ecc_log *log,
+                       struct engine *out);
 
 /* The CUDA engine. Returns ECC_ERR_UNSUPPORTED when not built in or when no
  * GPU is present, with the reason in out->detail and NOT logged as an error
  * (probing is quiet): the caller decides whether that is a fallback
  * (`engine.type = auto`) or a failure (`engine.type = cuda`). Other errors
  * (a GPU that is present but fails) are logged with log_fail. */
-int engine_cuda_create(const struct plugin_config *cfg, struct region *r,
-                       struct ecc_log *log, struct engine *out);
+int engine_cuda_create(const struct plugin_config *cfg, struct region *r, struct ecc_log *log,
+                       struct engine *out);
 
 /* Whether this build has the CUDA engine compiled in. */
 int engine_cuda_built(void);

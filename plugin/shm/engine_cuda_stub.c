@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine_cuda_stub.c - stands in for the CUDA engine in builds without the
  * CUDA toolkit, so `engine.type = auto` falls back to the host engine and
@@ -7,8 +8,8 @@
 
 #include "engine.h"
 
-int engine_cuda_create(const struct plugin_config *cfg, struct region *r,
-                       struct ecc_log *log, struct engine *out)
+int engine_cuda_create(const struct plugin_config *cfg, struct region *r, struct ecc_log *log,
+                       struct engine *out)
 {
   (void)cfg;
   (void)r;

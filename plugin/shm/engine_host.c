@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine_host.c - the host engine: "device" addresses are ordinary host
  * memory and each batched transfer is copied by a pool of worker threads,
@@ -26,15 +27,15 @@
 
 struct host_job {
   struct transfer_view *t;
-  uint64_t *prefix;             /* prefix[i] = bytes before descriptor i */
+  uint64_t *prefix; /* prefix[i] = bytes before descriptor i */
   size_t prefix_cap;
   size_t n_chunks;
-  atomic_size_t next_chunk;     /* next chunk to claim */
+  atomic_size_t next_chunk; /* next chunk to claim */
   atomic_size_t chunks_done;
-  atomic_int done;              /* release-set once every chunk is copied */
+  atomic_int done; /* release-set once every chunk is copied */
   atomic_uint_fast64_t start_ns;
   uint64_t end_ns;
-  struct host_job *next;        /* queue link */
+  struct host_job *next; /* queue link */
 };
 
 struct host_engine {
@@ -265,15 +266,15 @@ static void host_destroy(struct engine *eng)
 }
 
 static const struct engine_ops host_ops = {
-  .name = "host",
-  .submit = host_submit,
-  .order_after = host_order_after,
-  .query = host_query,
-  .wait = host_wait,
-  .release = host_release,
-  .desc_alloc = NULL,
-  .desc_free = NULL,
-  .destroy = host_destroy,
+    .name = "host",
+    .submit = host_submit,
+    .order_after = host_order_after,
+    .query = host_query,
+    .wait = host_wait,
+    .release = host_release,
+    .desc_alloc = NULL,
+    .desc_free = NULL,
+    .destroy = host_destroy,
 };
 
 static unsigned pick_threads(const struct plugin_config *cfg)
@@ -286,8 +287,8 @@ static unsigned pick_threads(const struct plugin_config *cfg)
   return cpus < 8 ? (unsigned)cpus : 8;
 }
 
-int engine_host_create(const struct plugin_config *cfg, struct region *r,
-                       struct ecc_log *log, struct engine *out)
+int engine_host_create(const struct plugin_config *cfg, struct region *r, struct ecc_log *log,
+                       struct engine *out)
 {
   (void)r;
   struct host_engine *e = calloc(1, sizeof(*e));

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * plugin.c - the exported ABI table of the shared-memory connector, and the
  * thin entry points that check the handle and forward to the connector.
@@ -57,29 +58,29 @@ static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
  * handles_enter and handles_leave: X(name, parameters, arguments of
  * conn_<name>, a condition refused with ECC_ERR_INVALID before the handle
  * is looked at). */
-#define SHM_HANDLE_CALLS(X)                                                                   \
-  X(save, (ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n), (c, entries, n))   \
-  X(flush, (ecc_handle_t h, void *compute_stream), (c, compute_stream))                       \
+#define SHM_HANDLE_CALLS(X)                                                                     \
+  X(save, (ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n), (c, entries, n))      \
+  X(flush, (ecc_handle_t h, void *compute_stream), (c, compute_stream))                         \
   X(load, (ecc_handle_t h, const ecc_load_entry_v1_t *entries, size_t n, void *compute_stream), \
-    (c, entries, n, compute_stream))                                                          \
-  X(poll, (ecc_handle_t h, ecc_completion_v1_t *out, size_t cap, size_t *n_out),              \
-    (c, out, cap, n_out))                                                                     \
-  X(stats, (ecc_handle_t h, ecc_stats_v1_t *out), (c, out))                                   \
-  X(last_error, (ecc_handle_t h, char *buf, size_t cap), (c, buf, cap))                       \
-  X(describe, (ecc_handle_t h, ecc_info_v1_t *out), (c, out))
+    (c, entries, n, compute_stream))                                                            \
+  X(poll, (ecc_handle_t h, ecc_completion_v1_t * out, size_t cap, size_t * n_out),              \
+    (c, out, cap, n_out))                                                                       \
+  X(stats, (ecc_handle_t h, ecc_stats_v1_t * out), (c, out))                                    \
+  X(last_error, (ecc_handle_t h, char *buf, size_t cap), (c, buf, cap))                         \
+  X(describe, (ecc_handle_t h, ecc_info_v1_t * out), (c, out))
 
 /* The handle is judged first (the ABI says so): arguments are the
  * connector's to check. */
-#define SHM_HANDLE_CALL(name, params, args)          \
-  static int shm_##name params                       \
-  {                                                  \
-    unsigned slot;                                   \
-    struct conn *c = handles_enter(h, &slot);        \
-    if (c == NULL)                                   \
-      return ECC_ERR_CLOSED;                         \
-    int rc = conn_##name args;                       \
-    handles_leave(slot);                             \
-    return rc;                                       \
+#define SHM_HANDLE_CALL(name, params, args)   \
+  static int shm_##name params                \
+  {                                           \
+    unsigned slot;                            \
+    struct conn *c = handles_enter(h, &slot); \
+    if (c == NULL)                            \
+      return ECC_ERR_CLOSED;                  \
+    int rc = conn_##name args;                \
+    handles_leave(slot);                      \
+    return rc;                                \
   }
 SHM_HANDLE_CALLS(SHM_HANDLE_CALL)
 #undef SHM_HANDLE_CALL
@@ -109,28 +110,29 @@ static int shm_validate(const ecc_kv_v1_t *config, size_t n_config, char *err, s
 }
 
 #ifdef ECC_HAVE_CUDA
-#define SHM_CAPS (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS | ECC_CAP_CUDA_ENGINE)
+#define SHM_CAPS \
+  (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS | ECC_CAP_CUDA_ENGINE)
 #else
 #define SHM_CAPS (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS)
 #endif
 
 ECC_PLUGIN_EXPORT const ecc_plugin_v1_t ecc_plugin_v1 = {
-  .abi_major = ECC_ABI_V1_MAJOR,
-  .abi_minor = ECC_ABI_V1_MINOR,
-  .struct_size = sizeof(ecc_plugin_v1_t),
-  .caps = SHM_CAPS,
-  .name = "shm",
-  .version = ECC_SHM_VERSION,
-  .params = config_params,
-  .n_params = CONFIG_N_PARAMS,
-  .create = shm_create,
-  .save = shm_save,
-  .flush = shm_flush,
-  .load = shm_load,
-  .poll = shm_poll,
-  .shutdown = shm_shutdown,
-  .validate = shm_validate,
-  .stats = shm_stats,
-  .last_error = shm_last_error,
-  .describe = shm_describe,
+    .abi_major = ECC_ABI_V1_MAJOR,
+    .abi_minor = ECC_ABI_V1_MINOR,
+    .struct_size = sizeof(ecc_plugin_v1_t),
+    .caps = SHM_CAPS,
+    .name = "shm",
+    .version = ECC_SHM_VERSION,
+    .params = config_params,
+    .n_params = CONFIG_N_PARAMS,
+    .create = shm_create,
+    .save = shm_save,
+    .flush = shm_flush,
+    .load = shm_load,
+    .poll = shm_poll,
+    .shutdown = shm_shutdown,
+    .validate = shm_validate,
+    .stats = shm_stats,
+    .last_error = shm_last_error,
+    .describe = shm_describe,
 };

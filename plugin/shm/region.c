@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * region.c - the life of the region file: its name, creation by exactly one
  * builder under a fixed temporary name, joining with header, layout and
@@ -7,13 +8,13 @@
  */
 #include "region.h"
 
-#include <stdbool.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -114,13 +115,12 @@ static int prepare(const struct region_params *p, struct region *out, uint64_t *
     return log_fail(log, ECC_ERR_CONFIG, "region %s: block size is 0", path);
   if (p->num_blocks == 0)
     return log_fail(log, ECC_ERR_CONFIG,
-                    "region %s: 0 blocks (region.size is smaller than one %llu-byte block)",
-                    path, (unsigned long long)p->block_size);
+                    "region %s: 0 blocks (region.size is smaller than one %llu-byte block)", path,
+                    (unsigned long long)p->block_size);
   if (layout_bytes(p->block_size, p->num_blocks, REGION_HEADER_BYTES, total) != 0)
     return log_fail(log, ECC_ERR_CONFIG,
-                    "region %s: %llu blocks of %llu bytes are too large for one file",
-                    path, (unsigned long long)p->num_blocks,
-                    (unsigned long long)p->block_size);
+                    "region %s: %llu blocks of %llu bytes are too large for one file", path,
+                    (unsigned long long)p->num_blocks, (unsigned long long)p->block_size);
   return ECC_OK;
 }
 
@@ -140,14 +140,13 @@ static int open_dir(const struct region_params *p, struct region *out, struct ec
   return ECC_OK;
 }
 
-static int map_file(int fd, uint64_t bytes, uint8_t **map, const char *path,
-                    struct ecc_log *log)
+static int map_file(int fd, uint64_t bytes, uint8_t **map, const char *path, struct ecc_log *log)
 {
   void *m = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (m == MAP_FAILED)
     return log_fail(log, errno == ENOMEM ? ECC_ERR_NOMEM : ECC_ERR_SYSTEM,
-                    "cannot map the %llu bytes of region %s: %s",
-                    (unsigned long long)bytes, path, strerror(errno));
+                    "cannot map the %llu bytes of region %s: %s", (unsigned long long)bytes, path,
+                    strerror(errno));
   *map = m;
   return ECC_OK;
 }
@@ -190,8 +189,8 @@ static int prefault(uint8_t *map, size_t bytes, const char *path, struct ecc_log
   if (madvise(map, bytes, MADV_POPULATE_WRITE) == 0)
     return ECC_OK;
   if (errno != EINVAL && errno != EINTR)
-    return log_fail(log, ECC_ERR_SYSTEM, "cannot pre-fault the %zu bytes of region %s: %s",
-                    bytes, path, strerror(errno));
+    return log_fail(log, ECC_ERR_SYSTEM, "cannot pre-fault the %zu bytes of region %s: %s", bytes,
+                    path, strerror(errno));
   long page = sysconf(_SC_PAGESIZE);
   if (page <= 0)
     page = 4096;
@@ -230,8 +229,8 @@ static void write_header(uint8_t *map, const struct region_params *p, uint64_t t
  * builder's and removed it. A builder links its region in before it frees
  * the temporary name, so a region present now is one to join, not to build
  * a second time. */
-static int lock_new_file(int fd, const struct region *r, const char *tmp,
-                         const struct stat *st, struct ecc_log *log)
+static int lock_new_file(int fd, const struct region *r, const char *tmp, const struct stat *st,
+                         struct ecc_log *log)
 {
   while (flock(fd, LOCK_SH) != 0) {
     if (errno != EINTR)
@@ -254,8 +253,8 @@ static int publish(const struct region *r, const char *tmp, struct ecc_log *log)
     return STEP_EXISTS;
   if (errno == ENOENT)
     return STEP_AGAIN; /* the temporary name was removed under us */
-  return log_fail(log, ECC_ERR_SYSTEM, "cannot link %s" TMP_SUFFIX " to %s: %s", r->path,
-                  r->path, strerror(errno));
+  return log_fail(log, ECC_ERR_SYSTEM, "cannot link %s" TMP_SUFFIX " to %s: %s", r->path, r->path,
+                  strerror(errno));
 }
 
 static int build_file(int fd, const struct region *r, const char *tmp,
@@ -320,7 +319,8 @@ static int tmp_taken(const struct region *r, const char *tmp, struct ecc_log *lo
   case UNHELD_REMOVED:
     log_msg(log, ECC_LOG_INFO,
             "removed stale temporary file %s" TMP_SUFFIX " (no process held it: its builder "
-            "died)", r->path);
+            "died)",
+            r->path);
     return STEP_AGAIN;
   case UNHELD_GONE:
     return STEP_AGAIN;
@@ -330,8 +330,9 @@ static int tmp_taken(const struct region *r, const char *tmp, struct ecc_log *lo
                     "by something other than a regular file of this user (uid %u); remove it",
                     r->path, r->path, (unsigned)geteuid());
   default:
-    return log_fail(log, ECC_ERR_SYSTEM, "region %s: cannot check its temporary file %s"
-                    TMP_SUFFIX ": %s", r->path, r->path, strerror(err));
+    return log_fail(log, ECC_ERR_SYSTEM,
+                    "region %s: cannot check its temporary file %s" TMP_SUFFIX ": %s", r->path,
+                    r->path, strerror(err));
   }
 }
 
@@ -355,8 +356,7 @@ static int create_once(const struct region_params *p, uint64_t total, struct reg
     int rc = log_fail(log, ECC_ERR_SYSTEM, "cannot stat %s" TMP_SUFFIX ": %s", out->path,
                       strerror(errno));
     if (unlinkat(out->dirfd, tmp, 0) != 0)
-      log_msg(log, ECC_LOG_WARN, "cannot remove %s" TMP_SUFFIX ": %s", out->path,
-              strerror(errno));
+      log_msg(log, ECC_LOG_WARN, "cannot remove %s" TMP_SUFFIX ": %s", out->path, strerror(errno));
     close(fd);
     return rc;
   }
@@ -398,7 +398,8 @@ static int open_error(const char *path, int err, struct ecc_log *log)
   case EPERM:
     return log_fail(log, ECC_ERR_REGION,
                     "region %s cannot be opened for writing (%s): it belongs to another user "
-                    "or is read-only", path, strerror(err));
+                    "or is read-only",
+                    path, strerror(err));
   default:
     return log_fail(log, ECC_ERR_SYSTEM, "cannot open region %s: %s", path, strerror(err));
   }
@@ -413,8 +414,8 @@ static int check_owner(int fd, const char *path, struct stat *st, struct ecc_log
     return log_fail(log, ECC_ERR_REGION, "region %s is not a regular file", path);
   if (st->st_uid != geteuid())
     return log_fail(log, ECC_ERR_REGION,
-                    "region %s is owned by uid %u, not by this process's uid %u; refusing it",
-                    path, (unsigned)st->st_uid, (unsigned)geteuid());
+                    "region %s is owned by uid %u, not by this process's uid %u; refusing it", path,
+                    (unsigned)st->st_uid, (unsigned)geteuid());
   if (st->st_mode & (S_IWGRP | S_IWOTH))
     return log_fail(log, ECC_ERR_REGION,
                     "region %s is writable by group or others (mode %04o); refusing it", path,
@@ -432,8 +433,7 @@ static int lock_shared(int fd, const char *path, int64_t deadline, uint32_t time
     if (errno == EINTR)
       continue;
     if (errno != EWOULDBLOCK)
-      return log_fail(log, ECC_ERR_SYSTEM, "cannot lock region %s: %s", path,
-                      strerror(errno));
+      return log_fail(log, ECC_ERR_SYSTEM, "cannot lock region %s: %s", path, strerror(errno));
     if (now_ms() >= deadline)
       return log_fail(log, ECC_ERR_REGION,
                       "timed out after %u ms waiting for a shared lock on region %s",
@@ -459,8 +459,8 @@ static int foreign_magic(const struct region_header *h, const char *path, struct
   }
   shown[sizeof(h->magic)] = '\0';
   return log_fail(log, ECC_ERR_REGION,
-                  "region %s is not an encoder-cache region (magic \"%s\", expected \"%s\")",
-                  path, shown, REGION_MAGIC);
+                  "region %s is not an encoder-cache region (magic \"%s\", expected \"%s\")", path,
+                  shown, REGION_MAGIC);
 }
 
 /* A file made by another tool in place (not linked in finished) may still
@@ -471,13 +471,12 @@ static int wait_header(int fd, const char *path, int64_t deadline, uint32_t time
 {
   for (;;) {
     if (fstat(fd, now) != 0)
-      return log_fail(log, ECC_ERR_SYSTEM, "cannot stat region %s: %s", path,
-                      strerror(errno));
+      return log_fail(log, ECC_ERR_SYSTEM, "cannot stat region %s: %s", path, strerror(errno));
     if (now->st_size >= (off_t)REGION_HEADER_BYTES) {
       ssize_t got = pread(fd, h, sizeof(*h), 0);
       if (got < 0 && errno != EINTR)
-        return log_fail(log, ECC_ERR_SYSTEM, "cannot read the header of region %s: %s",
-                        path, strerror(errno));
+        return log_fail(log, ECC_ERR_SYSTEM, "cannot read the header of region %s: %s", path,
+                        strerror(errno));
       if (got == (ssize_t)sizeof(*h)) {
         if (memcmp(h->magic, REGION_MAGIC, sizeof(h->magic)) == 0)
           return ECC_OK;
@@ -492,8 +491,8 @@ static int wait_header(int fd, const char *path, int64_t deadline, uint32_t time
   if (now->st_size < (off_t)REGION_HEADER_BYTES)
     return log_fail(log, ECC_ERR_REGION,
                     "region %s is truncated: %lld bytes, less than its %u-byte header "
-                    "(waited %u ms)", path, (long long)now->st_size, REGION_HEADER_BYTES,
-                    (unsigned)timeout_ms);
+                    "(waited %u ms)",
+                    path, (long long)now->st_size, REGION_HEADER_BYTES, (unsigned)timeout_ms);
   return log_fail(log, ECC_ERR_REGION,
                   "region %s has no header: its magic did not appear within %u ms", path,
                   (unsigned)timeout_ms);
@@ -508,20 +507,20 @@ static int check_header(const struct region_header *h, off_t size, const char *p
                     "region %s has layout version %u; this connector reads version %u", path,
                     (unsigned)h->layout_version, (unsigned)REGION_LAYOUT_VERSION);
   if (h->header_bytes != REGION_HEADER_BYTES)
-    return log_fail(log, ECC_ERR_REGION, "region %s declares a %u-byte header, expected %u",
-                    path, (unsigned)h->header_bytes, REGION_HEADER_BYTES);
+    return log_fail(log, ECC_ERR_REGION, "region %s declares a %u-byte header, expected %u", path,
+                    (unsigned)h->header_bytes, REGION_HEADER_BYTES);
   if (layout_bytes(h->block_size, h->num_blocks, h->header_bytes, &want) != 0 ||
       want != h->file_bytes)
     return log_fail(log, ECC_ERR_REGION,
                     "region %s has an inconsistent header: %llu blocks of %llu bytes after "
                     "a %u-byte header do not make the %llu file bytes it declares",
-                    path, (unsigned long long)h->num_blocks,
-                    (unsigned long long)h->block_size, (unsigned)h->header_bytes,
-                    (unsigned long long)h->file_bytes);
+                    path, (unsigned long long)h->num_blocks, (unsigned long long)h->block_size,
+                    (unsigned)h->header_bytes, (unsigned long long)h->file_bytes);
   if ((uint64_t)size < h->file_bytes)
     return log_fail(log, ECC_ERR_REGION,
                     "region %s is truncated: its header declares %llu bytes but the file "
-                    "has %lld", path, (unsigned long long)h->file_bytes, (long long)size);
+                    "has %lld",
+                    path, (unsigned long long)h->file_bytes, (long long)size);
   return ECC_OK;
 }
 
@@ -727,7 +726,8 @@ static int already_exists(const char *path, struct ecc_log *log)
 {
   return log_fail(log, ECC_ERR_REGION,
                   "region %s already exists (region.mode = create); use mode auto or join, "
-                  "or remove it if no process uses it", path);
+                  "or remove it if no process uses it",
+                  path);
 }
 
 static int still_building(const struct region_params *p, const struct region *r,
@@ -736,7 +736,8 @@ static int still_building(const struct region_params *p, const struct region *r,
   return log_fail(log, ECC_ERR_REGION,
                   "timed out after %u ms waiting for region %s: another process is still "
                   "building it (it holds %s" TMP_SUFFIX "); raise region.join_timeout_ms for "
-                  "a region this large", (unsigned)p->join_timeout_ms, r->path, r->path);
+                  "a region this large",
+                  (unsigned)p->join_timeout_ms, r->path, r->path);
 }
 
 static int open_loop(const struct region_params *p, uint64_t total, int64_t deadline,
@@ -778,7 +779,8 @@ static int open_loop(const struct region_params *p, uint64_t total, int64_t dead
     if (++churn >= CHURN_MIN && now_ms() >= deadline)
       return log_fail(log, ECC_ERR_REGION,
                       "region %s kept changing (created, replaced or removed by other "
-                      "processes); gave up after %d attempts", out->path, churn);
+                      "processes); gave up after %d attempts",
+                      out->path, churn);
     sleep_ms(1);
   }
 }
@@ -830,12 +832,13 @@ int region_check(const struct region *r, struct ecc_log *log)
     return log_fail(log, ECC_ERR_REGION,
                     "region %s was removed or replaced while this connector used it: other "
                     "processes no longer share its data; shut this connector down and create "
-                    "it again", r->path);
+                    "it again",
+                    r->path);
   if ((uint64_t)st.st_size < r->map_bytes)
     return log_fail(log, ECC_ERR_REGION,
                     "region %s was truncated to %lld bytes while mapped (%zu expected): its "
-                    "data is gone; shut this connector down and create it again", r->path,
-                    (long long)st.st_size, r->map_bytes);
+                    "data is gone; shut this connector down and create it again",
+                    r->path, (long long)st.st_size, r->map_bytes);
   return ECC_OK;
 }
 
@@ -844,8 +847,7 @@ int region_check(const struct region *r, struct ecc_log *log)
 static void unlink_if_named(const struct region *r, struct ecc_log *log)
 {
   if (!names_file(r->dirfd, r->file, r->dev, r->ino))
-    log_msg(log, ECC_LOG_INFO, "region %s no longer names our file; not removing it",
-            r->path);
+    log_msg(log, ECC_LOG_INFO, "region %s no longer names our file; not removing it", r->path);
   else if (unlinkat(r->dirfd, r->file, 0) != 0)
     log_msg(log, ECC_LOG_ERROR, "cannot remove region %s: %s", r->path, strerror(errno));
   else

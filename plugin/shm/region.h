@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * region.h - the shared host region: a file on a tmpfs made of one header
  * page and `num_blocks` blocks of `block_size` bytes, mapped MAP_SHARED.
@@ -19,8 +20,8 @@
 struct ecc_log;
 
 /* How an open finds the region: X(constant, value, the INI's word). */
-#define REGION_MODE_MAP(X)   \
-  X(REGION_AUTO, 0, "auto")  \
+#define REGION_MODE_MAP(X)      \
+  X(REGION_AUTO, 0, "auto")     \
   X(REGION_CREATE, 1, "create") \
   X(REGION_JOIN, 2, "join")
 
@@ -36,21 +37,21 @@ enum region_mode {
 
 /* The header page at offset 0 of the file. Fixed-width fields only. */
 struct region_header {
-  char magic[8];            /* REGION_MAGIC */
-  uint32_t layout_version;  /* REGION_LAYOUT_VERSION */
-  uint32_t header_bytes;    /* REGION_HEADER_BYTES: blocks start here */
-  uint64_t block_size;      /* bytes per block */
-  uint64_t num_blocks;      /* blocks in the file */
-  uint64_t file_bytes;      /* header_bytes + block_size * num_blocks */
-  int64_t creator_pid;      /* process that created the file */
-  uint32_t creator_uid;     /* its user */
+  char magic[8];           /* REGION_MAGIC */
+  uint32_t layout_version; /* REGION_LAYOUT_VERSION */
+  uint32_t header_bytes;   /* REGION_HEADER_BYTES: blocks start here */
+  uint64_t block_size;     /* bytes per block */
+  uint64_t num_blocks;     /* blocks in the file */
+  uint64_t file_bytes;     /* header_bytes + block_size * num_blocks */
+  int64_t creator_pid;     /* process that created the file */
+  uint32_t creator_uid;    /* its user */
   uint32_t reserved;
-  int64_t created_unix_ns;  /* when it was created */
+  int64_t created_unix_ns; /* when it was created */
 };
 
 struct region_params {
-  const char *dir;          /* e.g. "/dev/shm"; NULL or "": /dev/shm/ecc-<euid> */
-  const char *name;         /* region name: file is <dir>/ecc-<name>.region */
+  const char *dir;  /* e.g. "/dev/shm"; NULL or "": /dev/shm/ecc-<euid> */
+  const char *name; /* region name: file is <dir>/ecc-<name>.region */
   uint64_t block_size;
   uint64_t num_blocks;
   int mode;                 /* enum region_mode (above) */
@@ -61,18 +62,18 @@ struct region_params {
 };
 
 struct region {
-  char path[256];           /* the file's path, its directory canonical */
-  char file[96];            /* its name within the directory */
-  int dirfd;                /* the directory, checked when opened; -1 when closed */
-  int fd;                   /* open, shared flock held; -1 when closed */
-  dev_t dev;                /* identity of the file we locked */
+  char path[256]; /* the file's path, its directory canonical */
+  char file[96];  /* its name within the directory */
+  int dirfd;      /* the directory, checked when opened; -1 when closed */
+  int fd;         /* open, shared flock held; -1 when closed */
+  dev_t dev;      /* identity of the file we locked */
   ino_t ino;
-  uint8_t *map;             /* whole file mapping */
+  uint8_t *map; /* whole file mapping */
   size_t map_bytes;
-  uint8_t *blocks;          /* map + header_bytes */
+  uint8_t *blocks; /* map + header_bytes */
   uint64_t block_size;
   uint64_t num_blocks;
-  bool creator;             /* this process built the file */
+  bool creator; /* this process built the file */
 };
 
 /* Create or join the region. On failure nothing is left behind: no file we

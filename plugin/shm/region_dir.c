@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * region_dir.c - the directory region files live in: the per-user default
  * under /dev/shm, the ownership rule (trust.h) and the filesystem check.
@@ -54,8 +55,8 @@ static int open_trusted(const char *dir, int *fd, char *canon, size_t cap, struc
 static int default_refused(const char *shown, const char *what, struct ecc_log *log)
 {
   return log_fail(log, ECC_ERR_REGION,
-                  "region.dir (default) %s %s: refusing it; remove it or set region.dir",
-                  shown, what);
+                  "region.dir (default) %s %s: refusing it; remove it or set region.dir", shown,
+                  what);
 }
 
 /* The folder must be this user's alone: anyone else who made it first
@@ -86,8 +87,8 @@ static int open_default_in(int base, const char *name, const char *shown, int *f
 {
   struct stat st, now;
   if (mkdirat(base, name, 0700) != 0 && errno != EEXIST)
-    return log_fail(log, ECC_ERR_SYSTEM, "region.dir (default) %s: cannot create it: %s",
-                    shown, strerror(errno));
+    return log_fail(log, ECC_ERR_SYSTEM, "region.dir (default) %s: cannot create it: %s", shown,
+                    strerror(errno));
   if (fstatat(base, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
     return log_fail(log, ECC_ERR_SYSTEM, "region.dir (default) %s: cannot stat it: %s", shown,
                     strerror(errno));
@@ -131,13 +132,20 @@ static int open_default(int *fd_out, char *canon, size_t cap, struct ecc_log *lo
 static const char *fs_name(unsigned long type)
 {
   switch (type) {
-  case EXT4_SUPER_MAGIC: return "ext2/ext3/ext4";
-  case XFS_SUPER_MAGIC: return "xfs";
-  case BTRFS_SUPER_MAGIC: return "btrfs";
-  case OVERLAYFS_SUPER_MAGIC: return "overlay";
-  case NFS_SUPER_MAGIC: return "nfs";
-  case RAMFS_MAGIC: return "ramfs";
-  default: return "not a tmpfs";
+  case EXT4_SUPER_MAGIC:
+    return "ext2/ext3/ext4";
+  case XFS_SUPER_MAGIC:
+    return "xfs";
+  case BTRFS_SUPER_MAGIC:
+    return "btrfs";
+  case OVERLAYFS_SUPER_MAGIC:
+    return "overlay";
+  case NFS_SUPER_MAGIC:
+    return "nfs";
+  case RAMFS_MAGIC:
+    return "ramfs";
+  default:
+    return "not a tmpfs";
   }
 }
 
@@ -147,15 +155,16 @@ static int check_filesystem(int fd, const char *canon, struct ecc_log *log)
 {
   struct statfs fs;
   if (fstatfs(fd, &fs) != 0)
-    return log_fail(log, ECC_ERR_SYSTEM, "region.dir %s: cannot stat its filesystem: %s",
-                    canon, strerror(errno));
+    return log_fail(log, ECC_ERR_SYSTEM, "region.dir %s: cannot stat its filesystem: %s", canon,
+                    strerror(errno));
   unsigned long type = (unsigned long)fs.f_type;
   if (type == TMPFS_MAGIC)
     return ECC_OK;
   return log_fail(log, ECC_ERR_REGION,
                   "region.dir %s is not on a tmpfs (filesystem %s, type 0x%lx): a region there "
                   "survives reboots and is written back to disk; use a tmpfs such as /dev/shm, "
-                  "or set region.require_tmpfs = false", canon, fs_name(type), type);
+                  "or set region.require_tmpfs = false",
+                  canon, fs_name(type), type);
 }
 
 int region_dir_open(const char *dir, bool any_filesystem, int *fd_out, char *canon,

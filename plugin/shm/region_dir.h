@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * region_dir.h - the directory region files live in: which one (region.dir,
  * or a per-user folder under /dev/shm), whether it can be trusted, and the

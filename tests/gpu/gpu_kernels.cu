@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gpu_kernels.cu - the test kernels declared in gpu_kernels.h.
  */

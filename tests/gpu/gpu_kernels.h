@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gpu_kernels.h - kernels the GPU tests queue on their compute stream: a
  * spin that keeps the stream busy, a fill with a position-dependent pattern
@@ -19,7 +20,8 @@ extern "C" {
 #ifdef __CUDACC__
 __host__ __device__
 #endif
-static inline uint8_t tk_byte(uint64_t seed, uint64_t i)
+    static inline uint8_t
+    tk_byte(uint64_t seed, uint64_t i)
 {
   uint64_t x = (seed + 1) * 0x9E3779B97F4A7C15ull + (i >> 3);
   x ^= x >> 30;

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs a GPU test program; where no GPU is present it says so and exits 77,
 # which ctest reports as "Skipped" rather than as a pass.
 out=$("$@" --verbose 2>&1)

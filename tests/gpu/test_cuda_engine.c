@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_cuda_engine.c - the CUDA engine through the real plugin and shim:
  * round trips over block sizes, layouts and alignments with every method,
@@ -72,8 +73,8 @@ static const char *gpu_ini(const char *role, const char *region, uint64_t bs, ui
            "[connector]\nrole = %s\n\n"
            "[region]\nname = %s\nblock_size = %llu\nsize = %llu\n\n"
            "[engine]\ntype = %s\nmethod = %s\ndevice = %d\n%s",
-           ECC_PLUGIN_PATH, role, region, (unsigned long long)bs,
-           (unsigned long long)(bs * nb), type, method, device, extra ? extra : "");
+           ECC_PLUGIN_PATH, role, region, (unsigned long long)bs, (unsigned long long)(bs * nb),
+           type, method, device, extra ? extra : "");
   return th_write_temp(text, ".ini");
 }
 
@@ -87,9 +88,9 @@ struct rig {
   ecc_connector_t *c;
   uint8_t *map;
   size_t map_bytes;
-  uint8_t *blocks;      /* our own view of the region's blocks */
+  uint8_t *blocks; /* our own view of the region's blocks */
   uint64_t bs, nb;
-  cudaStream_t stream;  /* the "compute stream" of the tests */
+  cudaStream_t stream; /* the "compute stream" of the tests */
   ecc_info_t info;
 };
 
@@ -103,7 +104,8 @@ static void rig_open_ini(struct rig *r, const char *ini, uint64_t bs, uint64_t n
   r->nb = nb;
   r->info.struct_size = sizeof(r->info);
   cr_assert_eq(ecc_describe(r->c, &r->info), ECC_OK);
-  cr_assert_str_eq(r->info.engine, "cuda", "engine: %s (%s)", r->info.engine, r->info.engine_detail);
+  cr_assert_str_eq(r->info.engine, "cuda", "engine: %s (%s)", r->info.engine,
+                   r->info.engine_detail);
   int fd = open(r->info.region_path, O_RDWR);
   cr_assert_geq(fd, 0, "cannot open %s", r->info.region_path);
   r->map_bytes = r->info.region_bytes;
@@ -162,8 +164,8 @@ static void expect_same(const uint8_t *got, const uint8_t *want, uint64_t n, con
 
 struct spec {
   uint32_t ids[8];
-  uint32_t n;       /* blocks given */
-  uint64_t nbytes;  /* bytes saved (reaching fewer blocks than given for b) */
+  uint32_t n;      /* blocks given */
+  uint64_t nbytes; /* bytes saved (reaching fewer blocks than given for b) */
 };
 
 static void make_specs(int scattered, uint64_t bs, struct spec *a, struct spec *b)
@@ -177,8 +179,8 @@ static void make_specs(int scattered, uint64_t bs, struct spec *a, struct spec *
   a->n = 8;
   b->n = 7;
   uint64_t cut = bs / 3 > 0 ? bs / 3 : 0;
-  a->nbytes = 8 * bs - cut;   /* partial last block */
-  b->nbytes = 5 * bs + 1;     /* one byte into the 6th block, 7th untouched */
+  a->nbytes = 8 * bs - cut; /* partial last block */
+  b->nbytes = 5 * bs + 1;   /* one byte into the 6th block, 7th untouched */
 }
 
 /* What the region must hold after saving `s` from host copy `src`. */
@@ -201,9 +203,9 @@ static void apply_load(uint8_t *out, uint64_t bs, const struct spec *s, uint64_t
 }
 
 struct bufs {
-  uint8_t *src_dev, *dst_dev;  /* device */
-  uint8_t *src, *dst, *want;   /* host */
-  uint8_t *image;              /* expected region blocks */
+  uint8_t *src_dev, *dst_dev; /* device */
+  uint8_t *src, *dst, *want;  /* host */
+  uint8_t *image;             /* expected region blocks */
   uint64_t cap;
 };
 
@@ -224,8 +226,8 @@ static void one_round_trip(struct rig *r, struct bufs *b, int scattered, unsigne
   ck(cudaDeviceSynchronize(), "upload source");
 
   ecc_save_entry_t e[2] = {
-    {"a", (uint64_t)(uintptr_t)(b->src_dev + align), sa.nbytes, sa.ids, sa.n},
-    {"b", (uint64_t)(uintptr_t)(b->src_dev + off_b + align), sb.nbytes, sb.ids, sb.n},
+      {"a", (uint64_t)(uintptr_t)(b->src_dev + align), sa.nbytes, sa.ids, sa.n},
+      {"b", (uint64_t)(uintptr_t)(b->src_dev + off_b + align), sb.nbytes, sb.ids, sb.n},
   };
   cr_assert_eq(ecc_save(r->c, e, 2), ECC_OK);
   cr_assert_eq(ecc_flush(r->c, r->stream), ECC_OK);
@@ -239,8 +241,8 @@ static void one_round_trip(struct rig *r, struct bufs *b, int scattered, unsigne
   memset_now(b->dst_dev, POISON, b->cap, "poison destination");
   uint64_t moved_b = 7 * bs;
   ecc_load_entry_t l[2] = {
-    {11, sa.ids, sa.n, (uint64_t)(uintptr_t)(b->dst_dev + dalign), sa.nbytes},
-    {12, sb.ids, sb.n, (uint64_t)(uintptr_t)(b->dst_dev + off_b + dalign), moved_b + 5},
+      {11, sa.ids, sa.n, (uint64_t)(uintptr_t)(b->dst_dev + dalign), sa.nbytes},
+      {12, sb.ids, sb.n, (uint64_t)(uintptr_t)(b->dst_dev + off_b + dalign), moved_b + 5},
   };
   cr_assert_eq(ecc_load(r->c, l, 2, r->stream), ECC_OK);
   /* The compute stream was made to wait for the copy. */
@@ -287,9 +289,18 @@ static void round_trips(const char *method)
   }
 }
 
-Test(gpu, round_trip_dma, .timeout = 300) { round_trips("dma"); }
-Test(gpu, round_trip_kernel, .timeout = 300) { round_trips("kernel"); }
-Test(gpu, round_trip_auto, .timeout = 300) { round_trips("auto"); }
+Test(gpu, round_trip_dma, .timeout = 300)
+{
+  round_trips("dma");
+}
+Test(gpu, round_trip_kernel, .timeout = 300)
+{
+  round_trips("kernel");
+}
+Test(gpu, round_trip_auto, .timeout = 300)
+{
+  round_trips("auto");
+}
 
 /* ---- coalescing ---- */
 
@@ -306,8 +317,8 @@ static void coalescing(const char *method)
   /* Two entries adjacent on both sides: one descriptor. */
   uint32_t x[2] = {2, 3}, y[2] = {4, 5}, z[2] = {6, 7};
   ecc_save_entry_t e[2] = {
-    {"x", (uint64_t)(uintptr_t)src_dev, 2 * bs, x, 2},
-    {"y", (uint64_t)(uintptr_t)(src_dev + 2 * bs), 2 * bs, y, 2},
+      {"x", (uint64_t)(uintptr_t)src_dev, 2 * bs, x, 2},
+      {"y", (uint64_t)(uintptr_t)(src_dev + 2 * bs), 2 * bs, y, 2},
   };
   cr_assert_eq(ecc_save(r.c, e, 2), ECC_OK);
   cr_assert_eq(ecc_flush(r.c, r.stream), ECC_OK);
@@ -316,8 +327,8 @@ static void coalescing(const char *method)
 
   /* Given in reverse order, sorted by first block: one descriptor. */
   ecc_load_entry_t l[2] = {
-    {2, y, 2, (uint64_t)(uintptr_t)(dst_dev + 2 * bs), 2 * bs},
-    {1, x, 2, (uint64_t)(uintptr_t)dst_dev, 2 * bs},
+      {2, y, 2, (uint64_t)(uintptr_t)(dst_dev + 2 * bs), 2 * bs},
+      {1, x, 2, (uint64_t)(uintptr_t)dst_dev, 2 * bs},
   };
   cr_assert_eq(ecc_load(r.c, l, 2, r.stream), ECC_OK);
   unsigned long long *bad;
@@ -333,8 +344,8 @@ static void coalescing(const char *method)
 
   /* Neighbours in the destination but not in the region: two. */
   ecc_load_entry_t m[2] = {
-    {3, x, 2, (uint64_t)(uintptr_t)dst_dev, 2 * bs},
-    {4, z, 2, (uint64_t)(uintptr_t)(dst_dev + 2 * bs), 2 * bs},
+      {3, x, 2, (uint64_t)(uintptr_t)dst_dev, 2 * bs},
+      {4, z, 2, (uint64_t)(uintptr_t)(dst_dev + 2 * bs), 2 * bs},
   };
   cr_assert_eq(ecc_load(r.c, m, 2, r.stream), ECC_OK);
   expect_done(r.c, 2, ECC_DIR_LOAD, 10000);
@@ -361,7 +372,7 @@ Test(gpu, coalescing)
 enum host_stream { SIDE_STREAM, LEGACY_STREAM, PER_THREAD_STREAM };
 
 static const char *const stream_names[] = {"side stream", "legacy default stream (NULL)",
-                                             "per-thread default stream"};
+                                           "per-thread default stream"};
 
 static cudaStream_t work_stream(const struct rig *r, enum host_stream which)
 {
@@ -467,8 +478,10 @@ static void load_then_kernel(const char *method, enum host_stream which)
   unsigned long long poison_differs = 0; /* what the check counts on an untouched destination */
   for (uint64_t i = 0; i < bytes; i++)
     poison_differs += tk_byte(3, i) != POISON;
-  cr_expect_eq(n_before, poison_differs, "%s, %s: the load overwrote the destination before the "
-               "work queued ahead of it had read it", method, stream_names[which]);
+  cr_expect_eq(n_before, poison_differs,
+               "%s, %s: the load overwrote the destination before the "
+               "work queued ahead of it had read it",
+               method, stream_names[which]);
   expect_done(r.c, 1, ECC_DIR_LOAD, 20000);
 
   free(ids);
@@ -617,9 +630,9 @@ Test(gpu, bad_configurations_leave_nothing)
 {
   need_gpus(1, gpu_count());
   const char *name = th_region_name();
-  expect_open_fails(gpu_ini("both", name, 4096, 64, "cuda", "kernel", 0,
-                            "\n[pinning]\nenabled = off\n"),
-                    ECC_ERR_CONFIG, "engine.method", name);
+  expect_open_fails(
+      gpu_ini("both", name, 4096, 64, "cuda", "kernel", 0, "\n[pinning]\nenabled = off\n"),
+      ECC_ERR_CONFIG, "engine.method", name);
   name = th_region_name();
   expect_open_fails(gpu_ini("both", name, 4096, 64, "cuda", "dma", 1023, NULL), ECC_ERR_CONFIG,
                     "engine.device", name);
@@ -638,8 +651,8 @@ Test(gpu, two_connectors_one_process, .timeout = 120)
   struct rig r[2];
   uint8_t *src[2], *dst[2];
   for (int k = 0; k < 2; k++) {
-    const char *ini = gpu_ini("both", th_region_name(), bs, nb, "cuda", k ? "kernel" : "dma",
-                              dev[k], NULL);
+    const char *ini =
+        gpu_ini("both", th_region_name(), bs, nb, "cuda", k ? "kernel" : "dma", dev[k], NULL);
     ck(cudaSetDevice(dev[k]), "cudaSetDevice");
     rig_open_ini(&r[k], ini, bs, nb);
     ck(cudaMalloc((void **)&src[k], bytes), "cudaMalloc");
@@ -751,8 +764,9 @@ static int producer(const char *ini, int to_consumer, int from_consumer)
     for (uint32_t j = 0; j < PROC_BLOCKS; j++)
       ids[i][j] = proc_block(i, j);
     snprintf(keys[i], sizeof(keys[i]), "img%u", i);
-    e[i] = (ecc_save_entry_t){keys[i], (uint64_t)(uintptr_t)(dev + (uint64_t)i * PROC_BLOCKS * PROC_BS),
-                            (uint64_t)PROC_BLOCKS * PROC_BS, ids[i], PROC_BLOCKS};
+    e[i] = (ecc_save_entry_t){keys[i],
+                              (uint64_t)(uintptr_t)(dev + (uint64_t)i * PROC_BLOCKS * PROC_BS),
+                              (uint64_t)PROC_BLOCKS * PROC_BS, ids[i], PROC_BLOCKS};
   }
   if (ecc_save(c, e, PROC_ENTRIES) != ECC_OK || ecc_flush(c, NULL) != ECC_OK ||
       child_poll(c, PROC_ENTRIES) != 0)
@@ -777,8 +791,8 @@ static int consumer(const char *ini, int from_producer, int to_producer)
     return 21;
   const uint64_t bytes = (uint64_t)PROC_ENTRIES * PROC_BLOCKS * PROC_BS;
   uint8_t *host = malloc(bytes), *want = malloc(bytes), *dev = NULL;
-  if (cudaMalloc((void **)&dev, bytes) != cudaSuccess || cudaMemset(dev, POISON, bytes) != cudaSuccess ||
-      cudaDeviceSynchronize() != cudaSuccess)
+  if (cudaMalloc((void **)&dev, bytes) != cudaSuccess ||
+      cudaMemset(dev, POISON, bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
     return 22;
   ecc_load_entry_t l[PROC_ENTRIES];
   uint32_t ids[PROC_ENTRIES][PROC_BLOCKS];
@@ -786,8 +800,8 @@ static int consumer(const char *ini, int from_producer, int to_producer)
     for (uint32_t j = 0; j < PROC_BLOCKS; j++)
       ids[i][j] = proc_block(i, j);
     l[i] = (ecc_load_entry_t){100 + i, ids[i], PROC_BLOCKS,
-                            (uint64_t)(uintptr_t)(dev + (uint64_t)i * PROC_BLOCKS * PROC_BS),
-                            (uint64_t)PROC_BLOCKS * PROC_BS};
+                              (uint64_t)(uintptr_t)(dev + (uint64_t)i * PROC_BLOCKS * PROC_BS),
+                              (uint64_t)PROC_BLOCKS * PROC_BS};
   }
   if (ecc_load(c, l, PROC_ENTRIES, NULL) != ECC_OK || child_poll(c, PROC_ENTRIES) != 0)
     return 23;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * criterion_arena.c - linked into the test programs of ThreadSanitizer
  * builds only, so that Criterion can start under TSan at all.

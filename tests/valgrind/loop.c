@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * loop.c - open/use/close cycles of the real plugin through the shim. Each
  * cycle opens a connector from an INI file, saves, flushes and polls one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * copy_kernels.cu - the gather (region -> device) and scatter (device ->
  * region) kernel of the CUDA engine: one warp per copy task, reading the task
@@ -20,8 +21,8 @@
 /* Copies n units of T: lane-interleaved so a warp's accesses are contiguous,
  * all U loads of a round issued before the stores. */
 template <typename T, int U>
-__device__ __forceinline__ void copy_units(const T *__restrict__ s, T *__restrict__ d,
-                                           uint64_t n, unsigned lane)
+__device__ __forceinline__ void copy_units(const T *__restrict__ s, T *__restrict__ d, uint64_t n,
+                                           unsigned lane)
 {
   for (uint64_t base = 0; base < n; base += (uint64_t)WARP * U) {
     T r[U];
@@ -44,8 +45,8 @@ __device__ __forceinline__ void copy_units(const T *__restrict__ s, T *__restric
  * the source has the same alignment (the caller picked T for that). Head and
  * tail bytes, fewer than sizeof(T) <= 16 of each, take one lane per byte. */
 template <typename T, int U>
-__device__ __forceinline__ void copy_aligned(const unsigned char *s, unsigned char *d,
-                                             uint64_t len, unsigned lane)
+__device__ __forceinline__ void copy_aligned(const unsigned char *s, unsigned char *d, uint64_t len,
+                                             unsigned lane)
 {
   const uint64_t w = sizeof(T);
   uint64_t head = (w - ((uintptr_t)d & (w - 1))) & (w - 1);
@@ -66,8 +67,7 @@ __device__ __forceinline__ void copy_aligned(const unsigned char *s, unsigned ch
  * Only the 16-byte path, the one that carries the traffic, keeps 8 loads in
  * flight per lane; the rare narrow ones keep 2, which holds the kernel's
  * registers (and so what it takes from the SMs it shares) down. */
-__device__ __forceinline__ void copy_task(uint64_t src, uint64_t dst, uint64_t len,
-                                          unsigned lane)
+__device__ __forceinline__ void copy_task(uint64_t src, uint64_t dst, uint64_t len, unsigned lane)
 {
   const unsigned char *s = reinterpret_cast<const unsigned char *>(src);
   unsigned char *d = reinterpret_cast<unsigned char *>(dst);
@@ -88,8 +88,8 @@ __device__ __forceinline__ void copy_task(uint64_t src, uint64_t dst, uint64_t l
  * fetch 32 of those task records at once, so the latency of reading the list
  * from host memory is paid once per 32 tasks; shuffles hand them round. */
 __global__ void __launch_bounds__(ECC_COPY_THREADS)
-ecc_copy_kernel(const uint64_t *__restrict__ src, const uint64_t *__restrict__ dst,
-                const uint64_t *__restrict__ len, uint32_t n, int to_host)
+    ecc_copy_kernel(const uint64_t *__restrict__ src, const uint64_t *__restrict__ dst,
+                    const uint64_t *__restrict__ len, uint32_t n, int to_host)
 {
   const unsigned lane = threadIdx.x & (WARP - 1);
   const uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cuda_engine.h - pieces of the CUDA engine shared between its C files and
  * the copy kernels: the engine state, the pinning and batched-copy helpers,
@@ -6,8 +7,8 @@
 #ifndef ECC_CUDA_ENGINE_H
 #define ECC_CUDA_ENGINE_H
 
-#include <stdbool.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,8 +33,8 @@ struct region;
  * `ctas` CTAs of `stream`. The arrays must be readable by the device (mapped
  * pinned memory). `to_host` adds a system-scope fence after the writes.
  * Returns the launch's cudaError_t. */
-int ecc_copy_launch(const uint64_t *src, const uint64_t *dst, const uint64_t *len,
-                    uint32_t n, unsigned ctas, int to_host, cudaStream_t stream);
+int ecc_copy_launch(const uint64_t *src, const uint64_t *dst, const uint64_t *len, uint32_t n,
+                    unsigned ctas, int to_host, cudaStream_t stream);
 
 /* cudaSuccess when the copy kernel has code for the current device. */
 int ecc_copy_kernel_check(void);
@@ -48,8 +49,8 @@ void *cuda_driver_fn(const char *name, unsigned version);
 /* ---- batched copy call resolved from the driver (dma.c) ---- */
 
 struct dma_api {
-  void *batch;      /* cuMemcpyBatchAsync, or NULL when the driver lacks it */
-  int batch_abi;    /* 13000: no failIdx argument; 12080: with failIdx */
+  void *batch;        /* cuMemcpyBatchAsync, or NULL when the driver lacks it */
+  int batch_abi;      /* 13000: no failIdx argument; 12080: with failIdx */
   void *error_string; /* cuGetErrorString, for the text of a failed batch */
 };
 
@@ -76,16 +77,16 @@ struct pin_chunk {
 struct pin_state {
   struct pin_chunk *chunks; /* registered ranges, in address order */
   size_t n_chunks;
-  uint64_t bytes;           /* bytes registered */
-  uint64_t ns;              /* time spent registering */
-  bool device_view_ok;      /* kernels may use the host addresses as they are */
+  uint64_t bytes;      /* bytes registered */
+  uint64_t ns;         /* time spent registering */
+  bool device_view_ok; /* kernels may use the host addresses as they are */
 };
 
 /* Register the region's blocks with the driver (the engine's device must be
  * current). Returns 0, or -1 with a reason in why (nothing left registered,
  * sticky error cleared). */
-int pin_region(struct region *r, struct pin_state *out, struct ecc_log *log,
-               char *why, size_t why_cap);
+int pin_region(struct region *r, struct pin_state *out, struct ecc_log *log, char *why,
+               size_t why_cap);
 /* Unregister everything pin_region registered; errors are logged. */
 void unpin_region(struct pin_state *p, struct ecc_log *log);
 

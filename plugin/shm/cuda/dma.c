@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dma.c - the copy-engine method: one cuMemcpyBatchAsync per transfer,
  * found in the driver at run time so that a driver without it still loads
@@ -17,13 +18,13 @@ _Static_assert(sizeof(size_t) == sizeof(uint64_t), "size_t is 64-bit");
 /* The two signatures the driver has exported: CUDA 13 dropped failIdx. The
  * headers of 13 map the plain name onto the newer one, so both are spelled
  * out here and picked by the version the driver answers for. */
-typedef CUresult (*batch_v13_fn)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
-                                 size_t count, CUmemcpyAttributes *attrs, size_t *attr_idxs,
-                                 size_t n_attrs, CUstream stream);
+typedef CUresult (*batch_v13_fn)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                                 CUmemcpyAttributes *attrs, size_t *attr_idxs, size_t n_attrs,
+                                 CUstream stream);
 typedef CUresult (*error_string_fn)(CUresult rc, const char **text);
-typedef CUresult (*batch_v12_fn)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
-                                 size_t count, CUmemcpyAttributes *attrs, size_t *attr_idxs,
-                                 size_t n_attrs, size_t *fail_idx, CUstream stream);
+typedef CUresult (*batch_v12_fn)(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                                 CUmemcpyAttributes *attrs, size_t *attr_idxs, size_t n_attrs,
+                                 size_t *fail_idx, CUstream stream);
 #endif
 
 void dma_resolve(struct dma_api *api)
@@ -42,8 +43,8 @@ void dma_resolve(struct dma_api *api)
 #endif
 }
 
-static int copy_each(const uint64_t *src, const uint64_t *dst, const uint64_t *len,
-                     size_t count, cudaStream_t stream, const char **err_text)
+static int copy_each(const uint64_t *src, const uint64_t *dst, const uint64_t *len, size_t count,
+                     cudaStream_t stream, const char **err_text)
 {
   for (size_t i = 0; i < count; i++) {
     cudaError_t rc = cudaMemcpyAsync((void *)(uintptr_t)dst[i], (const void *)(uintptr_t)src[i],
@@ -66,7 +67,8 @@ static int copy_batch(const struct dma_api *api, const uint64_t *src, const uint
   memset(&attr, 0, sizeof(attr));
   /* A save reads device memory the compute stream just wrote: stream order.
    * A load reads region blocks nothing in the stream writes: any order. */
-  attr.srcAccessOrder = to_host ? CU_MEMCPY_SRC_ACCESS_ORDER_STREAM : CU_MEMCPY_SRC_ACCESS_ORDER_ANY;
+  attr.srcAccessOrder =
+      to_host ? CU_MEMCPY_SRC_ACCESS_ORDER_STREAM : CU_MEMCPY_SRC_ACCESS_ORDER_ANY;
   size_t attr_idx = 0;
   CUdeviceptr *d = (CUdeviceptr *)(uintptr_t)dst;
   CUdeviceptr *s = (CUdeviceptr *)(uintptr_t)src;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine_cuda.c - the CUDA engine: device and context handling, the pinned
  * region, per-direction streams and pooled events, and the per-batch choice
@@ -32,12 +33,12 @@ typedef CUresult (*ctx_set_fn)(CUcontext ctx);
 
 /* A transfer's events, pooled. */
 struct cuda_slot {
-  cudaEvent_t gate;      /* recorded on the host's stream, waited on by ours */
+  cudaEvent_t gate; /* recorded on the host's stream, waited on by ours */
   cudaEvent_t start, end;
-  int failed;            /* ECC_OK, or the copy call's failure to report */
-  uint64_t uses;         /* times acquired: tells a later submit whether the
+  int failed;      /* ECC_OK, or the copy call's failure to report */
+  uint64_t uses;   /* times acquired: tells a later submit whether the
                             end event still belongs to the transfer it knew */
-  uint64_t *tasks;       /* pinned src[cap] dst[cap] len[cap] of split descriptors */
+  uint64_t *tasks; /* pinned src[cap] dst[cap] len[cap] of split descriptors */
   size_t task_cap;
   struct cuda_slot *next;     /* free list */
   struct cuda_slot *all_next; /* every slot, for destroy */
@@ -50,8 +51,8 @@ struct cuda_engine {
   ctx_set_fn ctx_set;
   struct ecc_log *log;
   struct copy_policy policy; /* the method per batch, and each direction's last submit */
-  unsigned max_ctas;     /* min(engine.max_sms, SMs of the device) */
-  int priority;          /* of the kernel streams: the highest, so copies get SMs soon */
+  unsigned max_ctas;         /* min(engine.max_sms, SMs of the device) */
+  int priority;              /* of the kernel streams: the highest, so copies get SMs soon */
   /* By direction, a stream for the kernel and one for copy-engine batches.
    * Per direction, not per transfer: on the H200 a stream that had carried
    * batches of one direction and then carried the other made the two
@@ -61,8 +62,8 @@ struct cuda_engine {
   cudaStream_t dma_stream[3];
   struct pin_state pin;
   struct dma_api dma;
-  struct pin_pool pins;  /* descriptor arrays and task lists */
-  pthread_mutex_t lock;  /* free slots */
+  struct pin_pool pins; /* descriptor arrays and task lists */
+  pthread_mutex_t lock; /* free slots */
   struct cuda_slot *free_slots;
   struct cuda_slot *all_slots;
   /* By direction: the slot of the transfer submitted last, and its uses
@@ -324,10 +325,12 @@ static void run_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct t
   const char *name = config_method_name(p->method);
   if (rc != 0) {
     s->failed = ECC_ERR_TRANSFER;
-    log_msg(ce->log, ECC_LOG_ERROR, "cuda: %s of %zu descriptors (%" PRIu64 " bytes) by %s failed: %s",
+    log_msg(ce->log, ECC_LOG_ERROR,
+            "cuda: %s of %zu descriptors (%" PRIu64 " bytes) by %s failed: %s",
             to_host ? "save" : "load", d->count, d->bytes, name, why);
   } else if (debug_on(ce)) {
-    log_msg(ce->log, ECC_LOG_DEBUG, "cuda: %s of %zu descriptors (%" PRIu64 " bytes): method=%s sms=%u",
+    log_msg(ce->log, ECC_LOG_DEBUG,
+            "cuda: %s of %zu descriptors (%" PRIu64 " bytes): method=%s sms=%u",
             to_host ? "save" : "load", d->count, d->bytes, name, p->ctas);
   }
 }
@@ -425,7 +428,8 @@ static int cuda_order_after(struct engine *e, struct transfer_view *t, void *str
     (void)cudaGetLastError();
   ctx_leave(ce, &g);
   if (rc != cudaSuccess)
-    return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: the compute stream cannot wait for the load: %s",
+    return log_fail(ce->log, ECC_ERR_DEVICE,
+                    "cuda: the compute stream cannot wait for the load: %s",
                     cudaGetErrorString(rc));
   return ECC_OK;
 }
@@ -522,15 +526,15 @@ static void cuda_destroy(struct engine *e)
 }
 
 static const struct engine_ops cuda_ops = {
-  .name = "cuda",
-  .submit = cuda_submit,
-  .order_after = cuda_order_after,
-  .query = cuda_query,
-  .wait = cuda_wait,
-  .release = cuda_release,
-  .desc_alloc = cuda_desc_alloc,
-  .desc_free = cuda_desc_free,
-  .destroy = cuda_destroy,
+    .name = "cuda",
+    .submit = cuda_submit,
+    .order_after = cuda_order_after,
+    .query = cuda_query,
+    .wait = cuda_wait,
+    .release = cuda_release,
+    .desc_alloc = cuda_desc_alloc,
+    .desc_free = cuda_desc_free,
+    .destroy = cuda_destroy,
 };
 
 /* The device to use: engine.device, or the caller's current one. */
@@ -572,7 +576,8 @@ static int setup_pinning(struct cuda_engine *ce, const struct plugin_config *cfg
   char why[256];
   if (pin_region(r, &ce->pin, ce->log, why, sizeof(why)) != 0) {
     if (cfg->pin == PIN_ON)
-      return log_fail(ce->log, ECC_ERR_DEVICE, "pinning.enabled = on: cannot pin %s: %s", r->path, why);
+      return log_fail(ce->log, ECC_ERR_DEVICE, "pinning.enabled = on: cannot pin %s: %s", r->path,
+                      why);
     log_msg(ce->log, ECC_LOG_WARN, "cuda: could not pin %s (%s); transfers still work but slower",
             r->path, why);
     snprintf(state, cap, "not pinned (registration failed)");
@@ -594,7 +599,8 @@ static int setup_method(struct cuda_engine *ce, const struct plugin_config *cfg,
     (void)cudaGetLastError();
   if (cfg->method == METHOD_KERNEL && !kernel_ok) {
     if (cfg->pin == PIN_OFF)
-      return log_fail(ce->log, ECC_ERR_CONFIG, "engine.method = kernel needs the region pinned, "
+      return log_fail(ce->log, ECC_ERR_CONFIG,
+                      "engine.method = kernel needs the region pinned, "
                       "but pinning.enabled = off");
     log_msg(ce->log, ECC_LOG_WARN, "cuda: the kernel method is not usable here (%s); using dma",
             code != cudaSuccess ? cudaGetErrorString((cudaError_t)code)
@@ -640,8 +646,8 @@ static int setup_device(struct cuda_engine *ce, const struct plugin_config *cfg,
 static int warm_slots(struct cuda_engine *ce)
 {
   for (int d = ECC_DIR_SAVE; d <= ECC_DIR_LOAD; d++) {
-    cudaError_t rc = cudaStreamCreateWithPriority(&ce->kernel_stream[d], cudaStreamNonBlocking,
-                                                  ce->priority);
+    cudaError_t rc =
+        cudaStreamCreateWithPriority(&ce->kernel_stream[d], cudaStreamNonBlocking, ce->priority);
     if (rc == cudaSuccess)
       rc = cudaStreamCreateWithFlags(&ce->dma_stream[d], cudaStreamNonBlocking);
     if (rc != cudaSuccess) {

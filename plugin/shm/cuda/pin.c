@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pin.c - registration of this process's mapping of the region with the GPU
  * driver (page-locked and mapped, so copy engines and kernels reach it), in
@@ -121,14 +122,14 @@ static int register_chunks(struct region *r, struct pin_state *p, char *why, siz
   }
   for (uint64_t off = 0; off < total; off += chunk) {
     size_t len = (size_t)(total - off < chunk ? total - off : chunk);
-    cudaError_t rc = cudaHostRegister(base + off, len,
-                                      cudaHostRegisterMapped | cudaHostRegisterPortable);
+    cudaError_t rc =
+        cudaHostRegister(base + off, len, cudaHostRegisterMapped | cudaHostRegisterPortable);
     if (rc != cudaSuccess) {
       /* A failed registration leaves an error that the next unrelated
        * runtime call would otherwise report. */
       (void)cudaGetLastError();
-      snprintf(why, why_cap, "cudaHostRegister of %zu bytes at offset %" PRIu64 " failed: %s",
-               len, off, cudaGetErrorString(rc));
+      snprintf(why, why_cap, "cudaHostRegister of %zu bytes at offset %" PRIu64 " failed: %s", len,
+               off, cudaGetErrorString(rc));
       return -1;
     }
     p->chunks[p->n_chunks].base = base + off;
@@ -159,8 +160,8 @@ int pin_region(struct region *r, struct pin_state *out, struct ecc_log *log, cha
   }
   out->device_view_ok = check_device_view(out);
   double gib = (double)out->bytes / (double)(1ull << 30);
-  log_msg(log, ECC_LOG_INFO, "cuda: pinned %.3f GiB of %s in %.3f s (%.3f s/GiB, %zu chunk%s)",
-          gib, r->path, (double)out->ns / 1e9, gib > 0 ? (double)out->ns / 1e9 / gib : 0.0,
+  log_msg(log, ECC_LOG_INFO, "cuda: pinned %.3f GiB of %s in %.3f s (%.3f s/GiB, %zu chunk%s)", gib,
+          r->path, (double)out->ns / 1e9, gib > 0 ? (double)out->ns / 1e9 / gib : 0.0,
           out->n_chunks, out->n_chunks == 1 ? "" : "s");
   return 0;
 }
