@@ -180,7 +180,7 @@ typedef struct ecc_completion_v1 {
   uint32_t direction;        /* ECC_DIR_SAVE or ECC_DIR_LOAD */
   int32_t status;            /* ECC_OK, or ECC_ERR_TRANSFER / ECC_ERR_DEVICE if the copy failed,
                               * or ECC_ERR_REGION if the region file was removed, replaced or
-                              * truncated before the completion was polled */
+                              * truncated before poll began to report this batch */
   uint64_t transfer_id;      /* loads: the id given to load(); saves: 0 */
   uint64_t batch;            /* sequence number of the batched transfer, per direction, from 1 */
   uint64_t nbytes;           /* bytes of this entry that the copy moved */

@@ -56,7 +56,7 @@ load-nbytes-capacity @@ plugin/shm/*.c @@ rec[i].nbytes = bytes; @@ rec[i].nbyte
 direction-fixed @@ plugin/shm/*.c @@ out->direction = (uint32_t)t->view.direction; @@ out->direction = ECC_DIR_SAVE;
 save-transfer-id @@ plugin/shm/*.c @@ out->transfer_id = 0; @@ out->transfer_id = rec->id;
 load-key-stale @@ plugin/shm/*.c @@ out->key[0] = '\0'; @@
-region-dead-not-reported @@ plugin/shm/*.c @@ out->status = t->status == ECC_OK && region_dead ? ECC_ERR_REGION : t->status; @@ out->status = t->status;
+region-dead-not-reported @@ plugin/shm/*.c @@ t->status = ECC_ERR_REGION;\n    dir_stats @@ dir_stats
 order-in-batch @@ plugin/shm/*.c @@ report(t, &t->done[t->next_report++], @@ report(t, &t->done[t->n_done - 1 - t->next_report++],
 loads-overwrite-saves @@ plugin/shm/*.c @@ n += drain(c, &c->loads, out + n, cap - n, &checked); @@ n += drain(c, &c->loads, out, cap - n, &checked);
 loads-before-saves @@ plugin/shm/*.c @@ size_t n = drain(c, &c->saves, out, cap, &checked);\n  n += drain(c, &c->loads, out + n, cap - n, &checked); @@ size_t n = drain(c, &c->loads, out, cap, &checked);\n  n += drain(c, &c->saves, out + n, cap - n, &checked);

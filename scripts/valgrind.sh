@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Runs the shim's open/use/close loop (tests/valgrind/loop.c) under valgrind
-# memcheck: every cycle loads the plugin, moves an entry both ways and
-# unloads it. Fails on any memory error or leak, or on a file left behind.
+# memcheck: every cycle opens a connector, moves an entry both ways and
+# closes it. Fails on any memory error or leak, or on a file left behind.
 # Usage: scripts/valgrind.sh [BUILD_DIR] [CYCLES]   (defaults: build/, 1000)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -67,24 +67,31 @@ static int head_finished(struct conn *c, struct transfer *t)
   return 1;
 }
 
-/* Before a poll reports its first completion: whether the region is still
- * the file others share. Once it is not, no copy through it is reported as
- * a success (done_lock held). */
-static void check_region_once(struct conn *c, int *checked)
+/* Before a finished transfer's first entry is reported: whether the region
+ * is still the file others share, asked at most once per poll. A copy that
+ * went through a region found dead fails as a whole, and is counted so, so
+ * that the stats agree with the completions (done_lock held). Entries of a
+ * transfer already judged keep its verdict: its copy landed in the live
+ * file, as did those reported before the region went. */
+static void judge_region(struct conn *c, struct transfer *t, bool *checked)
 {
-  if (*checked || c->region_dead)
+  if (t->next_report != 0 || t->status != ECC_OK)
     return;
-  *checked = 1;
-  if (region_check(&c->region, &c->log) != ECC_OK)
-    c->region_dead = 1;
+  if (!*checked && !c->region_dead) {
+    *checked = true;
+    c->region_dead = region_check(&c->region, &c->log) != ECC_OK;
+  }
+  if (c->region_dead) {
+    t->status = ECC_ERR_REGION;
+    dir_stats(c, t->view.direction)->failed++;
+  }
 }
 
 /* The caller's record for one entry of a finished transfer. */
-static void report(const struct transfer *t, const struct done_rec *rec, bool region_dead,
-                   ecc_completion_v1_t *out)
+static void report(const struct transfer *t, const struct done_rec *rec, ecc_completion_v1_t *out)
 {
   out->direction = (uint32_t)t->view.direction;
-  out->status = t->status == ECC_OK && region_dead ? ECC_ERR_REGION : t->status;
+  out->status = t->status;
   out->batch = t->batch;
   out->nbytes = rec->nbytes;
   out->elapsed_ns = t->elapsed_ns;
@@ -99,19 +106,16 @@ static void report(const struct transfer *t, const struct done_rec *rec, bool re
 }
 
 /* Up to cap completions of the finished transfers at the head of f, in
- * order (done_lock held). A copy that went through a region found dead is
- * reported failed, and counted so: the stats agree with the completions. */
+ * order (done_lock held). */
 static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1_t *out, size_t cap,
-                    int *checked)
+                    bool *checked)
 {
   size_t n = 0;
   while (n < cap && f->head != NULL && head_finished(c, f->head)) {
     struct transfer *t = f->head;
-    check_region_once(c, checked);
-    if (c->region_dead && t->status == ECC_OK && t->next_report == 0)
-      dir_stats(c, t->view.direction)->failed++;
+    judge_region(c, t, checked);
     while (n < cap && t->next_report < t->n_done)
-      report(t, &t->done[t->next_report++], c->region_dead, &out[n++]);
+      report(t, &t->done[t->next_report++], &out[n++]);
     if (t->next_report == t->n_done)
       transfer_put_locked(c, fifo_pop(f));
   }
@@ -124,7 +128,7 @@ int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_ou
     *n_out = 0;
   if (n_out == NULL || (out == NULL && cap > 0))
     return log_fail(&c->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
-  int checked = 0;
+  bool checked = false;
   conn_lock(c, &c->done_lock);
   size_t n = drain(c, &c->saves, out, cap, &checked);
   n += drain(c, &c->loads, out + n, cap - n, &checked);

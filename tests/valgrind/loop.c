@@ -2,8 +2,9 @@
 /*
  * loop.c - open/use/close cycles of the real plugin through the shim. Each
  * cycle opens a connector from an INI file, saves, flushes and polls one
- * small entry, loads it back, checks the bytes and closes (which unloads the
- * plugin). Afterwards no region file, descriptor or thread may be left.
+ * small entry, loads it back, checks the bytes and closes (the plugin stays
+ * loaded once it has made a connector). Afterwards no region file,
+ * descriptor or thread may be left.
  * ctest runs it plainly; scripts/valgrind.sh runs it under memcheck.
  * Usage: ecc_open_loop [CYCLES]   (default 1000)
  */
