@@ -99,7 +99,7 @@ static int header_allows(const struct region_header *h, const struct region_para
 {
   return memcmp(h->magic, REGION_MAGIC, sizeof(h->magic)) == 0 &&
          h->layout_version == REGION_LAYOUT_VERSION && h->header_bytes == REGION_HEADER_BYTES &&
-         h->block_size == p->block_size && h->num_blocks == p->num_blocks &&
+         h->dir_bytes == 0 && h->block_size == p->block_size && h->num_blocks == p->num_blocks &&
          h->file_bytes == REGION_HEADER_BYTES + p->block_size * p->num_blocks &&
          file_size >= h->file_bytes && !(flags & (F_SPARSE | F_GROUP_W));
 }

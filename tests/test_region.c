@@ -530,10 +530,15 @@ Test(region, other_layout_version_is_rejected)
 {
   const char *name = uniq();
   struct region_header h = th_region_header(64, 8);
-  h.layout_version = 2;
+  /* The layout before the directory area, and one from the future. */
+  h.layout_version = 1;
   write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 8, 0600);
   struct region_params p = params(name, 64, 8, REGION_JOIN, 1000);
-  expect_region_error(&p, "layout version 2");
+  expect_region_error(&p, "has layout version 1; this connector reads version 2");
+  cr_assert_eq(unlink(path_of(name)), 0);
+  h.layout_version = 3;
+  write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 8, 0600);
+  expect_region_error(&p, "has layout version 3; this connector reads version 2");
 }
 
 Test(region, hand_made_valid_file_is_joined)
@@ -886,4 +891,144 @@ Test(region, file_size_limit_fails_with_efbig_and_leaves_nothing)
   cr_assert_not_null(strstr(text, strerror(EFBIG)), "%s", text);
   cr_assert_not_null(strstr(text, path_of(name)), "%s", text);
   cr_assert_eq(th_count_entries(tdir), 0, "a failed create left a file behind");
+}
+
+/* ---- the directory area -------------------------------------------------- */
+
+struct format_call {
+  int calls;
+  uint64_t bytes;
+  int rc;
+};
+
+static int format_pattern(void *arg, uint8_t *mem, uint64_t bytes, struct ecc_log *log)
+{
+  (void)log;
+  struct format_call *f = arg;
+  f->calls++;
+  f->bytes = bytes;
+  if (f->rc == ECC_OK)
+    fill(mem, (size_t)bytes, 9);
+  return f->rc;
+}
+
+static struct region_params with_dir(struct region_params p, uint64_t bytes, struct format_call *f)
+{
+  p.dir_bytes = bytes;
+  p.dir_format = format_pattern;
+  p.dir_arg = f;
+  return p;
+}
+
+Test(region, directory_area_is_whole_pages_formatted_before_anyone_joins)
+{
+  const char *name = uniq();
+  struct format_call f = {0, 0, ECC_OK}, g = {0, 0, ECC_OK};
+  struct region_params pc = with_dir(params(name, 256, 16, REGION_CREATE, 1000), 5000, &f);
+  struct region_params pj = with_dir(params(name, 256, 16, REGION_JOIN, 1000), 5000, &g);
+  struct region a, b;
+  cr_assert_eq(region_open(&pc, &a, &tlog), ECC_OK, "%s", th_log_last(&tlog));
+  cr_assert_eq(f.calls, 1);
+  cr_assert_eq(f.bytes, 8192, "5000 bytes round up to two pages, not %llu",
+               (unsigned long long)f.bytes);
+  cr_assert_eq(a.dir, a.map + REGION_HEADER_BYTES);
+  cr_assert_eq(a.dir_bytes, 8192);
+  cr_assert_eq(a.blocks, a.map + REGION_HEADER_BYTES + 8192);
+  cr_assert_eq(a.map_bytes, REGION_HEADER_BYTES + 8192 + 256 * 16);
+  const struct region_header *h = (const void *)a.map;
+  cr_assert_eq(h->dir_bytes, 8192);
+  cr_assert_eq(h->header_bytes, REGION_HEADER_BYTES + 8192);
+  cr_assert_eq(h->file_bytes, REGION_HEADER_BYTES + 8192 + 256 * 16);
+
+  cr_assert_eq(region_open(&pj, &b, &tlog), ECC_OK, "%s", th_log_last(&tlog));
+  cr_assert_eq(g.calls, 0, "a joiner formatted the directory again");
+  cr_assert_eq(b.dir_bytes, 8192);
+  cr_assert(check_fill(b.dir, 8192, 9), "the joiner does not see the formatted directory");
+  fill(a.blocks, 256 * 16, 4);
+  cr_assert(check_fill(b.blocks, 256 * 16, 4), "blocks and directory overlap or differ");
+  cr_assert(check_fill(b.dir, 8192, 9), "writing the blocks touched the directory");
+  region_close(&b, &tlog);
+  region_close(&a, &tlog);
+}
+
+Test(region, region_without_a_directory_has_none)
+{
+  const char *name = uniq();
+  struct region_params p = params(name, 64, 8, REGION_CREATE, 1000);
+  struct region r;
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_OK, "%s", th_log_last(&tlog));
+  cr_assert_null(r.dir);
+  cr_assert_eq(r.dir_bytes, 0);
+  cr_assert_eq(((const struct region_header *)r.map)->dir_bytes, 0);
+  region_close(&r, &tlog);
+}
+
+Test(region, joiner_with_another_directory_is_refused_naming_both)
+{
+  const char *name = uniq();
+  struct format_call f = {0, 0, ECC_OK}, g = {0, 0, ECC_OK};
+  struct region_params pc = with_dir(params(name, 64, 8, REGION_CREATE, 1000), 4096, &f);
+  struct region a;
+  cr_assert_eq(region_open(&pc, &a, &tlog), ECC_OK, "%s", th_log_last(&tlog));
+  struct region_params bigger = with_dir(params(name, 64, 8, REGION_JOIN, 200), 8192, &g);
+  expect_region_error(&bigger, "directory area of 4096 bytes but this connector is configured "
+                               "for 8192 (its size or its table sizes differ)");
+  struct region_params none = params(name, 64, 8, REGION_JOIN, 200);
+  expect_region_error(&none, "configured for 0 (a region with a directory and one without");
+  cr_assert_eq(g.calls, 0);
+  region_close(&a, &tlog);
+
+  /* And the other way round: a directory expected where there is none. */
+  struct region_params plain = params(name, 64, 8, REGION_CREATE, 1000);
+  cr_assert_eq(region_open(&plain, &a, &tlog), ECC_OK, "%s", th_log_last(&tlog));
+  struct region_params want = with_dir(params(name, 64, 8, REGION_JOIN, 200), 4096, &g);
+  expect_region_error(&want, "directory area of 0 bytes but this connector is configured for 4096");
+  region_close(&a, &tlog);
+}
+
+Test(region, failed_format_leaves_nothing_behind)
+{
+  const char *name = uniq();
+  struct format_call f = {0, 0, ECC_ERR_NOMEM};
+  struct region_params p = with_dir(params(name, 64, 8, REGION_AUTO, 1000), 4096, &f);
+  struct region r;
+  int fds = th_count_fds();
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_NOMEM);
+  cr_assert_eq(f.calls, 1);
+  cr_assert_eq(r.fd, -1);
+  cr_assert_null(r.map);
+  cr_assert_eq(th_count_fds(), fds, "a failed format leaked a descriptor");
+  cr_assert_eq(th_count_entries(tdir), 0, "a failed format left a file behind");
+}
+
+Test(region, directory_area_needs_a_formatter_and_a_bound)
+{
+  const char *name = uniq();
+  struct region r;
+  struct region_params p = params(name, 64, 8, REGION_AUTO, 1000);
+  p.dir_bytes = 4096;
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_INVALID);
+  cr_assert_not_null(strstr(th_log_last(&tlog), "with a formatter"), "%s", th_log_last(&tlog));
+  struct format_call f = {0, 0, ECC_OK};
+  p = with_dir(params(name, 64, 8, REGION_AUTO, 1000), REGION_DIR_MAX_BYTES + 1, &f);
+  cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_INVALID);
+  cr_assert_eq(f.calls, 0);
+  cr_assert_eq(th_count_entries(tdir), 0);
+}
+
+Test(region, header_with_a_forged_directory_area_is_rejected)
+{
+  const char *name = uniq();
+  struct region_header h = th_region_header(64, 8);
+  h.dir_bytes = 100; /* not whole pages */
+  h.header_bytes = REGION_HEADER_BYTES + 100;
+  h.file_bytes = h.header_bytes + 64 * 8;
+  write_file(path_of(name), &h, (off_t)h.file_bytes, 0600);
+  struct region_params p = params(name, 64, 8, REGION_JOIN, 1000);
+  expect_region_error(&p, "with a 100-byte directory area");
+  cr_assert_eq(unlink(path_of(name)), 0);
+  h = th_region_header(64, 8);
+  h.dir_bytes = 4096; /* the blocks would overlap it */
+  write_file(path_of(name), &h, REGION_HEADER_BYTES + 4096 + 64 * 8, 0600);
+  expect_region_error(&p, "declares a 4096-byte header with a 4096-byte directory area");
 }

@@ -71,6 +71,18 @@ static int layout_bytes(uint64_t bs, uint64_t nb, uint64_t hb, uint64_t *total)
   return 0;
 }
 
+/* Where the blocks start: the header page, then the directory area in
+ * whole pages, so that blocks stay page-aligned. */
+static uint64_t dir_area_bytes(uint64_t dir_bytes)
+{
+  return (dir_bytes + REGION_HEADER_BYTES - 1) / REGION_HEADER_BYTES * REGION_HEADER_BYTES;
+}
+
+static uint64_t header_bytes_for(uint64_t dir_bytes)
+{
+  return REGION_HEADER_BYTES + dir_area_bytes(dir_bytes);
+}
+
 /* Whether `name` in the directory is still the file dev/ino. */
 static int names_file(int dirfd, const char *name, dev_t dev, ino_t ino)
 {
@@ -117,7 +129,11 @@ static int prepare(const struct region_params *p, struct region *out, uint64_t *
     return log_fail(log, ECC_ERR_CONFIG,
                     "region %s: 0 blocks (region.size is smaller than one %llu-byte block)", path,
                     (unsigned long long)p->block_size);
-  if (layout_bytes(p->block_size, p->num_blocks, REGION_HEADER_BYTES, total) != 0)
+  if (p->dir_bytes > REGION_DIR_MAX_BYTES || (p->dir_bytes > 0 && p->dir_format == NULL))
+    return log_fail(log, ECC_ERR_INVALID,
+                    "region %s: a directory area of %llu bytes (at most %llu, with a formatter)",
+                    path, (unsigned long long)p->dir_bytes, REGION_DIR_MAX_BYTES);
+  if (layout_bytes(p->block_size, p->num_blocks, header_bytes_for(p->dir_bytes), total) != 0)
     return log_fail(log, ECC_ERR_CONFIG,
                     "region %s: %llu blocks of %llu bytes are too large for one file", path,
                     (unsigned long long)p->num_blocks, (unsigned long long)p->block_size);
@@ -154,12 +170,15 @@ static int map_file(int fd, uint64_t bytes, uint8_t **map, const char *path, str
 static void fill_out(struct region *out, int fd, const struct stat *st, uint8_t *map,
                      uint64_t total, const struct region_params *p, bool creator)
 {
+  uint64_t area = dir_area_bytes(p->dir_bytes);
   out->fd = fd;
   out->dev = st->st_dev;
   out->ino = st->st_ino;
   out->map = map;
   out->map_bytes = (size_t)total;
-  out->blocks = map + REGION_HEADER_BYTES;
+  out->dir = area > 0 ? map + REGION_HEADER_BYTES : NULL;
+  out->dir_bytes = area;
+  out->blocks = map + REGION_HEADER_BYTES + area;
   out->block_size = p->block_size;
   out->num_blocks = p->num_blocks;
   out->creator = creator;
@@ -210,7 +229,8 @@ static void write_header(uint8_t *map, const struct region_params *p, uint64_t t
   struct timespec ts;
   memset(&h, 0, sizeof(h));
   h.layout_version = REGION_LAYOUT_VERSION;
-  h.header_bytes = REGION_HEADER_BYTES;
+  h.header_bytes = (uint32_t)header_bytes_for(p->dir_bytes);
+  h.dir_bytes = dir_area_bytes(p->dir_bytes);
   h.block_size = p->block_size;
   h.num_blocks = p->num_blocks;
   h.file_bytes = total;
@@ -268,6 +288,10 @@ static int build_file(int fd, const struct region *r, const char *tmp,
     rc = map_file(fd, total, map, r->path, log);
   if (rc == ECC_OK)
     rc = prefault(*map, (size_t)total, r->path, log);
+  /* The directory is formatted before the header names the file finished:
+   * a joiner that sees the magic sees a formatted directory. */
+  if (rc == ECC_OK && p->dir_bytes > 0)
+    rc = p->dir_format(p->dir_arg, *map + REGION_HEADER_BYTES, dir_area_bytes(p->dir_bytes), log);
   if (rc == ECC_OK) {
     write_header(*map, p, total);
     rc = publish(r, tmp, log);
@@ -506,9 +530,13 @@ static int check_header(const struct region_header *h, off_t size, const char *p
     return log_fail(log, ECC_ERR_REGION,
                     "region %s has layout version %u; this connector reads version %u", path,
                     (unsigned)h->layout_version, (unsigned)REGION_LAYOUT_VERSION);
-  if (h->header_bytes != REGION_HEADER_BYTES)
-    return log_fail(log, ECC_ERR_REGION, "region %s declares a %u-byte header, expected %u", path,
-                    (unsigned)h->header_bytes, REGION_HEADER_BYTES);
+  if (h->dir_bytes > REGION_DIR_MAX_BYTES || h->dir_bytes != dir_area_bytes(h->dir_bytes) ||
+      h->header_bytes != header_bytes_for(h->dir_bytes))
+    return log_fail(log, ECC_ERR_REGION,
+                    "region %s declares a %u-byte header with a %llu-byte directory area; "
+                    "expected a %u-byte header page and an area of whole pages",
+                    path, (unsigned)h->header_bytes, (unsigned long long)h->dir_bytes,
+                    REGION_HEADER_BYTES);
   if (layout_bytes(h->block_size, h->num_blocks, h->header_bytes, &want) != 0 ||
       want != h->file_bytes)
     return log_fail(log, ECC_ERR_REGION,
@@ -527,8 +555,18 @@ static int check_header(const struct region_header *h, off_t size, const char *p
 static int check_layout(const struct region_header *h, const struct region_params *p,
                         const char *path, struct ecc_log *log)
 {
-  if (h->block_size == p->block_size && h->num_blocks == p->num_blocks)
+  if (h->block_size == p->block_size && h->num_blocks == p->num_blocks &&
+      h->dir_bytes == dir_area_bytes(p->dir_bytes))
     return ECC_OK;
+  if (h->dir_bytes != dir_area_bytes(p->dir_bytes))
+    return log_fail(log, ECC_ERR_REGION,
+                    "region %s has a directory area of %llu bytes but this connector is "
+                    "configured for %llu (%s)",
+                    path, (unsigned long long)h->dir_bytes,
+                    (unsigned long long)dir_area_bytes(p->dir_bytes),
+                    h->dir_bytes == 0 || p->dir_bytes == 0 ? "a region with a directory and "
+                                                             "one without cannot be shared"
+                                                           : "its size or its table sizes differ");
   return log_fail(log, ECC_ERR_REGION,
                   "region %s has %llu blocks of %llu bytes but this connector is "
                   "configured for %llu blocks of %llu bytes",

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * region.h - the shared host region: a file on a tmpfs made of one header
- * page and `num_blocks` blocks of `block_size` bytes, mapped MAP_SHARED.
+ * page, an optional directory area (the cache's index, formatted by its
+ * builder) and `num_blocks` blocks of `block_size` bytes, mapped MAP_SHARED.
  *
  * One process at a time builds it under a fixed temporary name and links it
  * into place, so a complete header is all anyone can ever see; joiners
@@ -32,14 +33,17 @@ enum region_mode {
 };
 
 #define REGION_MAGIC "ECCREGN1"
-#define REGION_LAYOUT_VERSION 1
+/* 2: the directory area after the header page (dir_bytes, 0 for none). */
+#define REGION_LAYOUT_VERSION 2
 #define REGION_HEADER_BYTES 4096u
+/* The directory area is a whole number of pages, at most this many bytes. */
+#define REGION_DIR_MAX_BYTES (1ull << 30)
 
 /* The header page at offset 0 of the file. Fixed-width fields only. */
 struct region_header {
   char magic[8];           /* REGION_MAGIC */
   uint32_t layout_version; /* REGION_LAYOUT_VERSION */
-  uint32_t header_bytes;   /* REGION_HEADER_BYTES: blocks start here */
+  uint32_t header_bytes;   /* REGION_HEADER_BYTES + dir_bytes: blocks start here */
   uint64_t block_size;     /* bytes per block */
   uint64_t num_blocks;     /* blocks in the file */
   uint64_t file_bytes;     /* header_bytes + block_size * num_blocks */
@@ -47,6 +51,7 @@ struct region_header {
   uint32_t creator_uid;    /* its user */
   uint32_t reserved;
   int64_t created_unix_ns; /* when it was created */
+  uint64_t dir_bytes;      /* bytes of the directory area after the header page; 0: none */
 };
 
 struct region_params {
@@ -59,6 +64,12 @@ struct region_params {
   bool reap_orphans;        /* unlink unheld region files: this one's at each open, the
                              * directory's once per process */
   bool any_filesystem;      /* dir need not be a tmpfs */
+  uint64_t dir_bytes;       /* directory area (rounded up to pages); 0: none */
+  /* Formats the directory area of a region being built, before anyone can
+   * see it: ECC_OK, or an error that abandons the build. Required when
+   * dir_bytes > 0. */
+  int (*dir_format)(void *arg, uint8_t *mem, uint64_t bytes, struct ecc_log *log);
+  void *dir_arg;
 };
 
 struct region {
@@ -70,7 +81,9 @@ struct region {
   ino_t ino;
   uint8_t *map; /* whole file mapping */
   size_t map_bytes;
-  uint8_t *blocks; /* map + header_bytes */
+  uint8_t *dir;       /* the directory area, or NULL */
+  uint64_t dir_bytes; /* its bytes (whole pages); 0 without one */
+  uint8_t *blocks;    /* map + header_bytes */
   uint64_t block_size;
   uint64_t num_blocks;
   bool creator; /* this process built the file */
