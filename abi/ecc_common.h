@@ -28,7 +28,7 @@ extern "C" {
   X(ECC_ERR_INVALID, -1, "bad argument: NULL pointer, empty or over-long key, zero size")       \
   X(ECC_ERR_RANGE, -2, "block id past the region, or data larger than its blocks")              \
   X(ECC_ERR_ROLE, -3, "save on a consumer, or load on a producer")                              \
-  X(ECC_ERR_BUSY, -4, "the in-flight bound is reached: poll, then retry")                       \
+  X(ECC_ERR_BUSY, -4, "in-flight bound reached, or no room in the directory: poll, then retry") \
   X(ECC_ERR_CONFIG, -5, "unknown configuration key or bad value")                               \
   X(ECC_ERR_INCOMPATIBLE, -6, "ABI version not supported, or a plugin that breaks the ABI")     \
   X(ECC_ERR_REGION, -7, "shared region foreign, truncated, unsafe, of another layout, or gone") \
@@ -67,7 +67,8 @@ typedef enum ecc_log_level {
   X(ECC_CAP_LOAD, 1, "load")               \
   X(ECC_CAP_HOST_ENGINE, 2, "host-engine") \
   X(ECC_CAP_CUDA_ENGINE, 3, "cuda-engine") \
-  X(ECC_CAP_STATS, 4, "stats")
+  X(ECC_CAP_STATS, 4, "stats")             \
+  X(ECC_CAP_DIRECTORY, 5, "directory")
 
 enum ecc_cap {
 #define ECC_CAP_ENUM(name, bit, text) name = 1u << (bit),
@@ -78,7 +79,10 @@ enum ecc_cap {
  * ECC_CAP_LOAD:        implements the consumer side
  * ECC_CAP_HOST_ENGINE: can copy to and from host memory (no GPU needed)
  * ECC_CAP_CUDA_ENGINE: built with the CUDA engine (a GPU may still be absent)
- * ECC_CAP_STATS:       the stats function is implemented */
+ * ECC_CAP_STATS:       the stats function is implemented
+ * ECC_CAP_DIRECTORY:   implements the directory functions of ABI 1.1 (reserve,
+ *                      lookup, ...); a handle answers them only when its region
+ *                      has a directory */
 
 /* Which direction a completion belongs to: X(name, value, text). */
 #define ECC_DIR_MAP(X)       \
@@ -91,6 +95,25 @@ enum ecc_dir {
 #undef ECC_DIR_ENUM
 };
 /* ECC_DIR_SAVE: device -> region; ECC_DIR_LOAD: region -> device. */
+
+/* The states of a directory entry as reserve, lookup and list report them:
+ * X(name, value, text). */
+#define ECC_ENTRY_STATE_MAP(X)         \
+  X(ECC_ENTRY_ABSENT, 0, "absent")     \
+  X(ECC_ENTRY_RESERVED, 1, "reserved") \
+  X(ECC_ENTRY_WRITING, 2, "writing")   \
+  X(ECC_ENTRY_READY, 3, "ready")
+
+enum ecc_entry_state {
+#define ECC_ENTRY_STATE_ENUM(name, value, text) name = value,
+  ECC_ENTRY_STATE_MAP(ECC_ENTRY_STATE_ENUM)
+#undef ECC_ENTRY_STATE_ENUM
+};
+/* ECC_ENTRY_ABSENT:   lookup: not there, or not ready yet
+ * ECC_ENTRY_RESERVED: reserve: blocks are reserved for the caller to write;
+ *                     list: a reservation being written
+ * ECC_ENTRY_WRITING:  reserve: another reservation of the key is being written
+ * ECC_ENTRY_READY:    written and published: lookups find it */
 
 /* Longest key (content hash string) in bytes, without the terminating NUL. */
 #define ECC_KEY_MAX 127

@@ -25,5 +25,11 @@ typedef ecc_completion_v1_t ecc_completion_t;
 typedef ecc_dir_stats_v1_t ecc_dir_stats_t;
 typedef ecc_stats_v1_t ecc_stats_t;
 typedef ecc_info_v1_t ecc_info_t;
+typedef ecc_extent_v1_t ecc_extent_t;
+typedef ecc_entry_v1_t ecc_entry_t;
+typedef ecc_save_reserved_v1_t ecc_save_reserved_t;
+typedef ecc_load_pinned_v1_t ecc_load_pinned_t;
+typedef ecc_listed_v1_t ecc_listed_t;
+typedef ecc_directory_stats_v1_t ecc_directory_stats_t;
 
 #endif /* ECC_PLUGIN_H */

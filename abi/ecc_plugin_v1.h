@@ -109,7 +109,8 @@ extern "C" {
 #endif
 
 #define ECC_ABI_V1_MAJOR 1
-#define ECC_ABI_V1_MINOR 0
+/* 1: the directory (reserve, save_reserved, lookup, load_pinned, ...). */
+#define ECC_ABI_V1_MINOR 1
 /* Name of the exported table (type ecc_plugin_v1_t). */
 #define ECC_PLUGIN_V1_SYMBOL "ecc_plugin_v1"
 
@@ -214,6 +215,110 @@ typedef struct ecc_dir_stats_v1 {
   uint64_t hist[ECC_HIST_BUCKETS]; /* transfers by size (bucket bounds above) */
 } ecc_dir_stats_v1_t;
 
+/*
+ * The directory (minor 1)
+ * -----------------------
+ * A region may carry a directory: the cache's index, shared by every
+ * process attached to the region. It knows which key lives in which blocks,
+ * allocates blocks for new entries (one contiguous run whenever it can, so
+ * an entry is one copy descriptor), evicts whole entries when room is short,
+ * and pins entries while they are read. The host then keeps no allocator,
+ * no index and no side channel of its own:
+ *
+ *   producer: reserve(key, nbytes)     READY or WRITING: skip the encoder;
+ *                                      RESERVED: a token and the blocks
+ *             save_reserved(token, src), flush, poll -> the key's completion;
+ *                                      a successful copy publishes the entry
+ *                                      (lookups find it from then on), a
+ *                                      failed one frees its blocks
+ *   consumer: lookup(keys, ranks)      READY: a pin token and the blocks
+ *             load_pinned(id, pin, dst), poll -> the id's completion; each
+ *                                      polled completion releases one rank
+ *
+ *   an entry:  reserved --copy done--> ready <--lookup--> pinned (ranks > 0)
+ *                 |                      |
+ *             failed copy,          evicted when room is short and it is
+ *             abort, owner died     neither pinned nor recently used; or removed
+ *                 v                      v
+ *               (free)                 (free)
+ *
+ * Tokens are plain numbers, never 0, valid in every process attached to the
+ * region (a scheduler may reserve or look up, and hand the token to the
+ * workers that copy). A token names one incarnation of an entry: once the
+ * entry is gone, its token is refused (ECC_ERR_CLOSED) and never names
+ * another, so a stale token cannot deliver another key's bytes. A
+ * reservation belongs to the process that made it, and a pin to the one
+ * that looked it up: when that process dies they are reclaimed by the next
+ * process that needs the room. On a region with a directory, save and load
+ * by block ids are accepted only for blocks of a live reservation (save)
+ * or a pinned entry (load); any other block is ECC_ERR_RANGE naming it.
+ */
+
+/* Runs of blocks one entry may have (one when the directory can). */
+#define ECC_ENTRY_MAX_EXTENTS 8
+
+/* A run of consecutive blocks. */
+typedef struct ecc_extent_v1 {
+  uint32_t first_block; /* first block id */
+  uint32_t n_blocks;    /* >= 1 */
+} ecc_extent_v1_t;
+
+/* An entry as reserve and lookup report it. */
+typedef struct ecc_entry_v1 {
+  int32_t state;      /* ECC_ENTRY_* (ecc_common.h) */
+  uint32_t n_extents; /* extents in use: 1..ECC_ENTRY_MAX_EXTENTS; 0 when ABSENT */
+  uint64_t token;     /* reserve, RESERVED: the reservation; lookup, READY: the pin; else 0 */
+  uint64_t nbytes;    /* the entry's bytes, as reserved; 0 when ABSENT */
+  ecc_extent_v1_t extents[ECC_ENTRY_MAX_EXTENTS]; /* the entry's blocks, in entry order */
+} ecc_entry_v1_t;
+
+/* One reserved entry to save: `nbytes` at device address `src`. */
+typedef struct ecc_save_reserved_v1 {
+  uint64_t token;  /* from reserve (RESERVED) */
+  uint64_t src;    /* device (or, with the host engine, host) address */
+  uint64_t nbytes; /* the reserved size exactly */
+} ecc_save_reserved_v1_t;
+
+/* One pinned entry to load into device address `dst`. */
+typedef struct ecc_load_pinned_v1 {
+  uint64_t transfer_id;  /* the host's id for this dispatch; reported back by poll */
+  uint64_t token;        /* from lookup (READY) */
+  uint64_t dst;          /* device (or host) address written by the copy */
+  uint64_t dst_capacity; /* bytes writable at dst: at least the entry's nbytes */
+} ecc_load_pinned_v1_t;
+
+/* One live entry as list reports it. */
+typedef struct ecc_listed_v1 {
+  char key[ECC_KEY_MAX + 1]; /* NUL-terminated */
+  int32_t state;             /* ECC_ENTRY_RESERVED or ECC_ENTRY_READY */
+  uint32_t pins;             /* live pins */
+  uint64_t nbytes;           /* as reserved */
+  uint32_t n_blocks;         /* blocks it occupies */
+  uint32_t n_extents;        /* runs they form */
+  uint64_t age_ns;           /* since it was reserved */
+  uint64_t idle_ns;          /* since it was last reserved or looked up */
+} ecc_listed_v1_t;
+
+/* The directory's counters (all 0 on a region without one). The first five
+ * are levels, the rest count since the region was made. */
+typedef struct ecc_directory_stats_v1 {
+  uint64_t entries;          /* reserved or ready */
+  uint64_t blocks_used;      /* blocks of those entries */
+  uint64_t blocks_free;      /* blocks of no entry */
+  uint64_t largest_free_run; /* longest run of free blocks */
+  uint64_t pins_live;        /* pins not yet released */
+  uint64_t reservations;     /* reserve calls that reserved */
+  uint64_t dedup_hits;       /* reserve calls that found the key (ready or being written) */
+  uint64_t lookups;          /* keys looked up */
+  uint64_t hits;             /* of those, found ready */
+  uint64_t misses;           /* of those, not */
+  uint64_t evictions;        /* entries evicted to make room */
+  uint64_t removals;         /* entries removed by key */
+  uint64_t pins;             /* pins taken */
+  uint64_t reclaimed;        /* reservations and pins of dead processes freed */
+  uint64_t full;             /* reserve calls refused for want of room */
+} ecc_directory_stats_v1_t;
+
 /* Statistics of one handle since create. The caller sets struct_size. */
 typedef struct ecc_stats_v1 {
   uint32_t struct_size;    /* in: sizeof(ecc_stats_v1_t) as the caller compiled it */
@@ -222,6 +327,8 @@ typedef struct ecc_stats_v1 {
   ecc_dir_stats_v1_t load; /* region -> device */
   uint64_t saves_skipped;  /* saves ignored because this rank is not the save rank */
   uint64_t pin_ns;         /* time spent pinning the region (0 if not pinned) */
+  /* minor 1 */
+  ecc_directory_stats_v1_t directory; /* the region's directory, shared by all its users */
 } ecc_stats_v1_t;
 
 /* What a handle is using. The caller sets struct_size. */
@@ -342,6 +449,74 @@ typedef struct ecc_plugin_v1 {
   /* describe: the region and engine in use (see "Structs the host fills"
    * above). Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
   int (*describe)(ecc_handle_t h, ecc_info_v1_t *out);
+
+  /* ---- minor 1: the directory (see "The directory" above). A plugin
+   * sets ECC_CAP_DIRECTORY when it implements these; a handle whose region
+   * has no directory answers each of them ECC_ERR_UNSUPPORTED. ---- */
+
+  /* reserve: the key is there (*out READY or WRITING: nothing to write;
+   * READY marks it used), or ceil(nbytes / block_size) blocks are reserved
+   * for it (*out RESERVED, with the token and the blocks). Room is made by
+   * evicting ready, unpinned entries, least recently used first (or an
+   * approximation of that order); when even that cannot make room, nothing
+   * is evicted and the call returns ECC_ERR_BUSY. Producer or both only.
+   * Returns ECC_OK, ECC_ERR_INVALID (key, nbytes 0, out NULL),
+   * ECC_ERR_RANGE (more blocks than the region has), ECC_ERR_ROLE,
+   * ECC_ERR_BUSY, ECC_ERR_CLOSED, ECC_ERR_REGION, ECC_ERR_UNSUPPORTED. */
+  int (*reserve)(ecc_handle_t h, const char *key, uint64_t nbytes, ecc_entry_v1_t *out);
+
+  /* save_reserved: queue `n` reserved entries for this step's flush, as save
+   * does (same rules for src, n == 0, save rank, and checking every entry
+   * first). Each completion carries the key; the entry is published when
+   * its copy has completed and the completion is polled, never before; a
+   * failed copy frees the reservation. A token may be saved once.
+   * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_RANGE (nbytes is not the
+   * reserved size), ECC_ERR_ROLE, ECC_ERR_NOMEM, ECC_ERR_CLOSED (a token
+   * that names no live reservation: never made, published, freed or
+   * reclaimed; or a closed handle), ECC_ERR_REGION, ECC_ERR_UNSUPPORTED. */
+  int (*save_reserved)(ecc_handle_t h, const ecc_save_reserved_v1_t *entries, size_t n);
+
+  /* abort_reserved: give a reservation up before it is saved; its blocks are
+   * free again. Returns ECC_OK, ECC_ERR_CLOSED (stale token or closed
+   * handle), ECC_ERR_BUSY (its save is in flight: poll first),
+   * ECC_ERR_UNSUPPORTED. */
+  int (*abort_reserved)(ecc_handle_t h, uint64_t token);
+
+  /* lookup: for each of `n` keys, out[i] is READY (found; marked used and
+   * pinned for `ranks` releases: one per load_pinned completion polled, or
+   * per unpin) or ABSENT. `keys` and the strings are read during the call.
+   * Returns ECC_OK, ECC_ERR_INVALID (NULL or bad key, ranks 0),
+   * ECC_ERR_ROLE (a producer), ECC_ERR_BUSY (no free pin: no pin of the
+   * call is kept), ECC_ERR_CLOSED, ECC_ERR_REGION, ECC_ERR_UNSUPPORTED. */
+  int (*lookup)(ecc_handle_t h, const char *const *keys, size_t n, uint32_t ranks,
+                ecc_entry_v1_t *out);
+
+  /* load_pinned: copy `n` pinned entries in ONE batched transfer, as load
+   * does (same stream rules, dst lifetime and ordering). The pin is checked
+   * when the call is made: an entry can no longer change under a live pin.
+   * Polling a completion releases one rank of its pin, also on failure.
+   * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_RANGE (dst_capacity below the
+   * entry's bytes), ECC_ERR_ROLE, ECC_ERR_BUSY, ECC_ERR_DEVICE,
+   * ECC_ERR_NOMEM, ECC_ERR_CLOSED (a pin already released, or a closed
+   * handle), ECC_ERR_REGION, ECC_ERR_UNSUPPORTED. */
+  int (*load_pinned)(ecc_handle_t h, const ecc_load_pinned_v1_t *entries, size_t n,
+                     void *compute_stream);
+
+  /* unpin: release one rank of a pin without loading (an entry the host
+   * decided not to read). Returns ECC_OK, ECC_ERR_CLOSED (stale pin or
+   * closed handle), ECC_ERR_UNSUPPORTED. */
+  int (*unpin)(ecc_handle_t h, uint64_t token);
+
+  /* remove: drop a ready entry by key. Returns ECC_OK, ECC_ERR_INVALID,
+   * ECC_ERR_RANGE (no such entry), ECC_ERR_BUSY (pinned, or being
+   * written), ECC_ERR_CLOSED, ECC_ERR_UNSUPPORTED. */
+  int (*remove)(ecc_handle_t h, const char *key);
+
+  /* list: up to `cap` live entries from *cursor on (start with 0), their
+   * count in *n_out, and *cursor advanced; *n_out 0 at the end. Entries
+   * may come and go between calls: each call is consistent on its own.
+   * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED, ECC_ERR_UNSUPPORTED. */
+  int (*list)(ecc_handle_t h, uint64_t *cursor, ecc_listed_v1_t *out, size_t cap, size_t *n_out);
 } ecc_plugin_v1_t;
 
 #ifdef __cplusplus

@@ -90,8 +90,7 @@ static int refuse_forked(ecc_connector_t *c)
 
 /* ---- errors the shim finds in a plugin's answers ---- */
 
-__attribute__((format(printf, 3, 4))) static int shim_fail(ecc_connector_t *c, int code,
-                                                           const char *fmt, ...)
+int shim_fail(ecc_connector_t *c, int code, const char *fmt, ...)
 {
   char text[sizeof(c->shim_err)];
   va_list ap;
@@ -108,7 +107,7 @@ __attribute__((format(printf, 3, 4))) static int shim_fail(ecc_connector_t *c, i
 
 /* A status of the closed set passes; anything else is the plugin's fault. A
  * plugin error makes the plugin's own text the most recent one again. */
-static int checked(ecc_connector_t *c, const char *what, int raw)
+int shim_checked(ecc_connector_t *c, const char *what, int raw)
 {
   if (raw == ECC_OK)
     return ECC_OK;
@@ -127,7 +126,7 @@ static int checked(ecc_connector_t *c, const char *what, int raw)
 
 /* Counting in before looking at `closing` (both sequentially consistent)
  * means ecc_close either sees this call or this call sees it closing. */
-static int enter(ecc_connector_t *c)
+int shim_enter(ecc_connector_t *c)
 {
   if (in_forked_child(c))
     return refuse_forked(c);
@@ -139,7 +138,7 @@ static int enter(ecc_connector_t *c)
   return ECC_OK;
 }
 
-static void leave(ecc_connector_t *c)
+void shim_leave(ecc_connector_t *c)
 {
   atomic_fetch_sub(&c->inside, 1);
 }
@@ -164,11 +163,11 @@ ECC_API int ecc_save(ecc_connector_t *c, const ecc_save_entry_t *entries, size_t
 {
   if (c == NULL)
     return ECC_ERR_INVALID;
-  int rc = enter(c);
+  int rc = shim_enter(c);
   if (rc != ECC_OK)
     return rc;
-  rc = checked(c, "save", c->plugin.ops.save(c->handle, entries, n));
-  leave(c);
+  rc = shim_checked(c, "save", c->plugin.ops.save(c->handle, entries, n));
+  shim_leave(c);
   return rc;
 }
 
@@ -176,11 +175,11 @@ ECC_API int ecc_flush(ecc_connector_t *c, void *compute_stream)
 {
   if (c == NULL)
     return ECC_ERR_INVALID;
-  int rc = enter(c);
+  int rc = shim_enter(c);
   if (rc != ECC_OK)
     return rc;
-  rc = checked(c, "flush", c->plugin.ops.flush(c->handle, compute_stream));
-  leave(c);
+  rc = shim_checked(c, "flush", c->plugin.ops.flush(c->handle, compute_stream));
+  shim_leave(c);
   return rc;
 }
 
@@ -189,11 +188,11 @@ ECC_API int ecc_load(ecc_connector_t *c, const ecc_load_entry_t *entries, size_t
 {
   if (c == NULL)
     return ECC_ERR_INVALID;
-  int rc = enter(c);
+  int rc = shim_enter(c);
   if (rc != ECC_OK)
     return rc;
-  rc = checked(c, "load", c->plugin.ops.load(c->handle, entries, n, compute_stream));
-  leave(c);
+  rc = shim_checked(c, "load", c->plugin.ops.load(c->handle, entries, n, compute_stream));
+  shim_leave(c);
   return rc;
 }
 
@@ -220,11 +219,11 @@ ECC_API int ecc_poll(ecc_connector_t *c, ecc_completion_t *out, size_t cap, size
   if (c == NULL || n_out == NULL)
     return ECC_ERR_INVALID;
   *n_out = 0;
-  int rc = enter(c);
+  int rc = shim_enter(c);
   if (rc != ECC_OK)
     return rc;
   size_t n = 0;
-  rc = checked(c, "poll", c->plugin.ops.poll(c->handle, out, cap, &n));
+  rc = shim_checked(c, "poll", c->plugin.ops.poll(c->handle, out, cap, &n));
   if (rc == ECC_OK && n > cap)
     rc = shim_fail(c, ECC_ERR_INCOMPATIBLE,
                    "plugin '%s' reported %zu completions from poll into room for %zu; "
@@ -234,7 +233,7 @@ ECC_API int ecc_poll(ecc_connector_t *c, ecc_completion_t *out, size_t cap, size
     rc = check_records(c, out, n);
   if (rc == ECC_OK)
     *n_out = n;
-  leave(c);
+  shim_leave(c);
   return rc;
 }
 
@@ -254,7 +253,7 @@ ECC_API int ecc_close(ecc_connector_t *c)
   /* The plugin's threads and mappings are gone once shutdown returns, and
    * the loader keeps its code mapped, so unloading afterwards is safe
    * whatever shutdown returned. */
-  int rc = checked(c, "shutdown", c->plugin.ops.shutdown(c->handle));
+  int rc = shim_checked(c, "shutdown", c->plugin.ops.shutdown(c->handle));
   plugin_unload(&c->plugin);
   shim_connector_free(c);
   return rc;
@@ -264,14 +263,14 @@ ECC_API int ecc_get_stats(ecc_connector_t *c, ecc_stats_t *out)
 {
   if (c == NULL)
     return ECC_ERR_INVALID;
-  int rc = enter(c);
+  int rc = shim_enter(c);
   if (rc != ECC_OK)
     return rc;
   if (c->plugin.ops.stats == NULL)
     rc = ECC_ERR_UNSUPPORTED;
   else
-    rc = checked(c, "stats", c->plugin.ops.stats(c->handle, out));
-  leave(c);
+    rc = shim_checked(c, "stats", c->plugin.ops.stats(c->handle, out));
+  shim_leave(c);
   return rc;
 }
 
@@ -295,18 +294,18 @@ ECC_API int ecc_describe(ecc_connector_t *c, ecc_info_t *out)
 {
   if (c == NULL)
     return ECC_ERR_INVALID;
-  int rc = enter(c);
+  int rc = shim_enter(c);
   if (rc != ECC_OK)
     return rc;
   if (c->plugin.ops.describe == NULL) {
     rc = ECC_ERR_UNSUPPORTED;
   } else {
     uint32_t size = out != NULL ? out->struct_size : 0;
-    rc = checked(c, "describe", c->plugin.ops.describe(c->handle, out));
+    rc = shim_checked(c, "describe", c->plugin.ops.describe(c->handle, out));
     if (rc == ECC_OK)
       terminate_info(out, size);
   }
-  leave(c);
+  shim_leave(c);
   return rc;
 }
 
@@ -322,7 +321,7 @@ static int last_error_locked(ecc_connector_t *c, char *buf, size_t cap)
     return ECC_OK;
   if (c->plugin.ops.last_error == NULL)
     return ECC_ERR_UNSUPPORTED;
-  int rc = checked(c, "last_error", c->plugin.ops.last_error(c->handle, buf, cap));
+  int rc = shim_checked(c, "last_error", c->plugin.ops.last_error(c->handle, buf, cap));
   if (rc == ECC_OK && cap > 0)
     buf[cap - 1] = '\0';
   return rc;
@@ -337,10 +336,10 @@ ECC_API int ecc_last_error(ecc_connector_t *c, char *buf, size_t cap)
       forked_text(c, buf, cap);
     return refuse_forked(c);
   }
-  int rc = enter(c);
+  int rc = shim_enter(c);
   if (rc != ECC_OK)
     return rc;
   rc = last_error_locked(c, buf, cap);
-  leave(c);
+  shim_leave(c);
   return rc;
 }

@@ -319,6 +319,31 @@ static uint32_t min_u32(uint32_t a, uint32_t b)
   return a < b ? a : b;
 }
 
+/* The directory functions of minor 1, taken only from a table of minor 1
+ * or later that covers each one: a minor-0 table's bytes past describe are
+ * whatever followed it in the plugin's object. */
+static void v1_fill_directory(const ecc_plugin_v1_t *t, struct plugin_ops *ops)
+{
+  if (t->abi_minor < 1)
+    return;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, reserve))
+    ops->reserve = t->reserve;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, save_reserved))
+    ops->save_reserved = t->save_reserved;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, abort_reserved))
+    ops->abort_reserved = t->abort_reserved;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, lookup))
+    ops->lookup = t->lookup;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, load_pinned))
+    ops->load_pinned = t->load_pinned;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, unpin))
+    ops->unpin = t->unpin;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, remove))
+    ops->remove = t->remove;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, list))
+    ops->list = t->list;
+}
+
 static void v1_fill_ops(const ecc_plugin_v1_t *t, struct plugin_ops *ops)
 {
   *ops = (struct plugin_ops){
@@ -346,6 +371,7 @@ static void v1_fill_ops(const ecc_plugin_v1_t *t, struct plugin_ops *ops)
     ops->last_error = t->last_error;
   if (ECC_COVERS(t, ecc_plugin_v1_t, describe))
     ops->describe = t->describe;
+  v1_fill_directory(t, ops);
 }
 
 /* Every table version starts with abi_major, abi_minor and struct_size. */
@@ -460,6 +486,14 @@ static int functions_in_object(const struct plugin_ops *ops, const struct object
       {"stats", (uintptr_t)ops->stats},
       {"last_error", (uintptr_t)ops->last_error},
       {"describe", (uintptr_t)ops->describe},
+      {"reserve", (uintptr_t)ops->reserve},
+      {"save_reserved", (uintptr_t)ops->save_reserved},
+      {"abort_reserved", (uintptr_t)ops->abort_reserved},
+      {"lookup", (uintptr_t)ops->lookup},
+      {"load_pinned", (uintptr_t)ops->load_pinned},
+      {"unpin", (uintptr_t)ops->unpin},
+      {"remove", (uintptr_t)ops->remove},
+      {"list", (uintptr_t)ops->list},
   };
   for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
     if (fns[i].addr == 0 || in_object(m, (const void *)fns[i].addr, 1, PF_X))

@@ -37,6 +37,17 @@ struct plugin_ops {
   int (*stats)(ecc_handle_t h, ecc_stats_t *out);
   int (*last_error)(ecc_handle_t h, char *buf, size_t cap);
   int (*describe)(ecc_handle_t h, ecc_info_t *out);
+  /* minor 1: the directory */
+  int (*reserve)(ecc_handle_t h, const char *key, uint64_t nbytes, ecc_entry_t *out);
+  int (*save_reserved)(ecc_handle_t h, const ecc_save_reserved_t *entries, size_t n);
+  int (*abort_reserved)(ecc_handle_t h, uint64_t token);
+  int (*lookup)(ecc_handle_t h, const char *const *keys, size_t n, uint32_t ranks,
+                ecc_entry_t *out);
+  int (*load_pinned)(ecc_handle_t h, const ecc_load_pinned_t *entries, size_t n,
+                     void *compute_stream);
+  int (*unpin)(ecc_handle_t h, uint64_t token);
+  int (*remove)(ecc_handle_t h, const char *key);
+  int (*list)(ecc_handle_t h, uint64_t *cursor, ecc_listed_t *out, size_t cap, size_t *n_out);
 };
 
 struct loaded_plugin {

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shim_connector.h - the host library's connector object, shared by the file
- * that opens it (connector.c) and the file that guards and forwards every
- * call to its plugin (calls.c). Private to libecc-host.so.
+ * that opens it (open.c) and the files that guard and forward every call to
+ * its plugin (calls.c, directory_calls.c). Private to libecc-host.so.
  */
 #ifndef ECC_SHIM_CONNECTOR_H
 #define ECC_SHIM_CONNECTOR_H
@@ -37,5 +37,19 @@ void shim_connector_init(ecc_connector_t *c);
 /* Frees what shim_connector_init set up and c itself (the plugin must be
  * unloaded or never loaded). */
 void shim_connector_free(ecc_connector_t *c);
+
+/* The guard around each call (calls.c): shim_enter returns ECC_OK, or
+ * ECC_ERR_CLOSED for a closing connector or one inherited through fork, in
+ * which case shim_leave must not follow. */
+int shim_enter(ecc_connector_t *c);
+void shim_leave(ecc_connector_t *c);
+
+/* A plugin's status passes when it is of the closed set; any other value
+ * becomes ECC_ERR_INCOMPATIBLE naming the call `what`. */
+int shim_checked(ecc_connector_t *c, const char *what, int raw);
+
+/* Records and logs an error the shim found in a plugin's answer. */
+int shim_fail(ecc_connector_t *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif /* ECC_SHIM_CONNECTOR_H */

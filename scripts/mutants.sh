@@ -57,7 +57,7 @@ direction-fixed @@ plugin/shm/*.c @@ out->direction = (uint32_t)t->view.directio
 save-transfer-id @@ plugin/shm/*.c @@ out->transfer_id = 0; @@ out->transfer_id = rec->id;
 load-key-stale @@ plugin/shm/*.c @@ out->key[0] = '\0'; @@
 region-dead-not-reported @@ plugin/shm/*.c @@ t->status = ECC_ERR_REGION;\n    dir_stats @@ dir_stats
-order-in-batch @@ plugin/shm/*.c @@ report(t, &t->done[t->next_report++], @@ report(t, &t->done[t->n_done - 1 - t->next_report++],
+order-in-batch @@ plugin/shm/*.c @@ size_t i = t->next_report++; @@ size_t i = t->n_done - 1 - t->next_report++;
 loads-overwrite-saves @@ plugin/shm/*.c @@ n += drain(c, &c->loads, out + n, cap - n, &checked); @@ n += drain(c, &c->loads, out, cap - n, &checked);
 loads-before-saves @@ plugin/shm/*.c @@ size_t n = drain(c, &c->saves, out, cap, &checked);\n  n += drain(c, &c->loads, out + n, cap - n, &checked); @@ size_t n = drain(c, &c->loads, out, cap, &checked);\n  n += drain(c, &c->saves, out + n, cap - n, &checked);
 # Stats.
@@ -69,7 +69,7 @@ entries-as-transfers @@ plugin/shm/*.c @@ s->entries += t->n_done; @@ s->entries
 descriptors-as-entries @@ plugin/shm/*.c @@ s->descriptors += d->count; @@ s->descriptors += t->n_done;
 bytes-as-entries @@ plugin/shm/*.c @@ s->bytes += d->bytes; @@ s->bytes += t->n_done;
 dead-region-not-failed @@ plugin/shm/*.c @@ dir_stats(c, t->view.direction)->failed++; @@ (void)t;
-skipped-per-call @@ plugin/shm/*.c @@ c->stats.saves_skipped += n; @@ c->stats.saves_skipped++;
+skipped-per-call @@ plugin/shm/submit.c @@ c->stats.saves_skipped += n; @@ c->stats.saves_skipped++;
 save-rank-ignores-pcp @@ plugin/shm/*.c @@ c->save_rank = cfg->tp_rank == 0 && cfg->pcp_rank == 0; @@ c->save_rank = cfg->tp_rank == 0;
 # describe.
 describe-creator @@ plugin/shm/*.c @@ info.creator = (uint32_t)c->region.creator; @@ info.creator = (uint32_t)c->save_rank;
@@ -88,7 +88,7 @@ engine-names @@ plugin/shm/*.c @@ return choice_name(engines, N_OF(engines), eng
 dtype-bytes @@ plugin/shm/*.c @@ c->block_size = (uint64_t)h * (uint64_t)per; @@ c->block_size = (uint64_t)h * 2;
 tmpfs-into-reap @@ plugin/shm/*.c @@ N_OF(bools), &c->require_tmpfs, @@ N_OF(bools), &c->reap_orphans,
 # The plugin's table.
-caps-without-stats @@ plugin/shm/*.c @@ ECC_CAP_HOST_ENGINE | ECC_CAP_STATS) @@ ECC_CAP_HOST_ENGINE)
+caps-without-stats @@ plugin/shm/*.c @@ ECC_CAP_STATS | ECC_CAP_DIRECTORY) @@ ECC_CAP_DIRECTORY)
 params-one-short @@ plugin/shm/*.c @@ .n_params = CONFIG_N_PARAMS, @@ .n_params = CONFIG_N_PARAMS - 1,
 # The host library, eccctl and the shipped templates.
 log-level-shifted @@ host-shim/*.c @@ return (int)i; @@ return (int)i + 1;

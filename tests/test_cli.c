@@ -234,6 +234,51 @@ static const char *ini_value(const char *path, const char *section, const char *
   return value;
 }
 
+/* One save and one load by block ids, where the role allows each. */
+static void expect_block_role(ecc_connector_t *c, const char *ini, bool saves, bool loads)
+{
+  static uint8_t buf[16384];
+  uint32_t id = 0;
+  ecc_save_entry_t s = {"k", (uint64_t)(uintptr_t)buf, 1, &id, 1};
+  ecc_load_entry_t l = {1, &id, 1, (uint64_t)(uintptr_t)buf, sizeof(buf)};
+  int rc = ecc_save(c, &s, 1);
+  cr_expect_eq(rc, saves ? ECC_OK : ECC_ERR_ROLE, "%s: save returned %d", ini, rc);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  rc = ecc_load(c, &l, 1, NULL);
+  cr_expect_eq(rc, loads ? ECC_OK : ECC_ERR_ROLE, "%s: load returned %d", ini, rc);
+  ecc_completion_t done[2];
+  size_t want = (size_t)saves + (size_t)loads;
+  cr_expect_eq(th_poll_until(c, done, want, 5000), want, "%s", ini);
+}
+
+/* The same through the directory: reserve and save, look up and load. */
+static void expect_directory_role(ecc_connector_t *c, const char *ini, bool saves, bool loads)
+{
+  static uint8_t buf[16384];
+  ecc_entry_t e;
+  int rc = ecc_reserve(c, "k", 1, &e);
+  cr_expect_eq(rc, saves ? ECC_OK : ECC_ERR_ROLE, "%s: reserve returned %d", ini, rc);
+  if (rc == ECC_OK) {
+    ecc_save_reserved_t s = {e.token, (uint64_t)(uintptr_t)buf, 1};
+    cr_expect_eq(ecc_save_reserved(c, &s, 1), ECC_OK, "%s", ini);
+  }
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  if (saves) {
+    ecc_completion_t done;
+    cr_assert_eq(th_poll_until(c, &done, 1, 5000), 1, "%s", ini);
+  }
+  const char *keys[1] = {"k"};
+  rc = ecc_lookup(c, keys, 1, 1, &e);
+  cr_expect_eq(rc, loads ? ECC_OK : ECC_ERR_ROLE, "%s: lookup returned %d", ini, rc);
+  if (rc == ECC_OK && e.state == ECC_ENTRY_READY) {
+    ecc_load_pinned_t l = {1, e.token, (uint64_t)(uintptr_t)buf, sizeof(buf)};
+    cr_expect_eq(ecc_load_pinned(c, &l, 1, NULL), ECC_OK, "%s", ini);
+    ecc_completion_t done;
+    cr_expect_eq(th_poll_until(c, &done, 1, 5000), 1, "%s", ini);
+    cr_expect_eq(done.status, ECC_OK, "%s", ini);
+  }
+}
+
 /* A connector opened from the template (on a small region of its own, with
  * the host engine) is what the template says, and acts as it. */
 static void expect_effective_role(const char *ini, const char *role)
@@ -249,19 +294,11 @@ static void expect_effective_role(const char *ini, const char *role)
   char err[512] = "";
   cr_assert_eq(ecc_open(ini, &opt, &c, err, sizeof(err)), ECC_OK, "%s: %s", ini, err);
   cr_expect_str_eq(th_describe(c).role, role, "%s", ini);
-  static uint8_t buf[16384];
-  uint32_t id = 0;
-  ecc_save_entry_t s = {"k", (uint64_t)(uintptr_t)buf, 1, &id, 1};
-  ecc_load_entry_t l = {1, &id, 1, (uint64_t)(uintptr_t)buf, sizeof(buf)};
   bool saves = strcmp(role, "consumer") != 0, loads = strcmp(role, "producer") != 0;
-  int rc = ecc_save(c, &s, 1);
-  cr_expect_eq(rc, saves ? ECC_OK : ECC_ERR_ROLE, "%s: save returned %d", ini, rc);
-  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
-  rc = ecc_load(c, &l, 1, NULL);
-  cr_expect_eq(rc, loads ? ECC_OK : ECC_ERR_ROLE, "%s: load returned %d", ini, rc);
-  ecc_completion_t done[2];
-  size_t want = (size_t)saves + (size_t)loads;
-  cr_expect_eq(th_poll_until(c, done, want, 5000), want, "%s", ini);
+  if (strcmp(ini_value(ini, "directory", "enabled"), "true") == 0)
+    expect_directory_role(c, ini, saves, loads);
+  else
+    expect_block_role(c, ini, saves, loads);
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
 
@@ -540,4 +577,68 @@ Test(cli, demo_does_not_join_a_region_someone_else_uses)
   cr_assert(th_exists(o.path), "the demo removed a region it did not create");
   cr_assert_eq(ecc_close(mine), ECC_OK);
   cr_assert_not(th_exists(o.path));
+}
+
+/* ---- ls and stat: the directory of a live region ---- */
+
+#define DIR_BS 1024u
+#define DIR_NB 64u
+
+Test(cli, ls_and_stat_show_the_directory_of_a_live_region)
+{
+  const char *region = th_region_name();
+  const char *extra = "[directory]\nenabled = true\n";
+  ecc_connector_t *c = th_open("both", region, DIR_BS, DIR_NB, extra);
+  static uint8_t src[3 * DIR_BS];
+  ecc_entry_t e;
+  cr_assert_eq(ecc_reserve(c, "cli-ready", sizeof(src), &e), ECC_OK);
+  ecc_save_reserved_t s = {e.token, (uint64_t)(uintptr_t)src, sizeof(src)};
+  cr_assert_eq(ecc_save_reserved(c, &s, 1), ECC_OK);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_completion_t done;
+  cr_assert_eq(th_poll_until(c, &done, 1, 5000), 1);
+  cr_assert_eq(ecc_reserve(c, "cli-reserved", DIR_BS, &e), ECC_OK);
+
+  const char *ini = th_ini("both", region, DIR_BS, DIR_NB, extra);
+  struct run *r = cli("ls '%s'", ini);
+  cr_assert_eq(r->status, 0, "ls: %s", r->err);
+  cr_expect_not_null(strstr(r->out, "cli-ready"), "%s", r->out);
+  cr_expect_not_null(strstr(r->out, "cli-reserved"), "%s", r->out);
+  cr_expect_not_null(strstr(r->out, " ready "), "%s", r->out);
+  cr_expect_not_null(strstr(r->out, " reserved "), "%s", r->out);
+  cr_expect_not_null(strstr(r->out, "2 entries"), "%s", r->out);
+  r = cli("stat '%s'", ini);
+  cr_assert_eq(r->status, 0, "stat: %s", r->err);
+  cr_expect_eq(figure(r->out, "entries:"), 2, "%s", r->out);
+  cr_expect_eq(figure(r->out, "blocks used:"), 4, "%s", r->out);
+  cr_expect_eq(figure(r->out, "blocks free:"), DIR_NB - 4, "%s", r->out);
+  cr_expect_eq(figure(r->out, "reservations:"), 2, "%s", r->out);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(cli, ls_of_an_absent_region_fails_and_creates_nothing)
+{
+  const char *region = th_region_name();
+  const char *ini = th_ini("both", region, DIR_BS, DIR_NB, "[directory]\nenabled = true\n");
+  struct run *r = cli("ls '%s'", ini);
+  cr_assert_eq(r->status, 1);
+  cr_expect_not_null(strstr(r->err, region), "%s", r->err);
+  cr_assert(!th_exists(th_region_path(th_default_dir(), region)), "ls created the region");
+  r = cli("stat '%s'", ini);
+  cr_assert_eq(r->status, 1);
+  cr_assert(!th_exists(th_region_path(th_default_dir(), region)), "stat created the region");
+}
+
+Test(cli, ls_of_a_region_without_a_directory_says_so)
+{
+  const char *region = th_region_name();
+  ecc_connector_t *c = th_open("both", region, DIR_BS, DIR_NB, NULL);
+  const char *ini = th_ini("both", region, DIR_BS, DIR_NB, NULL);
+  struct run *r = cli("ls '%s'", ini);
+  cr_assert_eq(r->status, 1);
+  cr_expect_not_null(strstr(r->err, "has no directory"), "%s", r->err);
+  r = cli("stat '%s'", ini);
+  cr_assert_eq(r->status, 1);
+  cr_expect_not_null(strstr(r->err, "has no directory"), "%s", r->err);
+  cr_assert_eq(ecc_close(c), ECC_OK);
 }

@@ -97,8 +97,9 @@ Test(loader, good_plugin_forwards_every_call)
   char extra[256];
   snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n", trace);
   ecc_connector_t *c = open_ok(th_fixture_ini("good", extra));
-  cr_assert_eq(count_lines_with(trace, "create 1 minor 0 n_config 1 "), 1, "trace: %s",
-               th_read_file(trace));
+  char want[64];
+  snprintf(want, sizeof(want), "create 1 minor %d n_config 1 ", ECC_ABI_V1_MINOR);
+  cr_assert_eq(count_lines_with(trace, want), 1, "trace: %s", th_read_file(trace));
 
   uint32_t blocks[1] = {0};
   ecc_save_entry_t saves[2] = {{.key = "k-one", .nbytes = 1, .block_ids = blocks, .n_blocks = 1},
@@ -351,6 +352,58 @@ Test(loader, missing_optional_functions_are_unsupported)
   cr_assert_eq(ecc_get_stats(c, &st), ECC_ERR_UNSUPPORTED);
   cr_assert_eq(ecc_describe(c, &info), ECC_ERR_UNSUPPORTED);
   cr_assert_eq(ecc_last_error(c, buf, sizeof(buf)), ECC_ERR_UNSUPPORTED);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+/* Every directory call of ABI 1.1 on a connector whose plugin lacks it. */
+static void expect_no_directory(ecc_connector_t *c)
+{
+  ecc_entry_t e;
+  const char *keys[1] = {"k"};
+  ecc_save_reserved_t s = {1, 0x1000, 1};
+  ecc_load_pinned_t l = {1, 1, 0x1000, 1};
+  ecc_listed_t listed[1];
+  uint64_t cursor = 0;
+  size_t n = 7;
+  cr_expect_eq(ecc_reserve(c, "k", 1, &e), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_save_reserved(c, &s, 1), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_abort_reserved(c, 1), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_lookup(c, keys, 1, 1, &e), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_load_pinned(c, &l, 1, NULL), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_unpin(c, 1), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_remove(c, "k"), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_list(c, &cursor, listed, 1, &n), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(n, 0);
+}
+
+/* A plugin of ABI 1.0 keeps loading and working under a 1.1 host; the
+ * functions its table would hold past describe abort if the host took
+ * them. */
+Test(loader, plugin_of_minor_0_works_and_has_no_directory)
+{
+  const char *trace = th_trace_path();
+  char extra[256];
+  snprintf(extra, sizeof(extra), "[good]\ntrace = %s\n", trace);
+  ecc_connector_t *c = open_ok(th_fixture_ini("minor0", extra));
+  ecc_plugin_meta_t m;
+  cr_assert_eq(ecc_plugin_info(c, &m), ECC_OK);
+  cr_assert_eq(m.abi_minor, 0);
+  cr_assert_eq(m.negotiated_minor, 0);
+  cr_assert_eq(count_lines_with(trace, "create 1 minor 0 "), 1, "trace: %s", th_read_file(trace));
+  uint32_t block = 0;
+  ecc_save_entry_t s = {.key = "a", .src = 0x1000, .nbytes = 1, .block_ids = &block, .n_blocks = 1};
+  cr_assert_eq(ecc_save(c, &s, 1), ECC_OK);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_stats_t st = {.struct_size = sizeof(st)};
+  cr_assert_eq(ecc_get_stats(c, &st), ECC_OK);
+  expect_no_directory(c);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(loader, plugin_without_directory_functions_answers_unsupported)
+{
+  ecc_connector_t *c = open_ok(th_fixture_ini("good", NULL));
+  expect_no_directory(c);
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
 

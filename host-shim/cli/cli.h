@@ -18,10 +18,14 @@
 int cmd_info(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_stat(int argc, char **argv);
 
 void help_info(FILE *out);
 void help_check(FILE *out);
 void help_demo(FILE *out);
+void help_ls(FILE *out);
+void help_stat(FILE *out);
 
 /* Print "eccctl CMD: <message>" and the command's synopsis to stderr;
  * returns CLI_USAGE. */

@@ -7,6 +7,7 @@
 #ifndef ECC_CLI_DEMO_H
 #define ECC_CLI_DEMO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,7 +59,8 @@ struct demo_results {
 };
 
 /* Producer -> consumer messages. HELLO once the region exists, then one
- * ENTRY per saved entry followed by n_blocks uint32 block ids. */
+ * ENTRY per saved entry followed by n_blocks uint32 block ids (none when
+ * the region has a directory: the consumer looks the key up). */
 #define DEMO_MSG_HELLO 0x45434331u /* "ECC1" */
 #define DEMO_MSG_ENTRY 0x45434345u
 
@@ -69,6 +71,9 @@ struct demo_msg {
   uint64_t nbytes;     /* ENTRY: bytes of the entry */
   uint64_t block_size; /* HELLO: the region's layout, for the consumer to check */
   uint64_t num_blocks;
+  uint32_t directory; /* HELLO: 1 when entries go through the region's directory: ENTRY
+                       * messages then carry the key and no block ids */
+  uint32_t reserved;
   char key[ECC_KEY_MAX + 1];
 };
 
@@ -117,6 +122,9 @@ void demo_record_stats(ecc_connector_t *c, int dir, struct demo_side *side);
 /* Close c (NULL: nothing); a failure is the side's error unless it has
  * one already. */
 void demo_close(ecc_connector_t *c, struct demo_side *side);
+
+/* Whether the connector's region has a directory (ABI 1.1). */
+bool demo_has_directory(ecc_connector_t *c);
 
 int demo_producer(const struct demo_opts *o, int msg_fd, int ack_fd, struct demo_side *side);
 int demo_consumer(const struct demo_opts *o, int msg_fd, int ack_fd, struct demo_side *side);

@@ -229,3 +229,10 @@ void demo_close(ecc_connector_t *c, struct demo_side *side)
   if (rc != ECC_OK && side->error[0] == '\0')
     snprintf(side->error, sizeof(side->error), "ecc_close: %s", ecc_strerror(rc));
 }
+
+bool demo_has_directory(ecc_connector_t *c)
+{
+  uint64_t cursor = 0;
+  size_t n = 0;
+  return ecc_list(c, &cursor, NULL, 0, &n) == ECC_OK;
+}

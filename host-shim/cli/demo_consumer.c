@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * demo_consumer.c - the demo's consumer process: joins the producer's region,
- * loads the entries it is handed in batches (one destination buffer per
- * step, so region neighbours coalesce), checks every byte against the
- * pattern and acknowledges each entry so its blocks can be reused.
+ * loads the entries it is handed in batches (looked up by key in the
+ * region's directory, or by the block ids handed over where there is none;
+ * one destination buffer per step, so region neighbours coalesce), checks
+ * every byte against the pattern and acknowledges each entry.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,7 @@ struct consumer {
   ecc_connector_t *c;
   struct devmem dm;
   int msg_fd, ack_fd;
+  bool use_dir; /* entries are looked up by key; messages carry no block ids */
   uint64_t bs, max_blocks;
   unsigned char *dst;  /* step buffer where the engine writes */
   unsigned char *host; /* host copy to check (== dst without a GPU) */
@@ -77,6 +80,10 @@ static int join_region(struct consumer *q)
                       "joined a region of another layout than the producer's "
                       "(block size %" PRIu64 ", %" PRIu64 " blocks)",
                       info.block_size, info.num_blocks);
+  q->use_dir = hello.directory != 0;
+  if (q->use_dir != demo_has_directory(q->c))
+    return demo_failf(q->side, "the producer's region %s a directory but this connector's %s",
+                      q->use_dir ? "has" : "has no", q->use_dir ? "has none" : "has one");
   return 0;
 }
 
@@ -119,8 +126,9 @@ static int take_message(struct consumer *q, uint64_t *ids_used)
     return demo_failf(q->side, "unexpected message for entry %" PRIu64 " (type 0x%" PRIx32 ")",
                       m->index, m->type);
   demo_key(q->o, m->index, want, sizeof(want));
-  if (m->nbytes == 0 || m->n_blocks != demo_blocks_for(m->nbytes, q->bs) ||
-      m->n_blocks > q->max_blocks || strncmp(want, m->key, sizeof(want)) != 0)
+  uint64_t want_blocks = q->use_dir ? 0 : demo_blocks_for(m->nbytes, q->bs);
+  if (m->nbytes == 0 || m->n_blocks != want_blocks || m->n_blocks > q->max_blocks ||
+      strncmp(want, m->key, sizeof(want)) != 0)
     return demo_failf(q->side, "malformed message for entry %" PRIu64 " (%" PRIu64 " bytes)",
                       m->index, m->nbytes);
   if (demo_read_all(q->msg_fd, q->ids + *ids_used, m->n_blocks * sizeof(uint32_t)) != 0)
@@ -170,8 +178,48 @@ static int gather_step(struct consumer *q)
   return 0;
 }
 
+/* Looks the step's keys up (each pinned for this one load) and loads them. */
+static int issue_pinned(struct consumer *q)
+{
+  const char *keys[STEP_MAX];
+  ecc_entry_t found[STEP_MAX];
+  ecc_load_pinned_t batch[STEP_MAX];
+  for (size_t i = 0; i < q->n_step; i++)
+    keys[i] = q->step[i].m.key;
+  int rc = ecc_lookup(q->c, keys, q->n_step, 1, found);
+  if (rc != ECC_OK) {
+    demo_fail(q->side, q->c, "ecc_lookup", rc);
+    return -1;
+  }
+  uint64_t off = 0;
+  for (size_t i = 0; i < q->n_step; i++) {
+    struct pending *pd = &q->step[i];
+    if (found[i].state != ECC_ENTRY_READY || found[i].nbytes != pd->m.nbytes)
+      return demo_failf(q->side, "entry '%s' was handed over but the directory has %s", keys[i],
+                        found[i].state == ECC_ENTRY_READY ? "another size" : "no ready entry");
+    pd->transfer_id = ++q->next_transfer_id;
+    pd->offset = off;
+    batch[i] = (ecc_load_pinned_t){pd->transfer_id, found[i].token,
+                                   (uint64_t)(uintptr_t)(q->dst + off), pd->m.nbytes};
+    off += demo_blocks_for(pd->m.nbytes, q->bs) * q->bs;
+  }
+  if (q->t_first == 0)
+    q->t_first = demo_now();
+  while ((rc = ecc_load_pinned(q->c, batch, q->n_step, NULL)) != ECC_OK) {
+    if (rc != ECC_ERR_BUSY || demo_now() > q->o->deadline) {
+      demo_fail(q->side, q->c, "ecc_load_pinned", rc);
+      return -1;
+    }
+    demo_nap();
+  }
+  q->side->steps++;
+  return 0;
+}
+
 static int issue_loads(struct consumer *q)
 {
+  if (q->use_dir)
+    return issue_pinned(q);
   ecc_load_entry_t batch[STEP_MAX];
   uint64_t off = 0, ids_used = 0;
   for (size_t i = 0; i < q->n_step; i++) {

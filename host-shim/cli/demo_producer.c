@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * demo_producer.c - the demo's producer process: allocates region blocks for
- * a stream of synthetic encoder outputs from a ring with back-pressure,
- * saves them a step at a time, and hands each entry to the consumer once
- * its save has completed.
+ * demo_producer.c - the demo's producer process: reserves a stream of
+ * synthetic encoder outputs in the region's directory (or, on a region
+ * without one, allocates their blocks from a ring of its own), with
+ * back-pressure, saves them a step at a time, and hands each entry's key to
+ * the consumer once its save has completed.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,7 @@ struct entry {
   uint32_t hole;    /* blocks skipped (0: contiguous in the ring) */
   uint8_t state;    /* enum entry_state */
   uint8_t slot;     /* source buffer it was saved from */
+  uint64_t token;   /* directory: its reservation */
 };
 
 struct producer {
@@ -42,6 +45,7 @@ struct producer {
   ecc_connector_t *c;
   struct devmem dm;
   int msg_fd, ack_fd;
+  bool use_dir;        /* the region has a directory: it allocates, the ring only budgets */
   uint64_t bs, cap;    /* block size, blocks in the ring */
   uint64_t head, tail; /* ring positions: next free, oldest in use */
   uint64_t next;       /* next entry to produce */
@@ -75,21 +79,53 @@ static uint32_t block_id(const struct producer *p, const struct entry *en, uint3
   return (uint32_t)(pos % p->cap);
 }
 
-/* Reserve ring space for entry `index`; 0 if there is none yet. */
+/* The directory's blocks for entry `index`: 1 reserved, 0 no room yet, -1
+ * failed. The key is new in a region this producer created. */
+static int dir_reserve(struct producer *p, uint64_t index, struct entry *en)
+{
+  char key[ECC_KEY_MAX + 1];
+  demo_key(p->o, index, key, sizeof(key));
+  ecc_entry_t r;
+  int rc = ecc_reserve(p->c, key, en->nbytes, &r);
+  if (rc == ECC_ERR_BUSY)
+    return 0;
+  if (rc != ECC_OK) {
+    demo_fail(p->side, p->c, "ecc_reserve", rc);
+    return -1;
+  }
+  if (r.state != ECC_ENTRY_RESERVED)
+    return demo_failf(p->side, "the new key '%s' was already in the directory (state %d)", key,
+                      (int)r.state);
+  en->token = r.token;
+  if (r.n_extents > 1)
+    p->side->split_entries++;
+  return 1;
+}
+
+/* Reserve space for entry `index`: 1 done, 0 if there is none yet, -1 on
+ * failure. With a directory the ring only keeps the entries not yet
+ * acknowledged to half the region, so that nothing the consumer has still
+ * to load is ever evicted. */
 static int ring_alloc(struct producer *p, uint64_t index)
 {
   struct entry *en = &p->e[index];
   uint64_t rows = demo_entry_rows(p->o, index);
   en->nbytes = rows * p->side->row_bytes;
   en->n_blocks = (uint32_t)demo_blocks_for(en->nbytes, p->bs);
-  en->hole = hole_for(index, en->n_blocks);
+  en->hole = p->use_dir ? 0 : hole_for(index, en->n_blocks);
   en->hole_at = en->n_blocks / 2;
   en->span = en->n_blocks + en->hole;
-  if (p->cap - (p->head - p->tail) < en->span || index - p->oldest >= MAX_LIVE)
+  uint64_t room = p->use_dir ? p->cap / 2 : p->cap;
+  if (room - (p->head - p->tail) < en->span || index - p->oldest >= MAX_LIVE)
     return 0;
+  if (p->use_dir) {
+    int got = dir_reserve(p, index, en);
+    if (got != 1)
+      return got;
+  }
   en->start = p->head;
   p->head += en->span;
-  if (en->hole || block_id(p, en, 0) + (uint64_t)en->n_blocks > p->cap)
+  if (!p->use_dir && (en->hole || block_id(p, en, 0) + (uint64_t)en->n_blocks > p->cap))
     p->side->split_entries++;
   if (rows < p->side->min_rows || p->side->min_rows == 0)
     p->side->min_rows = rows;
@@ -158,12 +194,12 @@ static int send_entry(struct producer *p, uint64_t index)
   m.type = DEMO_MSG_ENTRY;
   m.index = index;
   m.nbytes = en->nbytes;
-  m.n_blocks = en->n_blocks;
+  m.n_blocks = p->use_dir ? 0 : en->n_blocks;
   demo_key(p->o, index, m.key, sizeof(m.key));
   for (uint32_t j = 0; j < en->n_blocks; j++)
     p->msg_ids[j] = block_id(p, en, j);
   if (demo_write_all(p->msg_fd, &m, sizeof(m)) != 0 ||
-      demo_write_all(p->msg_fd, p->msg_ids, en->n_blocks * sizeof(uint32_t)) != 0)
+      demo_write_all(p->msg_fd, p->msg_ids, m.n_blocks * sizeof(uint32_t)) != 0)
     return demo_failf(p->side, "cannot hand an entry to the consumer: %s", strerror(errno));
   return 0;
 }
@@ -259,15 +295,17 @@ static int save_step(struct producer *p, int *progressed)
   if (p->next >= p->o->entries || p->slot_pending[s] != 0 || busy >= p->max_inflight)
     return 0;
   ecc_save_entry_t batch[64];
+  ecc_save_reserved_t reserved[64];
   char keys[64][ECC_KEY_MAX + 1];
   uint64_t first = p->next, off = 0, ids_used = 0;
   size_t k = 0;
-  while (k < p->o->per_step && p->next < p->o->entries && ring_alloc(p, p->next)) {
+  int got = 0;
+  while (k < p->o->per_step && p->next < p->o->entries && (got = ring_alloc(p, p->next)) == 1) {
     struct entry *en = &p->e[p->next];
     unsigned char *src = p->src[s] + off;
     if (put_source(p, src, p->next, en->nbytes) != 0)
       return -1;
-    for (uint32_t j = 0; j < en->n_blocks; j++)
+    for (uint32_t j = 0; j < en->n_blocks && !p->use_dir; j++)
       p->ids[ids_used + j] = block_id(p, en, j);
     demo_key(p->o, p->next, keys[k], sizeof(keys[k]));
     batch[k] = (ecc_save_entry_t){.key = keys[k],
@@ -275,6 +313,7 @@ static int save_step(struct producer *p, int *progressed)
                                   .nbytes = en->nbytes,
                                   .block_ids = p->ids + ids_used,
                                   .n_blocks = en->n_blocks};
+    reserved[k] = (ecc_save_reserved_t){en->token, (uint64_t)(uintptr_t)src, en->nbytes};
     en->slot = (uint8_t)s;
     en->state = E_SAVING;
     off += en->nbytes;
@@ -282,6 +321,8 @@ static int save_step(struct producer *p, int *progressed)
     p->next++;
     k++;
   }
+  if (got < 0)
+    return -1;
   if (k == 0)
     return 0; /* the ring is full: wait for acknowledgements */
   /* A copy from pageable memory may still be landing when cudaMemcpy
@@ -290,7 +331,7 @@ static int save_step(struct producer *p, int *progressed)
     return -1;
   if (p->t_first == 0)
     p->t_first = demo_now();
-  int rc = ecc_save(p->c, batch, k);
+  int rc = p->use_dir ? ecc_save_reserved(p->c, reserved, k) : ecc_save(p->c, batch, k);
   if (rc != ECC_OK) {
     char what[64];
     snprintf(what, sizeof(what), "ecc_save of entries %" PRIu64 "..%" PRIu64, first, first + k - 1);
@@ -350,6 +391,7 @@ static int open_connector(struct producer *p)
   p->bs = info.block_size;
   p->cap = info.num_blocks;
   p->max_inflight = info.max_inflight ? info.max_inflight : 1;
+  p->use_dir = demo_has_directory(p->c);
   if (!info.save_rank)
     return demo_failf(p->side, "this configuration is not the save rank (tp_rank and pcp_rank "
                                "must be 0), so nothing would be saved");
@@ -399,6 +441,7 @@ static int say_hello(struct producer *p)
   m.type = DEMO_MSG_HELLO;
   m.block_size = p->bs;
   m.num_blocks = p->cap;
+  m.directory = p->use_dir;
   if (demo_write_all(p->msg_fd, &m, sizeof(m)) != 0)
     return demo_failf(p->side, "cannot reach the consumer: %s", strerror(errno));
   return 0;

@@ -31,6 +31,9 @@ static const struct command commands[] = {
      "a producer and a consumer process move encoder outputs "
      "through one region; every byte is checked",
      cmd_demo, help_demo},
+    {"ls", "eccctl ls CONFIG", "list the live entries of the region's directory", cmd_ls, help_ls},
+    {"stat", "eccctl stat CONFIG", "occupancy, fragmentation and counters of the directory",
+     cmd_stat, help_stat},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

@@ -112,6 +112,21 @@ int ecc_get_stats(ecc_connector_t *c, ecc_stats_t *out);
 int ecc_describe(ecc_connector_t *c, ecc_info_t *out);
 int ecc_last_error(ecc_connector_t *c, char *buf, size_t cap);
 
+/* The directory (ABI 1.1; see "The directory" in ecc_plugin_v1.h for the
+ * lifecycle and the full contract). ECC_ERR_UNSUPPORTED when the plugin is
+ * of ABI 1.0 or lacks the function, or the connector's region has no
+ * directory. Tokens are valid in every process attached to the region. */
+int ecc_reserve(ecc_connector_t *c, const char *key, uint64_t nbytes, ecc_entry_t *out);
+int ecc_save_reserved(ecc_connector_t *c, const ecc_save_reserved_t *entries, size_t n);
+int ecc_abort_reserved(ecc_connector_t *c, uint64_t token);
+int ecc_lookup(ecc_connector_t *c, const char *const *keys, size_t n, uint32_t ranks,
+               ecc_entry_t *out);
+int ecc_load_pinned(ecc_connector_t *c, const ecc_load_pinned_t *entries, size_t n,
+                    void *compute_stream);
+int ecc_unpin(ecc_connector_t *c, uint64_t token);
+int ecc_remove(ecc_connector_t *c, const char *key);
+int ecc_list(ecc_connector_t *c, uint64_t *cursor, ecc_listed_t *out, size_t cap, size_t *n_out);
+
 /* The loaded plugin's table header, as negotiated. */
 typedef struct ecc_plugin_meta {
   char path[4096];           /* resolved plugin file */

@@ -53,6 +53,18 @@ const ecc_param_v1_t config_params[CONFIG_N_PARAMS] = {
      "CUDA device ordinal; -1 uses the device current when create is called"},
     {"engine.max_sms", "16", "SMs the kernel method may occupy (1..1024)"},
     {"engine.host_threads", "0", "copy threads of the host engine; 0 picks min(online CPUs, 8)"},
+    {"directory.enabled", "false",
+     "true | false: the region carries the cache's directory (reserve, lookup, eviction); every "
+     "process of the region must agree"},
+    {"directory.max_entries", "0",
+     "entry slots of the directory; 0: num_blocks / 16, at least 64 (same in every process)"},
+    {"directory.max_pins", "0", "pin slots; 0: max_entries (same in every process)"},
+    {"directory.reserve_timeout_ms", "0",
+     "a reservation unsaved for this long may be reclaimed although its process lives; 0: only "
+     "when its process is gone"},
+    {"directory.pin_timeout_ms", "0",
+     "a pin unreleased for this long may be reclaimed although its process lives; 0: only when "
+     "its process is gone"},
 };
 const size_t config_n_params = CONFIG_N_PARAMS;
 _Static_assert(sizeof(config_params) / sizeof(config_params[0]) == CONFIG_N_PARAMS,
@@ -317,6 +329,8 @@ static int parse_enums(const struct raw_config *r, struct plugin_config *c, char
     rc = parse_choice(r, "region.reap_orphans", bools, N_OF(bools), &c->reap_orphans, err, cap);
   if (rc == ECC_OK)
     rc = parse_choice(r, "region.require_tmpfs", bools, N_OF(bools), &c->require_tmpfs, err, cap);
+  if (rc == ECC_OK)
+    rc = parse_choice(r, "directory.enabled", bools, N_OF(bools), &c->directory, err, cap);
   return rc;
 }
 
@@ -334,6 +348,15 @@ static int parse_numbers(const struct raw_config *r, struct plugin_config *c, ch
     rc = parse_u32(r, "engine.max_sms", 1, 1024, &c->max_sms, err, cap);
   if (rc == ECC_OK)
     rc = parse_u32(r, "engine.host_threads", 0, 256, &c->host_threads, err, cap);
+  if (rc == ECC_OK)
+    rc = parse_u32(r, "directory.max_entries", 0, 1u << 30, &c->dir_max_entries, err, cap);
+  if (rc == ECC_OK)
+    rc = parse_u32(r, "directory.max_pins", 0, 1u << 30, &c->dir_max_pins, err, cap);
+  if (rc == ECC_OK)
+    rc = parse_u32(r, "directory.reserve_timeout_ms", 0, 86400000, &c->dir_reserve_timeout_ms, err,
+                   cap);
+  if (rc == ECC_OK)
+    rc = parse_u32(r, "directory.pin_timeout_ms", 0, 86400000, &c->dir_pin_timeout_ms, err, cap);
   if (rc == ECC_OK)
     rc = parse_int("engine.device", raw(r, "engine.device"), -1, 1023, &dev, err, cap);
   if (rc == ECC_OK)

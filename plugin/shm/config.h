@@ -69,10 +69,15 @@ struct plugin_config {
   uint32_t max_sms;                   /* SMs the kernel method may use */
   uint32_t host_threads;              /* copy threads of the host engine */
   uint32_t max_inflight;              /* in-flight transfers per direction */
+  int directory;                      /* the region carries a directory (bool) */
+  uint32_t dir_max_entries;           /* its entry slots; 0: derived from num_blocks */
+  uint32_t dir_max_pins;              /* its pin slots; 0: max_entries */
+  uint32_t dir_reserve_timeout_ms;    /* reclaim a live process's reservation after; 0: never */
+  uint32_t dir_pin_timeout_ms;        /* the same for a pin */
 };
 
 /* Number of published keys (checked against the table in config.c). */
-#define CONFIG_N_PARAMS 20
+#define CONFIG_N_PARAMS 25
 extern const ecc_param_v1_t config_params[CONFIG_N_PARAMS];
 extern const size_t config_n_params;
 

@@ -36,8 +36,56 @@ static int open_engine(struct conn *c)
   return rc;
 }
 
+/* The directory's sizes, the same in every process of the region. */
+static struct dir_params directory_params(const struct plugin_config *cfg)
+{
+  struct dir_params p = {
+      .num_blocks = (uint32_t)cfg->num_blocks,
+      .block_size = cfg->block_size,
+      .max_entries = cfg->dir_max_entries,
+      .max_pins = cfg->dir_max_pins,
+      .reserve_timeout_ns = (uint64_t)cfg->dir_reserve_timeout_ms * 1000000u,
+      .pin_timeout_ns = (uint64_t)cfg->dir_pin_timeout_ms * 1000000u,
+  };
+  return p;
+}
+
+/* region_open's formatter: the builder lays the directory out before any
+ * other process can see the file. */
+static int format_directory(void *arg, uint8_t *mem, uint64_t bytes, struct ecc_log *log)
+{
+  const struct plugin_config *cfg = arg;
+  struct dir_params p = directory_params(cfg);
+  char why[256] = "";
+  int rc = dir_format(mem, (size_t)bytes, &p, why, sizeof(why));
+  if (rc != ECC_OK)
+    return log_fail(log, rc, "directory: %s", why);
+  return ECC_OK;
+}
+
+static int attach_directory(struct conn *c)
+{
+  struct dir_params p = directory_params(&c->cfg);
+  char why[256] = "";
+  int rc = dir_attach(&c->dir, c->region.dir, (size_t)c->region.dir_bytes, &p, why, sizeof(why));
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "region %s: directory: %s", c->region.path, why);
+  c->has_dir = true;
+  return ECC_OK;
+}
+
 static int open_region(struct conn *c)
 {
+  uint64_t area = 0;
+  if (c->cfg.directory) {
+    struct dir_params dp = directory_params(&c->cfg);
+    area = dir_bytes(&dp);
+    if (area == 0)
+      return log_fail(&c->log, ECC_ERR_CONFIG,
+                      "directory: %" PRIu64 " blocks with %u entry and %u pin slots cannot be "
+                      "laid out (directory.max_entries, directory.max_pins)",
+                      c->cfg.num_blocks, c->cfg.dir_max_entries, c->cfg.dir_max_pins);
+  }
   struct region_params p = {
       .dir = c->cfg.region_dir,
       .name = c->cfg.region_name,
@@ -47,8 +95,14 @@ static int open_region(struct conn *c)
       .join_timeout_ms = c->cfg.join_timeout_ms,
       .reap_orphans = c->cfg.reap_orphans,
       .any_filesystem = !c->cfg.require_tmpfs,
+      .dir_bytes = area,
+      .dir_format = format_directory,
+      .dir_arg = &c->cfg,
   };
-  return region_open(&p, &c->region, &c->log);
+  int rc = region_open(&p, &c->region, &c->log);
+  if (rc == ECC_OK && c->cfg.directory && (rc = attach_directory(c)) != ECC_OK)
+    region_close(&c->region, &c->log);
+  return rc;
 }
 
 /* What create set up before the region and the engine. */
@@ -126,6 +180,7 @@ int conn_stats(struct conn *c, ecc_stats_v1_t *out)
   conn_lock(c, &c->done_lock);
   copy = c->stats;
   conn_unlock(c, &c->done_lock);
+  conn_dir_stats(c, &copy.directory);
   copy_versioned(out, &out->struct_size, &copy, sizeof(copy));
   return ECC_OK;
 }
@@ -172,8 +227,12 @@ void conn_destroy(struct conn *c)
     transfer_free(t);
   }
   conn_unlock(c, &c->done_lock);
-  if (c->pending != NULL)
+  if (c->pending != NULL) {
+    /* A batch gets its direction at flush; this one never got there. */
+    c->pending->view.direction = ECC_DIR_SAVE;
+    poll_settle_unreported(c, c->pending, ECC_ERR_CLOSED); /* never submitted: freed */
     transfer_free(c->pending);
+  }
   c->engine.ops->destroy(&c->engine);
   region_close(&c->region, &c->log);
   free(c->order);

@@ -28,6 +28,16 @@ int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_ou
 int conn_stats(struct conn *c, ecc_stats_v1_t *out);
 int conn_describe(struct conn *c, ecc_info_v1_t *out);
 int conn_last_error(struct conn *c, char *buf, size_t cap);
+/* The directory of ABI 1.1 (dir_calls.c). */
+int conn_reserve(struct conn *c, const char *key, uint64_t nbytes, ecc_entry_v1_t *out);
+int conn_save_reserved(struct conn *c, const ecc_save_reserved_v1_t *e, size_t n);
+int conn_abort_reserved(struct conn *c, uint64_t token);
+int conn_lookup(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
+                ecc_entry_v1_t *out);
+int conn_load_pinned(struct conn *c, const ecc_load_pinned_v1_t *e, size_t n, void *stream);
+int conn_unpin(struct conn *c, uint64_t token);
+int conn_remove(struct conn *c, const char *key);
+int conn_list(struct conn *c, uint64_t *cursor, ecc_listed_v1_t *out, size_t cap, size_t *n_out);
 /* Wait for everything in flight, release it all, close the region. */
 void conn_destroy(struct conn *c);
 

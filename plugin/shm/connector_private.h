@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "connector.h"
+#include "directory.h"
 #include "ecc_plugin_v1.h"
 #include "engine.h"
 #include "log.h"
@@ -23,6 +24,8 @@ struct conn {
   struct ecc_log log;
   struct region region;
   struct engine engine;
+  struct dir dir; /* the region's directory, when has_dir */
+  bool has_dir;   /* directory.enabled */
   bool save_rank; /* tp_rank == 0 && pcp_rank == 0 */
 
   pthread_mutex_t step_lock; /* save / flush / load state below */
@@ -75,8 +78,33 @@ static inline void transfer_put_locked(struct conn *c, struct transfer *t)
   c->free_list = t;
 }
 
+/* ---- submit.c: what the directory's saves and loads share with the rest ---- */
+
+/* ECC_OK when another transfer of `dir` may go in flight, else ECC_ERR_BUSY. */
+int conn_check_room(struct conn *c, int dir);
+/* Start the engine's copy of t (its direction set); on error nothing started. */
+int conn_engine_submit(struct conn *c, struct transfer *t, void *stream);
+/* A started load: the stream ordered after it, queued for poll (step_lock held). */
+int conn_queue_load(struct conn *c, struct transfer *t, void *stream);
+
+/* ---- dir_calls.c ---- */
+
+/* A polled record's directory work: a saved reservation published (or
+ * freed when its copy failed), a pinned load's rank released. Returns the
+ * status to report: ECC_ERR_CLOSED instead of ECC_OK when the reservation
+ * or pin was reclaimed while the copy ran. */
+int conn_dir_settle(struct conn *c, int direction, uint64_t token, int status);
+/* ECC_OK when every block lies in a live reservation (save) or a pinned
+ * entry (load), else ECC_ERR_RANGE naming the first that does not. */
+int conn_dir_blocks(struct conn *c, const char *what, size_t idx, const uint32_t *ids, uint32_t n,
+                    int dir);
+/* The directory's counters; zeros without one. */
+void conn_dir_stats(struct conn *c, ecc_directory_stats_v1_t *out);
+
 /* ---- poll.c ---- */
 
+/* The directory work of t's records poll never reported (see poll.c). */
+void poll_settle_unreported(struct conn *c, struct transfer *t, int status);
 /* Wait for every transfer in `f` and free it (shutdown; done_lock held). */
 void poll_drain_all(struct conn *c, struct fifo *f);
 

@@ -118,6 +118,27 @@ static inline void desc_write_entry(struct desc_writer *w, uint64_t linear, uint
   }
 }
 
+/* Append one run: `len` bytes between linear memory and the region address
+ * `region` (both contiguous), merged into the last descriptor when it
+ * continues it on both sides. Room must have been reserved. */
+static inline void desc_write_run(struct desc_writer *w, uint64_t linear, uint64_t region,
+                                  uint64_t len, int to_region)
+{
+  uint64_t s = to_region ? linear : region;
+  uint64_t d = to_region ? region : linear;
+  if (w->count > 0 && s == w->src_end && d == w->dst_end) {
+    w->len[w->count - 1] += len;
+  } else {
+    w->src[w->count] = s;
+    w->dst[w->count] = d;
+    w->len[w->count] = len;
+    w->count++;
+  }
+  w->src_end = s + len;
+  w->dst_end = d + len;
+  w->bytes += len;
+}
+
 /* desc_write_entry for a single entry. */
 void desc_add_entry(struct desc_buf *b, uint64_t linear, uint64_t region_base, uint64_t block_size,
                     const uint32_t *ids, uint64_t nbytes, int to_region);

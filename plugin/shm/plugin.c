@@ -58,16 +58,31 @@ static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
  * handles_enter and handles_leave: X(name, parameters, arguments of
  * conn_<name>, a condition refused with ECC_ERR_INVALID before the handle
  * is looked at). */
-#define SHM_HANDLE_CALLS(X)                                                                     \
-  X(save, (ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n), (c, entries, n))      \
-  X(flush, (ecc_handle_t h, void *compute_stream), (c, compute_stream))                         \
-  X(load, (ecc_handle_t h, const ecc_load_entry_v1_t *entries, size_t n, void *compute_stream), \
-    (c, entries, n, compute_stream))                                                            \
-  X(poll, (ecc_handle_t h, ecc_completion_v1_t * out, size_t cap, size_t * n_out),              \
-    (c, out, cap, n_out))                                                                       \
-  X(stats, (ecc_handle_t h, ecc_stats_v1_t * out), (c, out))                                    \
-  X(last_error, (ecc_handle_t h, char *buf, size_t cap), (c, buf, cap))                         \
-  X(describe, (ecc_handle_t h, ecc_info_v1_t * out), (c, out))
+#define SHM_HANDLE_CALLS(X)                                                                       \
+  X(save, (ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n), (c, entries, n))        \
+  X(flush, (ecc_handle_t h, void *compute_stream), (c, compute_stream))                           \
+  X(load, (ecc_handle_t h, const ecc_load_entry_v1_t *entries, size_t n, void *compute_stream),   \
+    (c, entries, n, compute_stream))                                                              \
+  X(poll, (ecc_handle_t h, ecc_completion_v1_t * out, size_t cap, size_t * n_out),                \
+    (c, out, cap, n_out))                                                                         \
+  X(stats, (ecc_handle_t h, ecc_stats_v1_t * out), (c, out))                                      \
+  X(last_error, (ecc_handle_t h, char *buf, size_t cap), (c, buf, cap))                           \
+  X(describe, (ecc_handle_t h, ecc_info_v1_t * out), (c, out))                                    \
+  X(reserve, (ecc_handle_t h, const char *key, uint64_t nbytes, ecc_entry_v1_t *out),             \
+    (c, key, nbytes, out))                                                                        \
+  X(save_reserved, (ecc_handle_t h, const ecc_save_reserved_v1_t *entries, size_t n),             \
+    (c, entries, n))                                                                              \
+  X(abort_reserved, (ecc_handle_t h, uint64_t token), (c, token))                                 \
+  X(lookup,                                                                                       \
+    (ecc_handle_t h, const char *const *keys, size_t n, uint32_t ranks, ecc_entry_v1_t *out),     \
+    (c, keys, n, ranks, out))                                                                     \
+  X(load_pinned,                                                                                  \
+    (ecc_handle_t h, const ecc_load_pinned_v1_t *entries, size_t n, void *compute_stream),        \
+    (c, entries, n, compute_stream))                                                              \
+  X(unpin, (ecc_handle_t h, uint64_t token), (c, token))                                          \
+  X(remove, (ecc_handle_t h, const char *key), (c, key))                                          \
+  X(list, (ecc_handle_t h, uint64_t * cursor, ecc_listed_v1_t * out, size_t cap, size_t * n_out), \
+    (c, cursor, out, cap, n_out))
 
 /* The handle is judged first (the ABI says so): arguments are the
  * connector's to check. */
@@ -110,10 +125,12 @@ static int shm_validate(const ecc_kv_v1_t *config, size_t n_config, char *err, s
 }
 
 #ifdef ECC_HAVE_CUDA
-#define SHM_CAPS \
-  (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS | ECC_CAP_CUDA_ENGINE)
+#define SHM_CAPS                                                                           \
+  (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS | ECC_CAP_DIRECTORY | \
+   ECC_CAP_CUDA_ENGINE)
 #else
-#define SHM_CAPS (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS)
+#define SHM_CAPS \
+  (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS | ECC_CAP_DIRECTORY)
 #endif
 
 ECC_PLUGIN_EXPORT const ecc_plugin_v1_t ecc_plugin_v1 = {
@@ -135,4 +152,12 @@ ECC_PLUGIN_EXPORT const ecc_plugin_v1_t ecc_plugin_v1 = {
     .stats = shm_stats,
     .last_error = shm_last_error,
     .describe = shm_describe,
+    .reserve = shm_reserve,
+    .save_reserved = shm_save_reserved,
+    .abort_reserved = shm_abort_reserved,
+    .lookup = shm_lookup,
+    .load_pinned = shm_load_pinned,
+    .unpin = shm_unpin,
+    .remove = shm_remove,
+    .list = shm_list,
 };

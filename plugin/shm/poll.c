@@ -114,8 +114,13 @@ static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1_t *out, si
   while (n < cap && f->head != NULL && head_finished(c, f->head)) {
     struct transfer *t = f->head;
     judge_region(c, t, checked);
-    while (n < cap && t->next_report < t->n_done)
-      report(t, &t->done[t->next_report++], &out[n++]);
+    while (n < cap && t->next_report < t->n_done) {
+      size_t i = t->next_report++;
+      report(t, &t->done[i], &out[n]);
+      if (t->has_tokens && t->tokens[i] != 0)
+        out[n].status = conn_dir_settle(c, t->view.direction, t->tokens[i], out[n].status);
+      n++;
+    }
     if (t->next_report == t->n_done)
       transfer_put_locked(c, fifo_pop(f));
   }
@@ -137,6 +142,16 @@ int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_ou
   return ECC_OK;
 }
 
+/* The directory work of records never reported: a finished save's entry is
+ * published all the same (its copy is complete), a failed or unsubmitted
+ * one freed, a load's pin released. */
+void poll_settle_unreported(struct conn *c, struct transfer *t, int status)
+{
+  for (size_t i = t->next_report; t->has_tokens && i < t->n_done; i++)
+    if (t->tokens[i] != 0)
+      conn_dir_settle(c, t->view.direction, t->tokens[i], status);
+}
+
 void poll_drain_all(struct conn *c, struct fifo *f)
 {
   while (f->head != NULL) {
@@ -145,6 +160,7 @@ void poll_drain_all(struct conn *c, struct fifo *f)
       c->engine.ops->wait(&c->engine, &t->view);
       head_finished(c, t);
     }
+    poll_settle_unreported(c, t, t->status);
     transfer_free(t);
   }
 }

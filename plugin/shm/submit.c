@@ -65,6 +65,8 @@ static int check_save_entry(struct conn *c, const ecc_save_entry_v1_t *e, size_t
                     "save: entry %zu (%s): source 0x%" PRIx64 " + %" PRIu64 " bytes wraps around",
                     idx, e->key, e->src, e->nbytes);
   int rc = check_blocks(c, "save", idx, e->block_ids, e->n_blocks);
+  if (rc == ECC_OK && c->has_dir)
+    rc = conn_dir_blocks(c, "save", idx, e->block_ids, e->n_blocks, ECC_DIR_SAVE);
   if (rc != ECC_OK)
     return rc;
   uint64_t room = (uint64_t)e->n_blocks * c->region.block_size; /* fits: check_blocks */
@@ -99,6 +101,8 @@ static int check_load_entry(struct conn *c, const ecc_load_entry_v1_t *e, size_t
                     "load: entry %zu (transfer %" PRIu64 ") has a destination capacity of 0", idx,
                     e->transfer_id);
   int rc = check_blocks(c, "load", idx, e->block_ids, e->n_blocks);
+  if (rc == ECC_OK && c->has_dir)
+    rc = conn_dir_blocks(c, "load", idx, e->block_ids, e->n_blocks, ECC_DIR_LOAD);
   if (rc != ECC_OK)
     return rc;
   if (e->dst > UINT64_MAX - load_bytes(c, e))
@@ -134,7 +138,7 @@ static const char *submit_call(int dir)
 
 /* ECC_OK when another transfer of `dir` may go in flight, else the refusal
  * (normal back-pressure, so logged at debug level). */
-static int check_room(struct conn *c, int dir)
+int conn_check_room(struct conn *c, int dir)
 {
   const struct fifo *f = dir == ECC_DIR_SAVE ? &c->saves : &c->loads;
   conn_lock(c, &c->done_lock);
@@ -149,7 +153,7 @@ static int check_room(struct conn *c, int dir)
 
 /* Start the engine's copy of t (its direction set). On error nothing was
  * started. */
-static int engine_submit(struct conn *c, struct transfer *t, void *stream)
+int conn_engine_submit(struct conn *c, struct transfer *t, void *stream)
 {
   int rc = c->engine.ops->submit(&c->engine, &t->view, stream);
   if (rc == ECC_ERR_INVALID)
@@ -187,7 +191,8 @@ static int add_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1
                      uint64_t descs, size_t key_bytes)
 {
   if (desc_reserve(&t->view.desc, descs) != 0 || transfer_reserve_done(t, n) != 0 ||
-      transfer_reserve_keys(t, t->keys_len + key_bytes) != 0)
+      transfer_reserve_keys(t, t->keys_len + key_bytes) != 0 ||
+      (t->has_tokens && transfer_reserve_tokens(t, n) != 0))
     return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for %" PRIu64 " descriptors",
                     descs);
   /* Locals, stored back once: see struct desc_writer. */
@@ -206,6 +211,8 @@ static int add_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1
     keys_len += klen;
   }
   desc_writer_close(&t->view.desc, &w);
+  if (t->has_tokens) /* a batch that also holds reservations: these have none */
+    memset(t->tokens + t->n_done, 0, n * sizeof(*t->tokens));
   t->n_done += n;
   t->keys_len = keys_len;
   return ECC_OK;
@@ -260,11 +267,11 @@ static int flush_locked(struct conn *c, void *stream)
     return ECC_OK;
   int rc = region_check(&c->region, &c->log);
   if (rc == ECC_OK)
-    rc = check_room(c, ECC_DIR_SAVE);
+    rc = conn_check_room(c, ECC_DIR_SAVE);
   if (rc != ECC_OK)
     return rc;
   t->view.direction = ECC_DIR_SAVE;
-  rc = engine_submit(c, t, stream);
+  rc = conn_engine_submit(c, t, stream);
   if (rc != ECC_OK)
     return rc;
   t->batch = ++c->save_batches;
@@ -357,11 +364,11 @@ static int start_load(struct conn *c, struct transfer *t, const ecc_load_entry_v
   struct load_pass pass;
   int rc = check_loads(c, t, e, n, &pass);
   if (rc == ECC_OK)
-    rc = check_room(c, ECC_DIR_LOAD);
+    rc = conn_check_room(c, ECC_DIR_LOAD);
   if (rc == ECC_OK)
     rc = build_load(c, t, e, n, &pass);
   if (rc == ECC_OK)
-    rc = engine_submit(c, t, stream);
+    rc = conn_engine_submit(c, t, stream);
   return rc;
 }
 
@@ -378,11 +385,16 @@ static int load_locked(struct conn *c, const ecc_load_entry_v1_t *e, size_t n, v
     transfer_put(c, t);
     return rc;
   }
+  return conn_queue_load(c, t, stream);
+}
+
+int conn_queue_load(struct conn *c, struct transfer *t, void *stream)
+{
   /* Order the compute stream before the transfer is visible to poll (which
    * may recycle it at once). The copy is running either way: from here on
    * the transfer is reported whatever happens, so its completion is never
    * lost. */
-  rc = c->engine.ops->order_after(&c->engine, &t->view, stream);
+  int rc = c->engine.ops->order_after(&c->engine, &t->view, stream);
   t->batch = ++c->load_batches;
   conn_lock(c, &c->done_lock);
   fifo_push(&c->loads, t);

@@ -25,6 +25,7 @@ struct transfer *transfer_get(struct conn *c)
   t->n_done = 0;
   t->keys_len = 0;
   t->next_report = 0;
+  t->has_tokens = false;
   t->finished = 0;
   t->status = ECC_OK;
   t->elapsed_ns = 0;
@@ -44,5 +45,6 @@ void transfer_free(struct transfer *t)
   desc_free(&t->view.desc);
   free(t->done);
   free(t->keys);
+  free(t->tokens);
   free(t);
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine.h"
 
@@ -32,6 +33,10 @@ struct transfer {
   size_t keys_len;           /* bytes of keys in use */
   size_t keys_cap;           /* bytes of keys allocated */
   size_t next_report;        /* first record poll has not returned yet */
+  uint64_t *tokens;          /* per record: its directory token (0: none); NULL when no
+                              * record of the transfer has one */
+  size_t cap_tokens;         /* tokens allocated */
+  bool has_tokens;           /* tokens[0 .. n_done) are valid */
   bool finished;             /* query() said so (status below is final) */
   int status;                /* ECC_OK or the failure reported by the engine */
   uint64_t elapsed_ns;       /* duration measured by the engine */
@@ -96,6 +101,25 @@ static inline int transfer_reserve_keys(struct transfer *t, size_t need)
     return -1;
   t->keys = p;
   t->keys_cap = cap;
+  return 0;
+}
+
+/* Room for the tokens of records up to n_done + more; the records already
+ * there that have none read 0 from now on. Returns 0 or -1 (out of memory). */
+static inline int transfer_reserve_tokens(struct transfer *t, size_t more)
+{
+  size_t need = t->n_done + more;
+  if (need > t->cap_tokens) {
+    size_t cap = t->cap_done > need ? t->cap_done : need;
+    uint64_t *p = realloc(t->tokens, cap * sizeof(*p));
+    if (p == NULL)
+      return -1;
+    t->tokens = p;
+    t->cap_tokens = cap;
+  }
+  if (!t->has_tokens && t->n_done > 0)
+    memset(t->tokens, 0, t->n_done * sizeof(*t->tokens));
+  t->has_tokens = true;
   return 0;
 }
 

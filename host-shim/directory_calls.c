@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * directory_calls.c - the directory functions of ABI 1.1 on an open
+ * connector: the same guard as every call, ECC_ERR_UNSUPPORTED where the
+ * plugin (of ABI 1.0, or without a directory) lacks a function, and checks
+ * of the entries and listings the plugin hands back.
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "ecc_host.h"
+#include "shim_connector.h"
+
+static bool state_known(int32_t state)
+{
+  switch (state) {
+#define STATE_CASE(name, value, text) case name:
+    ECC_ENTRY_STATE_MAP(STATE_CASE)
+#undef STATE_CASE
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* An entry the host may read safely: a known state, extents that fit, and
+ * a token wherever the state promises one. */
+static int check_entry(ecc_connector_t *c, const char *what, size_t i, const ecc_entry_t *e)
+{
+  bool absent = e->state == ECC_ENTRY_ABSENT;
+  bool extents_ok =
+      absent ? e->n_extents == 0 : e->n_extents >= 1 && e->n_extents <= ECC_ENTRY_MAX_EXTENTS;
+  bool token_ok = e->state != ECC_ENTRY_RESERVED || e->token != 0;
+  if (state_known(e->state) && extents_ok && token_ok)
+    return ECC_OK;
+  return shim_fail(c, ECC_ERR_INCOMPATIBLE,
+                   "plugin '%s' returned a malformed entry from %s (record %zu: state %" PRId32
+                   ", %" PRIu32 " extents, token %" PRIu64 ")",
+                   c->plugin.ops.name, what, i, e->state, e->n_extents, e->token);
+}
+
+ECC_API int ecc_reserve(ecc_connector_t *c, const char *key, uint64_t nbytes, ecc_entry_t *out)
+{
+  if (c == NULL)
+    return ECC_ERR_INVALID;
+  int rc = shim_enter(c);
+  if (rc != ECC_OK)
+    return rc;
+  if (c->plugin.ops.reserve == NULL)
+    rc = ECC_ERR_UNSUPPORTED;
+  else
+    rc = shim_checked(c, "reserve", c->plugin.ops.reserve(c->handle, key, nbytes, out));
+  if (rc == ECC_OK) {
+    rc = check_entry(c, "reserve", 0, out);
+    if (rc == ECC_OK && out->state == ECC_ENTRY_ABSENT)
+      rc = shim_fail(c, ECC_ERR_INCOMPATIBLE, "plugin '%s' answered reserve with an absent entry",
+                     c->plugin.ops.name);
+  }
+  shim_leave(c);
+  return rc;
+}
+
+ECC_API int ecc_save_reserved(ecc_connector_t *c, const ecc_save_reserved_t *entries, size_t n)
+{
+  if (c == NULL)
+    return ECC_ERR_INVALID;
+  int rc = shim_enter(c);
+  if (rc != ECC_OK)
+    return rc;
+  if (c->plugin.ops.save_reserved == NULL)
+    rc = ECC_ERR_UNSUPPORTED;
+  else
+    rc = shim_checked(c, "save_reserved", c->plugin.ops.save_reserved(c->handle, entries, n));
+  shim_leave(c);
+  return rc;
+}
+
+/* The calls that take one token or one key and answer with a status only. */
+static int token_call(ecc_connector_t *c, const char *what, int (*fn)(ecc_handle_t, uint64_t),
+                      uint64_t token)
+{
+  if (c == NULL)
+    return ECC_ERR_INVALID;
+  int rc = shim_enter(c);
+  if (rc != ECC_OK)
+    return rc;
+  rc = fn == NULL ? ECC_ERR_UNSUPPORTED : shim_checked(c, what, fn(c->handle, token));
+  shim_leave(c);
+  return rc;
+}
+
+ECC_API int ecc_abort_reserved(ecc_connector_t *c, uint64_t token)
+{
+  return token_call(c, "abort_reserved", c != NULL ? c->plugin.ops.abort_reserved : NULL, token);
+}
+
+ECC_API int ecc_unpin(ecc_connector_t *c, uint64_t token)
+{
+  return token_call(c, "unpin", c != NULL ? c->plugin.ops.unpin : NULL, token);
+}
+
+ECC_API int ecc_remove(ecc_connector_t *c, const char *key)
+{
+  if (c == NULL)
+    return ECC_ERR_INVALID;
+  int rc = shim_enter(c);
+  if (rc != ECC_OK)
+    return rc;
+  if (c->plugin.ops.remove == NULL)
+    rc = ECC_ERR_UNSUPPORTED;
+  else
+    rc = shim_checked(c, "remove", c->plugin.ops.remove(c->handle, key));
+  shim_leave(c);
+  return rc;
+}
+
+static int check_lookup(ecc_connector_t *c, const ecc_entry_t *out, size_t n)
+{
+  for (size_t i = 0; i < n; i++) {
+    int rc = check_entry(c, "lookup", i, &out[i]);
+    if (rc != ECC_OK)
+      return rc;
+    if (out[i].state != ECC_ENTRY_READY && out[i].state != ECC_ENTRY_ABSENT)
+      return shim_fail(c, ECC_ERR_INCOMPATIBLE,
+                       "plugin '%s' answered lookup with state %" PRId32
+                       " (record %zu): only ready or absent",
+                       c->plugin.ops.name, out[i].state, i);
+  }
+  return ECC_OK;
+}
+
+ECC_API int ecc_lookup(ecc_connector_t *c, const char *const *keys, size_t n, uint32_t ranks,
+                       ecc_entry_t *out)
+{
+  if (c == NULL)
+    return ECC_ERR_INVALID;
+  int rc = shim_enter(c);
+  if (rc != ECC_OK)
+    return rc;
+  if (c->plugin.ops.lookup == NULL)
+    rc = ECC_ERR_UNSUPPORTED;
+  else
+    rc = shim_checked(c, "lookup", c->plugin.ops.lookup(c->handle, keys, n, ranks, out));
+  if (rc == ECC_OK && out != NULL)
+    rc = check_lookup(c, out, n);
+  shim_leave(c);
+  return rc;
+}
+
+ECC_API int ecc_load_pinned(ecc_connector_t *c, const ecc_load_pinned_t *entries, size_t n,
+                            void *compute_stream)
+{
+  if (c == NULL)
+    return ECC_ERR_INVALID;
+  int rc = shim_enter(c);
+  if (rc != ECC_OK)
+    return rc;
+  if (c->plugin.ops.load_pinned == NULL)
+    rc = ECC_ERR_UNSUPPORTED;
+  else
+    rc = shim_checked(c, "load_pinned",
+                      c->plugin.ops.load_pinned(c->handle, entries, n, compute_stream));
+  shim_leave(c);
+  return rc;
+}
+
+static int check_listed(ecc_connector_t *c, const ecc_listed_t *out, size_t n, size_t cap)
+{
+  if (n > cap)
+    return shim_fail(c, ECC_ERR_INCOMPATIBLE,
+                     "plugin '%s' listed %zu entries into room for %zu; none is passed on",
+                     c->plugin.ops.name, n, cap);
+  for (size_t i = 0; i < n; i++) {
+    bool state_ok = out[i].state == ECC_ENTRY_RESERVED || out[i].state == ECC_ENTRY_READY;
+    if (!state_ok || memchr(out[i].key, '\0', sizeof(out[i].key)) == NULL)
+      return shim_fail(c, ECC_ERR_INCOMPATIBLE,
+                       "plugin '%s' listed a malformed entry (record %zu: state %" PRId32 "%s)",
+                       c->plugin.ops.name, i, out[i].state, state_ok ? ", key not terminated" : "");
+  }
+  return ECC_OK;
+}
+
+ECC_API int ecc_list(ecc_connector_t *c, uint64_t *cursor, ecc_listed_t *out, size_t cap,
+                     size_t *n_out)
+{
+  if (c == NULL || n_out == NULL)
+    return ECC_ERR_INVALID;
+  *n_out = 0;
+  int rc = shim_enter(c);
+  if (rc != ECC_OK)
+    return rc;
+  size_t n = 0;
+  if (c->plugin.ops.list == NULL)
+    rc = ECC_ERR_UNSUPPORTED;
+  else
+    rc = shim_checked(c, "list", c->plugin.ops.list(c->handle, cursor, out, cap, &n));
+  if (rc == ECC_OK)
+    rc = check_listed(c, out, n, cap);
+  if (rc == ECC_OK)
+    *n_out = n;
+  shim_leave(c);
+  return rc;
+}

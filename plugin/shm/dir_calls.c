@@ -1,0 +1,537 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * dir_calls.c - the directory functions of ABI 1.1 on a connector: tokens
+ * to and from directory refs, reserve and lookup, saves of reservations and
+ * loads of pinned entries batched with the step's other copies, and what a
+ * polled completion settles (publish, free, release a rank).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "clock.h"
+#include "connector_private.h"
+
+/* ---- tokens -------------------------------------------------------------- */
+
+/* A token is the ref's generation above its slot + 1, so that it is never
+ * 0 and a stale one never names the next entry of its slot. */
+static uint64_t token_of(uint32_t slot, uint32_t gen)
+{
+  return (uint64_t)gen << 32 | ((uint64_t)slot + 1);
+}
+
+static bool ref_of(uint64_t token, struct dir_ref *ref)
+{
+  uint32_t low = (uint32_t)token;
+  ref->slot = low - 1;
+  ref->gen = (uint32_t)(token >> 32);
+  return low != 0;
+}
+
+static bool pin_of(uint64_t token, struct dir_pin_ref *pin)
+{
+  struct dir_ref r;
+  bool ok = ref_of(token, &r);
+  pin->slot = r.slot;
+  pin->gen = r.gen;
+  return ok;
+}
+
+static void entry_out(const struct dir_entry_info *info, int32_t state, uint64_t token,
+                      ecc_entry_v1_t *out)
+{
+  memset(out, 0, sizeof(*out));
+  out->state = state;
+  out->token = token;
+  out->nbytes = info->nbytes;
+  out->n_extents = info->n_runs;
+  for (uint32_t i = 0; i < info->n_runs; i++) {
+    out->extents[i].first_block = info->runs[i].first;
+    out->extents[i].n_blocks = info->runs[i].count;
+  }
+}
+
+/* ---- checks every call shares ------------------------------------------- */
+
+static int need_directory(struct conn *c, const char *what)
+{
+  if (c->has_dir)
+    return ECC_OK;
+  return log_fail(&c->log, ECC_ERR_UNSUPPORTED,
+                  "%s: region %s has no directory (directory.enabled = false)", what,
+                  c->region.path);
+}
+
+/* A directory call of one direction's side: the directory, and a role that
+ * moves that direction. */
+static int need_side(struct conn *c, const char *what, int dir)
+{
+  int rc = need_directory(c, what);
+  int other = dir == ECC_DIR_SAVE ? ROLE_CONSUMER : ROLE_PRODUCER;
+  if (rc == ECC_OK && c->cfg.role == other)
+    rc = log_fail(&c->log, ECC_ERR_ROLE, "%s: this connector is a %s (connector.role)", what,
+                  config_role_name(other));
+  return rc;
+}
+
+static int check_key(struct conn *c, const char *what, size_t idx, const char *key)
+{
+  size_t len = key != NULL ? strnlen(key, ECC_KEY_MAX + 1) : 0;
+  if (key == NULL || len == 0)
+    return log_fail(&c->log, ECC_ERR_INVALID, "%s: key %zu is %s", what, idx,
+                    key == NULL ? "NULL" : "empty");
+  if (len > ECC_KEY_MAX)
+    return log_fail(&c->log, ECC_ERR_INVALID, "%s: key %zu is longer than %d bytes", what, idx,
+                    ECC_KEY_MAX);
+  return ECC_OK;
+}
+
+/* ---- reserve, abort, lookup, unpin, remove -------------------------------- */
+
+int conn_reserve(struct conn *c, const char *key, uint64_t nbytes, ecc_entry_v1_t *out)
+{
+  int rc = need_side(c, "reserve", ECC_DIR_SAVE);
+  if (rc == ECC_OK && out == NULL)
+    rc = log_fail(&c->log, ECC_ERR_INVALID, "reserve: out is NULL");
+  if (rc == ECC_OK)
+    rc = check_key(c, "reserve", 0, key);
+  if (rc == ECC_OK && nbytes == 0)
+    rc = log_fail(&c->log, ECC_ERR_INVALID, "reserve: %s: 0 bytes", key);
+  if (rc == ECC_OK)
+    rc = region_check(&c->region, &c->log);
+  if (rc != ECC_OK)
+    return rc;
+  char why[256] = "";
+  int outcome = DIR_RESERVED;
+  struct dir_entry_info info;
+  rc = dir_reserve(&c->dir, key, nbytes, &outcome, &info, why, sizeof(why));
+  if (rc != ECC_OK)
+    return log_fail_at(&c->log, rc == ECC_ERR_BUSY ? ECC_LOG_DEBUG : ECC_LOG_ERROR, rc,
+                       "reserve %s (%" PRIu64 " bytes): %s", key, nbytes, why);
+  if (outcome == DIR_RESERVED)
+    entry_out(&info, ECC_ENTRY_RESERVED, token_of(info.ref.slot, info.ref.gen), out);
+  else
+    entry_out(&info, outcome == DIR_FOUND_READY ? ECC_ENTRY_READY : ECC_ENTRY_WRITING, 0, out);
+  return ECC_OK;
+}
+
+int conn_abort_reserved(struct conn *c, uint64_t token)
+{
+  int rc = need_directory(c, "abort_reserved");
+  if (rc != ECC_OK)
+    return rc;
+  struct dir_ref ref;
+  char why[256] = "";
+  rc = ref_of(token, &ref) ? dir_abort(&c->dir, ref, why, sizeof(why)) : ECC_ERR_CLOSED;
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "abort_reserved: token 0x%" PRIx64 ": %s", token,
+                    why[0] != '\0' ? why : "names no reservation");
+  return ECC_OK;
+}
+
+/* Keys are looked up a chunk at a time (the directory's answers are large);
+ * a chunk refused for want of pins releases every pin the call took. */
+#define LOOKUP_CHUNK 32
+
+static void release_pins(struct conn *c, const ecc_entry_v1_t *out, size_t n, uint32_t ranks)
+{
+  for (size_t i = 0; i < n; i++) {
+    struct dir_pin_ref pin;
+    if (out[i].state != ECC_ENTRY_READY || !pin_of(out[i].token, &pin))
+      continue;
+    for (uint32_t r = 0; r < ranks; r++)
+      dir_unpin(&c->dir, pin, NULL, 0);
+  }
+}
+
+static int lookup_all(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
+                      ecc_entry_v1_t *out)
+{
+  bool found[LOOKUP_CHUNK];
+  struct dir_entry_info info[LOOKUP_CHUNK];
+  struct dir_pin_ref pins[LOOKUP_CHUNK];
+  char why[256] = "";
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < LOOKUP_CHUNK ? n - done : LOOKUP_CHUNK;
+    int rc = dir_lookup(&c->dir, keys + done, k, ranks, found, info, pins, why, sizeof(why));
+    if (rc != ECC_OK) {
+      release_pins(c, out, done, ranks);
+      return log_fail_at(&c->log, rc == ECC_ERR_BUSY ? ECC_LOG_DEBUG : ECC_LOG_ERROR, rc,
+                         "lookup: %s", why);
+    }
+    for (size_t i = 0; i < k; i++) {
+      if (found[i])
+        entry_out(&info[i], ECC_ENTRY_READY, token_of(pins[i].slot, pins[i].gen), &out[done + i]);
+      else
+        memset(&out[done + i], 0, sizeof(out[done + i])); /* ECC_ENTRY_ABSENT is 0 */
+    }
+    done += k;
+  }
+  return ECC_OK;
+}
+
+int conn_lookup(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
+                ecc_entry_v1_t *out)
+{
+  int rc = need_side(c, "lookup", ECC_DIR_LOAD);
+  if (rc == ECC_OK && n > 0 && (keys == NULL || out == NULL))
+    rc = log_fail(&c->log, ECC_ERR_INVALID, "lookup: %s is NULL", keys == NULL ? "keys" : "out");
+  if (rc == ECC_OK && ranks == 0)
+    rc = log_fail(&c->log, ECC_ERR_INVALID, "lookup: ranks is 0 (a pin needs one release)");
+  for (size_t i = 0; rc == ECC_OK && i < n; i++)
+    rc = check_key(c, "lookup", i, keys[i]);
+  if (rc == ECC_OK && n > 0)
+    rc = region_check(&c->region, &c->log);
+  if (rc != ECC_OK || n == 0)
+    return rc;
+  return lookup_all(c, keys, n, ranks, out);
+}
+
+int conn_unpin(struct conn *c, uint64_t token)
+{
+  int rc = need_directory(c, "unpin");
+  if (rc != ECC_OK)
+    return rc;
+  struct dir_pin_ref pin;
+  char why[256] = "";
+  rc = pin_of(token, &pin) ? dir_unpin(&c->dir, pin, why, sizeof(why)) : ECC_ERR_CLOSED;
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "unpin: token 0x%" PRIx64 ": %s", token,
+                    why[0] != '\0' ? why : "names no pin");
+  return ECC_OK;
+}
+
+int conn_remove(struct conn *c, const char *key)
+{
+  int rc = need_directory(c, "remove");
+  if (rc == ECC_OK)
+    rc = check_key(c, "remove", 0, key);
+  if (rc != ECC_OK)
+    return rc;
+  char why[256] = "";
+  rc = dir_remove(&c->dir, key, why, sizeof(why));
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "remove %s: %s", key, why);
+  return ECC_OK;
+}
+
+/* ---- list and counters -------------------------------------------------- */
+
+struct list_walk {
+  uint64_t from; /* first slot wanted */
+  ecc_listed_v1_t *out;
+  size_t cap, n;
+  uint64_t next; /* slot after the last one taken */
+  uint64_t now_ns;
+};
+
+static void list_one(void *user, const struct dir_entry_info *e)
+{
+  struct list_walk *w = user;
+  if (e->ref.slot < w->from || w->n == w->cap)
+    return;
+  ecc_listed_v1_t *o = &w->out[w->n++];
+  memset(o, 0, sizeof(*o));
+  memcpy(o->key, e->key, sizeof(o->key));
+  o->key[sizeof(o->key) - 1] = '\0';
+  o->state = e->state == DIR_STATE_READY ? ECC_ENTRY_READY : ECC_ENTRY_RESERVED;
+  o->pins = e->pins;
+  o->nbytes = e->nbytes;
+  o->n_blocks = e->n_blocks;
+  o->n_extents = e->n_runs;
+  o->age_ns = w->now_ns > e->reserved_ns ? w->now_ns - e->reserved_ns : 0;
+  o->idle_ns = w->now_ns > e->used_ns ? w->now_ns - e->used_ns : 0;
+  if (e->ref.slot + 1 > w->next)
+    w->next = (uint64_t)e->ref.slot + 1;
+}
+
+int conn_list(struct conn *c, uint64_t *cursor, ecc_listed_v1_t *out, size_t cap, size_t *n_out)
+{
+  if (n_out != NULL)
+    *n_out = 0;
+  int rc = need_directory(c, "list");
+  if (rc == ECC_OK && (cursor == NULL || n_out == NULL || (out == NULL && cap > 0)))
+    rc = log_fail(&c->log, ECC_ERR_INVALID, "list: %s is NULL",
+                  cursor == NULL  ? "cursor"
+                  : n_out == NULL ? "n_out"
+                                  : "out");
+  if (rc != ECC_OK)
+    return rc;
+  struct list_walk w = {*cursor, out, cap, 0, *cursor, ecc_now_ns()};
+  rc = dir_list(&c->dir, list_one, &w);
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "list: the directory could not be read");
+  *cursor = w.next;
+  *n_out = w.n;
+  return ECC_OK;
+}
+
+void conn_dir_stats(struct conn *c, ecc_directory_stats_v1_t *out)
+{
+  memset(out, 0, sizeof(*out));
+  if (!c->has_dir)
+    return;
+  struct dir_counters k;
+  dir_get_counters(&c->dir, &k);
+  *out = (ecc_directory_stats_v1_t){k.entries,   k.blocks_used,  k.blocks_free, k.largest_free_run,
+                                    k.pins_live, k.reservations, k.dedup_hits,  k.lookups,
+                                    k.hits,      k.misses,       k.evictions,   k.removals,
+                                    k.pins,      k.reclaimed,    k.full};
+}
+
+/* ---- saves of reservations ------------------------------------------------ */
+
+/* Where a batch's descriptors stood, to take back entries added after it. */
+struct desc_mark {
+  size_t count;
+  uint64_t bytes, src_end, dst_end, last_len;
+};
+
+static struct desc_mark desc_mark_of(const struct desc_buf *b)
+{
+  struct desc_mark m = {b->count, b->bytes, b->src_end, b->dst_end, 0};
+  if (b->count > 0)
+    m.last_len = b->len[b->count - 1];
+  return m;
+}
+
+static void desc_back_to(struct desc_buf *b, const struct desc_mark *m)
+{
+  b->count = m->count;
+  b->bytes = m->bytes;
+  b->src_end = m->src_end;
+  b->dst_end = m->dst_end;
+  if (m->count > 0)
+    b->len[m->count - 1] = m->last_len;
+}
+
+/* The runs of an entry as descriptors between `linear` and its blocks. */
+static void add_runs(struct conn *c, struct desc_buf *b, uint64_t linear,
+                     const struct dir_entry_info *info, int to_region)
+{
+  uint64_t base = (uint64_t)(uintptr_t)c->region.blocks, bs = c->region.block_size;
+  uint64_t left = info->nbytes, off = 0;
+  struct desc_writer w;
+  desc_writer_open(b, &w);
+  for (uint32_t i = 0; i < info->n_runs && left > 0; i++) {
+    uint64_t len = (uint64_t)info->runs[i].count * bs;
+    len = len < left ? len : left;
+    desc_write_run(&w, linear + off, base + (uint64_t)info->runs[i].first * bs, len, to_region);
+    off += len;
+    left -= len;
+  }
+  desc_writer_close(b, &w);
+}
+
+static int check_saved(struct conn *c, const ecc_save_reserved_v1_t *e, size_t idx)
+{
+  struct dir_ref ref;
+  if (!ref_of(e->token, &ref))
+    return log_fail(&c->log, ECC_ERR_CLOSED, "save_reserved: entry %zu: token 0 is no reservation",
+                    idx);
+  if (e->src == 0 || e->nbytes == 0)
+    return log_fail(&c->log, ECC_ERR_INVALID, "save_reserved: entry %zu has %s", idx,
+                    e->src == 0 ? "a NULL source" : "0 bytes");
+  if (e->src > UINT64_MAX - e->nbytes)
+    return log_fail(&c->log, ECC_ERR_INVALID,
+                    "save_reserved: entry %zu: source 0x%" PRIx64 " + %" PRIu64
+                    " bytes wraps around",
+                    idx, e->src, e->nbytes);
+  return ECC_OK;
+}
+
+/* Claims entry i's reservation for this process's copy and adds it to the
+ * batch; on an error nothing of entry i is kept. */
+static int add_saved(struct conn *c, struct transfer *t, const ecc_save_reserved_v1_t *e,
+                     size_t idx)
+{
+  struct dir_ref ref;
+  ref_of(e->token, &ref);
+  struct dir_entry_info info;
+  char why[256] = "";
+  int rc = dir_claim(&c->dir, ref, &info, why, sizeof(why));
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "save_reserved: entry %zu (token 0x%" PRIx64 "): %s", idx,
+                    e->token, why);
+  size_t klen = strlen(info.key) + 1;
+  if (e->nbytes != info.nbytes)
+    rc = log_fail(&c->log, ECC_ERR_RANGE,
+                  "save_reserved: entry %zu (%s): %" PRIu64 " bytes, but %" PRIu64 " were reserved",
+                  idx, info.key, e->nbytes, info.nbytes);
+  else if (transfer_reserve_done(t, 1) != 0 || transfer_reserve_tokens(t, 1) != 0 ||
+           transfer_reserve_keys(t, t->keys_len + klen) != 0)
+    rc = log_fail(&c->log, ECC_ERR_NOMEM, "save_reserved: out of memory for entry %zu", idx);
+  if (rc != ECC_OK) {
+    dir_unclaim(&c->dir, ref);
+    return rc;
+  }
+  add_runs(c, &t->view.desc, e->src, &info, 1);
+  t->done[t->n_done] = (struct done_rec){t->keys_len, info.nbytes};
+  t->tokens[t->n_done++] = e->token;
+  memcpy(t->keys + t->keys_len, info.key, klen);
+  t->keys_len += klen;
+  return ECC_OK;
+}
+
+/* Every entry is claimed and added, or none: a refusal takes the batch back
+ * to where it was and gives the claims up. */
+static int save_reserved_locked(struct conn *c, const ecc_save_reserved_v1_t *e, size_t n)
+{
+  struct transfer *t = c->pending;
+  int rc = t == NULL ? region_check(&c->region, &c->log) : ECC_OK;
+  if (rc == ECC_OK && t == NULL && (t = transfer_get(c)) == NULL)
+    rc = log_fail(&c->log, ECC_ERR_NOMEM, "save_reserved: out of memory for a transfer");
+  if (rc == ECC_OK && desc_reserve(&t->view.desc, (uint64_t)n * DIR_MAX_RUNS) != 0)
+    rc = log_fail(&c->log, ECC_ERR_NOMEM, "save_reserved: out of memory for descriptors");
+  if (rc != ECC_OK) {
+    if (t != NULL && c->pending == NULL)
+      transfer_put(c, t);
+    return rc;
+  }
+  struct desc_mark mark = desc_mark_of(&t->view.desc);
+  size_t n_done = t->n_done, keys_len = t->keys_len;
+  for (size_t i = 0; i < n && rc == ECC_OK; i++)
+    rc = add_saved(c, t, &e[i], i);
+  if (rc == ECC_OK) {
+    c->pending = t;
+    return ECC_OK;
+  }
+  for (size_t j = n_done; j < t->n_done; j++) {
+    struct dir_ref ref;
+    ref_of(t->tokens[j], &ref);
+    dir_unclaim(&c->dir, ref);
+  }
+  desc_back_to(&t->view.desc, &mark);
+  t->n_done = n_done;
+  t->keys_len = keys_len;
+  if (c->pending == NULL)
+    transfer_put(c, t);
+  return rc;
+}
+
+int conn_save_reserved(struct conn *c, const ecc_save_reserved_v1_t *e, size_t n)
+{
+  if (n == 0)
+    return ECC_OK;
+  int rc = need_side(c, "save_reserved", ECC_DIR_SAVE);
+  if (rc == ECC_OK && e == NULL)
+    rc = log_fail(&c->log, ECC_ERR_INVALID, "save_reserved: entries is NULL but n = %zu", n);
+  for (size_t i = 0; rc == ECC_OK && i < n; i++)
+    rc = check_saved(c, &e[i], i);
+  if (rc != ECC_OK)
+    return rc;
+  if (!c->save_rank) {
+    conn_lock(c, &c->done_lock);
+    c->stats.saves_skipped += n;
+    conn_unlock(c, &c->done_lock);
+    return ECC_OK;
+  }
+  conn_lock(c, &c->step_lock);
+  rc = save_reserved_locked(c, e, n);
+  conn_unlock(c, &c->step_lock);
+  return rc;
+}
+
+/* ---- loads of pinned entries ---------------------------------------------- */
+
+/* Entry i's pin is live and its destination holds the entry: it is added
+ * to the transfer (nothing in the directory changes). */
+static int add_pinned(struct conn *c, struct transfer *t, const ecc_load_pinned_v1_t *e, size_t idx)
+{
+  struct dir_pin_ref pin;
+  struct dir_entry_info info;
+  char why[256] = "";
+  int rc =
+      pin_of(e->token, &pin) ? dir_pinned(&c->dir, pin, &info, why, sizeof(why)) : ECC_ERR_CLOSED;
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "load_pinned: entry %zu (transfer %" PRIu64 "): %s", idx,
+                    e->transfer_id, why[0] != '\0' ? why : "token 0 is no pin");
+  if (e->dst == 0 || e->dst_capacity < info.nbytes)
+    return log_fail(&c->log, e->dst == 0 ? ECC_ERR_INVALID : ECC_ERR_RANGE,
+                    "load_pinned: entry %zu (transfer %" PRIu64 ", %s): %s", idx, e->transfer_id,
+                    info.key,
+                    e->dst == 0 ? "NULL destination" : "destination smaller than the entry");
+  if (e->dst > UINT64_MAX - info.nbytes)
+    return log_fail(&c->log, ECC_ERR_INVALID,
+                    "load_pinned: entry %zu (transfer %" PRIu64 "): destination wraps around", idx,
+                    e->transfer_id);
+  add_runs(c, &t->view.desc, e->dst, &info, 0);
+  t->done[t->n_done] = (struct done_rec){e->transfer_id, info.nbytes};
+  t->tokens[t->n_done++] = e->token;
+  return ECC_OK;
+}
+
+static int start_pinned(struct conn *c, struct transfer *t, const ecc_load_pinned_v1_t *e, size_t n,
+                        void *stream)
+{
+  int rc = ECC_OK;
+  if (desc_reserve(&t->view.desc, (uint64_t)n * DIR_MAX_RUNS) != 0 ||
+      transfer_reserve_done(t, n) != 0 || transfer_reserve_tokens(t, n) != 0)
+    rc = log_fail(&c->log, ECC_ERR_NOMEM, "load_pinned: out of memory for %zu entries", n);
+  for (size_t i = 0; rc == ECC_OK && i < n; i++)
+    rc = add_pinned(c, t, &e[i], i);
+  if (rc == ECC_OK)
+    rc = conn_check_room(c, ECC_DIR_LOAD);
+  t->view.direction = ECC_DIR_LOAD;
+  if (rc == ECC_OK)
+    rc = conn_engine_submit(c, t, stream);
+  return rc;
+}
+
+int conn_load_pinned(struct conn *c, const ecc_load_pinned_v1_t *e, size_t n, void *stream)
+{
+  if (n == 0)
+    return ECC_OK;
+  int rc = need_side(c, "load_pinned", ECC_DIR_LOAD);
+  if (rc == ECC_OK && e == NULL)
+    rc = log_fail(&c->log, ECC_ERR_INVALID, "load_pinned: entries is NULL but n = %zu", n);
+  if (rc != ECC_OK)
+    return rc;
+  conn_lock(c, &c->step_lock);
+  rc = region_check(&c->region, &c->log);
+  struct transfer *t = rc == ECC_OK ? transfer_get(c) : NULL;
+  if (rc == ECC_OK && t == NULL)
+    rc = log_fail(&c->log, ECC_ERR_NOMEM, "load_pinned: out of memory for a transfer");
+  if (rc == ECC_OK)
+    rc = start_pinned(c, t, e, n, stream);
+  if (rc == ECC_OK)
+    rc = conn_queue_load(c, t, stream);
+  else if (t != NULL)
+    transfer_put(c, t);
+  conn_unlock(c, &c->step_lock);
+  return rc;
+}
+
+/* ---- what a polled completion settles ------------------------------------- */
+
+int conn_dir_settle(struct conn *c, int direction, uint64_t token, int status)
+{
+  struct dir_ref ref;
+  if (!ref_of(token, &ref))
+    return status;
+  int rc;
+  if (direction == ECC_DIR_SAVE) {
+    rc = dir_settle(&c->dir, ref, status == ECC_OK, NULL, 0);
+  } else {
+    struct dir_pin_ref pin = {ref.slot, ref.gen};
+    rc = dir_unpin(&c->dir, pin, NULL, 0);
+  }
+  /* A reservation or pin reclaimed while its copy ran (its deadline passed)
+   * leaves bytes nobody may trust: the copy is not reported as a success. */
+  return status == ECC_OK && rc != ECC_OK ? ECC_ERR_CLOSED : status;
+}
+
+/* Blocks named by id on a region with a directory: a save's must all lie in
+ * live reservations, a load's in pinned entries. */
+int conn_dir_blocks(struct conn *c, const char *what, size_t idx, const uint32_t *ids, uint32_t n,
+                    int dir)
+{
+  uint32_t bad = 0;
+  if (dir_blocks_held(&c->dir, ids, n, dir == ECC_DIR_LOAD, &bad) == ECC_OK)
+    return ECC_OK;
+  return log_fail(&c->log, ECC_ERR_RANGE,
+                  "%s: entry %zu: block %" PRIu32 " is not in %s; on a region with a directory "
+                  "only those blocks may be named",
+                  what, idx, bad, dir == ECC_DIR_LOAD ? "a pinned entry" : "a live reservation");
+}

@@ -1,0 +1,1652 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * directory.c - the cache directory kept in shared memory (directory.h): its
+ * layout, the robust lock and the rebuild after a holder's death, the clock
+ * allocator, pins, reclaiming what dead processes left, and the checker.
+ */
+#include "directory.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ALIGN 64u
+#define NO_SLOT UINT32_MAX
+#define BLOCKS_MAX (1u << 30)
+#define SLOTS_MAX (1u << 24)
+#define PIN_FREE 0u
+#define PIN_LIVE 1u
+
+/* ---- the shared layout ------------------------------------------------- */
+
+/* A slot's state word: the state in the low half and the generation in the
+ * high half, so that one store changes both. Everything else in a slot is
+ * written while the slot is still FREE (nothing reads a free slot's fields),
+ * then the word is stored with release order: a process killed before that
+ * store leaves the old state, one killed after it leaves the fields whole. */
+struct dir_slot {
+  _Atomic uint64_t word;
+  uint64_t nbytes;
+  uint64_t hash; /* of the key, for the index (recomputed on rebuild) */
+  uint64_t reserved_ns;
+  uint64_t used_ns;
+  struct dir_owner owner;
+  uint32_t n_blocks;
+  uint32_t n_runs;
+  uint32_t pins;    /* derived: live pins naming this entry */
+  uint32_t marked;  /* used since the hand last passed: its second chance */
+  uint32_t claimed; /* a reservation whose copy is under way (dir_claim) */
+  uint32_t claim_pad;
+  struct dir_owner writer; /* the process making that copy */
+  struct dir_run runs[DIR_MAX_RUNS];
+  char key[DIR_KEY_MAX + 1];
+};
+
+/* A pin slot; its word is PIN_FREE or PIN_LIVE with the generation, the
+ * same one-store rule as entries. ranks_left is the only field that
+ * changes while live: one aligned 32-bit store, old or new after a kill. */
+struct dir_pin {
+  _Atomic uint64_t word;
+  uint32_t entry_slot;
+  uint32_t entry_gen;
+  uint32_t ranks_left;
+  uint32_t unused;
+  struct dir_owner owner;
+  uint64_t pinned_ns;
+};
+
+struct dir_shared {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint32_t num_blocks, max_entries, max_pins, index_cap;
+  uint64_t block_size, reserve_timeout_ns, pin_timeout_ns;
+  uint64_t off_entries, off_pins, off_map, off_index, total;
+  pthread_mutex_t lock;
+  /* Levels, derived from the tables (rebuilt after a death). */
+  uint64_t entries, blocks_used, pins_live;
+  /* Monotonic statistics: a death may lose the last increment. */
+  uint64_t reservations, dedup_hits, lookups, hits, misses, evictions, removals, pins, reclaimed,
+      full, recoveries;
+  /* Where the clock hand and the free-slot searches resume. */
+  uint32_t hand, slot_cursor, pin_cursor, unused;
+  /* The process inside the lock (zero outside), and the last one the lock
+   * reported dead: a holder found dead by EOWNERDEAD is dead whatever /proc
+   * still shows while it exits. */
+  struct dir_owner holder, dead_holder;
+};
+
+struct layout {
+  uint32_t index_cap;
+  uint64_t off_entries, off_pins, off_map, off_index, total;
+};
+
+static inline uint64_t word_make(uint32_t state, uint32_t gen)
+{
+  return (uint64_t)gen << 32 | state;
+}
+
+static inline uint32_t word_state(uint64_t w)
+{
+  return (uint32_t)w;
+}
+
+static inline uint32_t word_gen(uint64_t w)
+{
+  return (uint32_t)(w >> 32);
+}
+
+static inline struct dir_slot *slot_at(const struct dir_shared *sh, uint32_t s)
+{
+  return (struct dir_slot *)((char *)sh + sh->off_entries) + s;
+}
+
+static inline struct dir_pin *pin_at(const struct dir_shared *sh, uint32_t p)
+{
+  return (struct dir_pin *)((char *)sh + sh->off_pins) + p;
+}
+
+static inline uint32_t *block_map(const struct dir_shared *sh)
+{
+  return (uint32_t *)((char *)sh + sh->off_map);
+}
+
+static inline uint32_t *index_table(const struct dir_shared *sh)
+{
+  return (uint32_t *)((char *)sh + sh->off_index);
+}
+
+/* Every access is made under the lock, which orders them between
+ * processes; the release stores and acquire loads of the words order a
+ * slot's fields before its state for whoever finds the memory after a
+ * holder died mid-way (the store order is what survives a kill). */
+static inline uint32_t slot_state(const struct dir_slot *e)
+{
+  return word_state(atomic_load_explicit(&e->word, memory_order_acquire));
+}
+
+static inline bool slot_live(const struct dir_slot *e)
+{
+  return slot_state(e) != DIR_STATE_FREE;
+}
+
+static uint64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+__attribute__((format(printf, 4, 5))) static int say(char *why, size_t cap, int rc, const char *fmt,
+                                                     ...)
+{
+  if (why != NULL && cap > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, cap, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
+
+static uint64_t align_up(uint64_t v)
+{
+  return (v + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/* Defaults filled in and limits checked; false if p cannot be formatted. */
+static bool params_resolve(const struct dir_params *p, struct dir_params *r)
+{
+  if (p == NULL || p->num_blocks == 0 || p->num_blocks > BLOCKS_MAX || p->block_size == 0)
+    return false;
+  *r = *p;
+  if (r->max_entries == 0)
+    r->max_entries = r->num_blocks / 16 < 64 ? 64 : r->num_blocks / 16;
+  if (r->max_pins == 0)
+    r->max_pins = r->max_entries;
+  return r->max_entries <= SLOTS_MAX && r->max_pins <= SLOTS_MAX;
+}
+
+static uint64_t layout_of(const struct dir_params *r, struct layout *l)
+{
+  l->index_cap = 1;
+  while (l->index_cap < 2 * r->max_entries)
+    l->index_cap <<= 1;
+  l->off_entries = align_up(sizeof(struct dir_shared));
+  l->off_pins = align_up(l->off_entries + (uint64_t)r->max_entries * sizeof(struct dir_slot));
+  l->off_map = align_up(l->off_pins + (uint64_t)r->max_pins * sizeof(struct dir_pin));
+  l->off_index = align_up(l->off_map + (uint64_t)r->num_blocks * sizeof(uint32_t));
+  l->total = align_up(l->off_index + (uint64_t)l->index_cap * sizeof(uint32_t));
+  return l->total;
+}
+
+size_t dir_bytes(const struct dir_params *p)
+{
+  struct dir_params r;
+  struct layout l;
+  if (!params_resolve(p, &r))
+    return 0;
+  return (size_t)layout_of(&r, &l);
+}
+
+/* ---- who is alive -------------------------------------------------------- */
+
+/* Field 3 (state) and field 22 (start time) of /proc/PID/stat. The command
+ * name (field 2) may hold spaces and parentheses: fields are counted from
+ * the last ')'. */
+static int read_stat(pid_t pid, char *state, uint64_t *start_ticks)
+{
+  char path[40], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  int err = errno;
+  close(fd);
+  if (n <= 0)
+    return n < 0 ? -err : -EIO;
+  buf[n] = '\0';
+  char *at = strrchr(buf, ')');
+  if (at == NULL || at[1] != ' ' || at[2] == '\0')
+    return -EIO;
+  *state = at[2];
+  at += 2;
+  for (int field = 3; field < 22 && at != NULL; field++) {
+    at = strchr(at, ' ');
+    at = at != NULL ? at + 1 : NULL;
+  }
+  if (at == NULL)
+    return -EIO;
+  *start_ticks = strtoull(at, NULL, 10);
+  return 0;
+}
+
+int dir_owner_self(struct dir_owner *out)
+{
+  char state;
+  memset(out, 0, sizeof(*out));
+  out->pid = (int32_t)getpid();
+  return read_stat(getpid(), &state, &out->start_ticks) == 0 ? ECC_OK : ECC_ERR_SYSTEM;
+}
+
+static bool same_owner(const struct dir_owner *a, const struct dir_owner *b)
+{
+  return a->pid == b->pid && a->start_ticks == b->start_ticks;
+}
+
+/* Dead: no such pid, a zombie, or a later process with the same pid (its
+ * start time differs: kill(pid, 0) alone would call it alive). When /proc
+ * cannot tell (hidden by hidepid), kill decides, and in doubt it lives. */
+static bool owner_alive(const struct dir *d, const struct dir_owner *o)
+{
+  char state = '?';
+  uint64_t ticks = 0;
+  if (o->pid <= 0 || same_owner(o, &d->sh->dead_holder))
+    return false;
+  if (same_owner(o, &d->self))
+    return true;
+  int rc = read_stat(o->pid, &state, &ticks);
+  if (rc == -ENOENT || rc == -ESRCH)
+    return false;
+  if (rc != 0)
+    return !(kill(o->pid, 0) != 0 && errno == ESRCH);
+  return state != 'Z' && state != 'X' && ticks == o->start_ticks;
+}
+
+/* ---- the key index ----------------------------------------------------- */
+
+/* FNV-1a over the key, then a 64-bit finalizer so the low bits (which pick
+ * the bucket) depend on every byte. */
+static uint64_t key_hash(const char *key, size_t len)
+{
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < len; i++) {
+    h ^= (unsigned char)key[i];
+    h *= 0x100000001b3ull;
+  }
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  return h ^ (h >> 33);
+}
+
+/* Buckets hold slot + 1 (0: empty), linear probing; deletion shifts the
+ * followers back, so there are no tombstones and a probe stops at the
+ * first empty bucket. */
+static uint32_t index_find(const struct dir_shared *sh, const char *key, uint64_t hash)
+{
+  const uint32_t *t = index_table(sh);
+  uint32_t mask = sh->index_cap - 1;
+  for (uint32_t i = (uint32_t)hash & mask, n = 0; n < sh->index_cap; i = (i + 1) & mask, n++) {
+    if (t[i] == 0)
+      return NO_SLOT;
+    const struct dir_slot *e = slot_at(sh, t[i] - 1);
+    if (t[i] - 1 < sh->max_entries && e->hash == hash && strncmp(e->key, key, sizeof(e->key)) == 0)
+      return t[i] - 1;
+  }
+  return NO_SLOT;
+}
+
+static void index_insert(struct dir_shared *sh, uint32_t s)
+{
+  uint32_t *t = index_table(sh);
+  uint32_t mask = sh->index_cap - 1;
+  uint32_t i = (uint32_t)slot_at(sh, s)->hash & mask;
+  /* The table has twice as many buckets as entries: an empty one exists. */
+  while (t[i] != 0)
+    i = (i + 1) & mask;
+  t[i] = s + 1;
+}
+
+/* Whether bucket j's occupant, whose home is h, may move back to hole i:
+ * only if h does not lie cyclically in (i, j]. */
+static bool may_fill(uint32_t i, uint32_t j, uint32_t h)
+{
+  return i <= j ? (h <= i || h > j) : (h <= i && h > j);
+}
+
+static void index_delete(struct dir_shared *sh, uint32_t s)
+{
+  uint32_t *t = index_table(sh);
+  uint32_t mask = sh->index_cap - 1;
+  uint32_t i = (uint32_t)slot_at(sh, s)->hash & mask, n = 0;
+  while (t[i] != s + 1 && n++ < sh->index_cap)
+    i = (i + 1) & mask;
+  if (t[i] != s + 1)
+    return;
+  for (uint32_t j = (i + 1) & mask; t[j] != 0; j = (j + 1) & mask) {
+    uint32_t h = (uint32_t)slot_at(sh, t[j] - 1)->hash & mask;
+    if (may_fill(i, j, h)) {
+      t[i] = t[j];
+      i = j;
+    }
+  }
+  t[i] = 0;
+}
+
+/* ---- slots: creation and retirement -------------------------------------- */
+
+/* The one store that frees a slot also retires its generation, so a ref
+ * taken before can never match the next entry put in it. */
+static void slot_retire(struct dir_slot *e)
+{
+  uint64_t w = atomic_load_explicit(&e->word, memory_order_relaxed);
+  atomic_store_explicit(&e->word, word_make(DIR_STATE_FREE, word_gen(w) + 1), memory_order_release);
+}
+
+static void map_set(struct dir_shared *sh, const struct dir_slot *e, uint32_t v)
+{
+  uint32_t *map = block_map(sh);
+  for (uint32_t r = 0; r < e->n_runs; r++)
+    for (uint32_t b = 0; b < e->runs[r].count; b++)
+      map[e->runs[r].first + b] = v;
+}
+
+/* The table first, then the derived parts: a death in between leaves a
+ * free slot that the rebuild drops from the map and the index. */
+static void entry_free(struct dir_shared *sh, uint32_t s)
+{
+  struct dir_slot *e = slot_at(sh, s);
+  slot_retire(e);
+  map_set(sh, e, 0);
+  index_delete(sh, s);
+  sh->entries--;
+  sh->blocks_used -= e->n_blocks;
+}
+
+/* As entry_free: the pin's word first, then the entry's derived count. */
+static void pin_free(struct dir_shared *sh, uint32_t p)
+{
+  struct dir_pin *pin = pin_at(sh, p);
+  uint64_t w = atomic_load_explicit(&pin->word, memory_order_relaxed);
+  atomic_store_explicit(&pin->word, word_make(PIN_FREE, word_gen(w) + 1), memory_order_release);
+  if (pin->entry_slot < sh->max_entries && slot_at(sh, pin->entry_slot)->pins > 0)
+    slot_at(sh, pin->entry_slot)->pins--;
+  sh->pins_live--;
+}
+
+static bool pin_live(const struct dir_pin *pin)
+{
+  return word_state(atomic_load_explicit(&pin->word, memory_order_acquire)) == PIN_LIVE;
+}
+
+/* A free slot (the caller knows one exists), searched from where the last
+ * search stopped so the search is short while the table is not full. */
+static uint32_t free_slot(struct dir_shared *sh)
+{
+  for (uint32_t n = 0; n < sh->max_entries; n++) {
+    uint32_t s = (sh->slot_cursor + n) % sh->max_entries;
+    if (!slot_live(slot_at(sh, s))) {
+      sh->slot_cursor = (s + 1) % sh->max_entries;
+      return s;
+    }
+  }
+  return NO_SLOT;
+}
+
+static uint32_t free_pin(struct dir_shared *sh)
+{
+  for (uint32_t n = 0; n < sh->max_pins; n++) {
+    uint32_t p = (sh->pin_cursor + n) % sh->max_pins;
+    if (!pin_live(pin_at(sh, p))) {
+      sh->pin_cursor = (p + 1) % sh->max_pins;
+      return p;
+    }
+  }
+  return NO_SLOT;
+}
+
+static void fill_info(const struct dir_shared *sh, uint32_t s, struct dir_entry_info *out)
+{
+  const struct dir_slot *e = slot_at(sh, s);
+  uint64_t w = atomic_load_explicit(&e->word, memory_order_acquire);
+  if (out == NULL)
+    return;
+  memset(out, 0, sizeof(*out));
+  out->ref.slot = s;
+  out->ref.gen = word_gen(w);
+  out->state = (int)word_state(w);
+  out->nbytes = e->nbytes;
+  out->n_blocks = e->n_blocks;
+  out->n_runs = e->n_runs;
+  memcpy(out->runs, e->runs, sizeof(out->runs));
+  out->pins = e->pins;
+  out->owner = e->owner;
+  out->reserved_ns = e->reserved_ns;
+  out->used_ns = e->used_ns;
+  memcpy(out->key, e->key, sizeof(out->key));
+}
+
+/* ---- reclaiming what the dead left ------------------------------------- */
+
+static bool reservation_stale(const struct dir *d, const struct dir_slot *e, uint64_t now)
+{
+  /* A copy under way writes into the blocks: they are freed only once its
+   * process is gone (its copies die with it), never by a deadline. */
+  if (e->claimed)
+    return !owner_alive(d, &e->writer);
+  uint64_t t = d->sh->reserve_timeout_ns;
+  if (t != 0 && now > e->reserved_ns && now - e->reserved_ns > t)
+    return true;
+  return !owner_alive(d, &e->owner);
+}
+
+static bool pin_stale(const struct dir *d, const struct dir_pin *pin, uint64_t now)
+{
+  uint64_t t = d->sh->pin_timeout_ns;
+  if (t != 0 && now > pin->pinned_ns && now - pin->pinned_ns > t)
+    return true;
+  return !owner_alive(d, &pin->owner);
+}
+
+/* Drops the stale pins naming entry s; returns how many. */
+static uint32_t drop_stale_pins_of(struct dir *d, uint32_t s, uint64_t now)
+{
+  struct dir_shared *sh = d->sh;
+  uint32_t dropped = 0;
+  for (uint32_t p = 0; p < sh->max_pins && slot_at(sh, s)->pins > 0; p++) {
+    struct dir_pin *pin = pin_at(sh, p);
+    if (pin_live(pin) && pin->entry_slot == s && pin_stale(d, pin, now)) {
+      pin_free(sh, p);
+      sh->reclaimed++;
+      dropped++;
+    }
+  }
+  return dropped;
+}
+
+static uint32_t reclaim_all(struct dir *d, uint64_t now)
+{
+  struct dir_shared *sh = d->sh;
+  uint32_t freed = 0;
+  for (uint32_t p = 0; p < sh->max_pins; p++) {
+    struct dir_pin *pin = pin_at(sh, p);
+    if (pin_live(pin) && pin_stale(d, pin, now)) {
+      pin_free(sh, p);
+      sh->reclaimed++;
+      freed++;
+    }
+  }
+  for (uint32_t s = 0; s < sh->max_entries; s++) {
+    struct dir_slot *e = slot_at(sh, s);
+    if (slot_state(e) == DIR_STATE_RESERVED && reservation_stale(d, e, now)) {
+      entry_free(sh, s);
+      sh->reclaimed++;
+      freed++;
+    }
+  }
+  return freed;
+}
+
+/* ---- the rebuild after a death --------------------------------------------- */
+
+static bool runs_valid(const struct dir_shared *sh, const struct dir_slot *e)
+{
+  uint64_t sum = 0;
+  if (e->n_runs < 1 || e->n_runs > DIR_MAX_RUNS)
+    return false;
+  for (uint32_t r = 0; r < e->n_runs; r++) {
+    const struct dir_run *run = &e->runs[r];
+    if (run->count == 0 || run->first >= sh->num_blocks || run->count > sh->num_blocks - run->first)
+      return false;
+    sum += run->count;
+  }
+  return sum == e->n_blocks && e->nbytes > 0 && (e->nbytes - 1) / sh->block_size + 1 == e->n_blocks;
+}
+
+static bool slot_valid(const struct dir_shared *sh, const struct dir_slot *e)
+{
+  uint32_t st = slot_state(e);
+  size_t len = strnlen(e->key, sizeof(e->key));
+  if (st != DIR_STATE_RESERVED && st != DIR_STATE_READY)
+    return false;
+  return len > 0 && len <= DIR_KEY_MAX && runs_valid(sh, e);
+}
+
+static bool map_free(const struct dir_shared *sh, const struct dir_slot *e)
+{
+  const uint32_t *map = block_map(sh);
+  for (uint32_t r = 0; r < e->n_runs; r++)
+    for (uint32_t b = 0; b < e->runs[r].count; b++)
+      if (map[e->runs[r].first + b] != 0)
+        return false;
+  return true;
+}
+
+/* Entries: anything not a whole live entry is freed; the block map and the
+ * index are made again from those left (a key or block claimed twice, which
+ * the one-store rule rules out, frees the later claimant). */
+static void rebuild_entries(struct dir_shared *sh)
+{
+  memset(block_map(sh), 0, (size_t)sh->num_blocks * sizeof(uint32_t));
+  memset(index_table(sh), 0, (size_t)sh->index_cap * sizeof(uint32_t));
+  sh->entries = sh->blocks_used = 0;
+  for (uint32_t s = 0; s < sh->max_entries; s++) {
+    struct dir_slot *e = slot_at(sh, s);
+    if (!slot_live(e))
+      continue;
+    e->pins = 0;
+    e->marked = e->marked != 0;
+    if (slot_valid(sh, e))
+      e->hash = key_hash(e->key, strlen(e->key));
+    if (!slot_valid(sh, e) || !map_free(sh, e) || index_find(sh, e->key, e->hash) != NO_SLOT) {
+      slot_retire(e);
+      continue;
+    }
+    map_set(sh, e, s + 1);
+    index_insert(sh, s);
+    sh->entries++;
+    sh->blocks_used += e->n_blocks;
+  }
+}
+
+/* Pins: those naming no ready entry of their generation are dropped; the
+ * others give each entry its pin count back. */
+static void rebuild_pins(struct dir_shared *sh)
+{
+  sh->pins_live = 0;
+  for (uint32_t p = 0; p < sh->max_pins; p++) {
+    struct dir_pin *pin = pin_at(sh, p);
+    if (!pin_live(pin))
+      continue;
+    struct dir_slot *e = pin->entry_slot < sh->max_entries ? slot_at(sh, pin->entry_slot) : NULL;
+    uint64_t w = e != NULL ? atomic_load_explicit(&e->word, memory_order_acquire) : 0;
+    if (e == NULL || word_state(w) != DIR_STATE_READY || word_gen(w) != pin->entry_gen ||
+        pin->ranks_left == 0) {
+      uint64_t pw = atomic_load_explicit(&pin->word, memory_order_relaxed);
+      atomic_store_explicit(&pin->word, word_make(PIN_FREE, word_gen(pw) + 1),
+                            memory_order_release);
+      continue;
+    }
+    e->pins++;
+    sh->pins_live++;
+  }
+}
+
+static void recover(struct dir *d)
+{
+  struct dir_shared *sh = d->sh;
+  sh->recoveries++;
+  rebuild_entries(sh);
+  rebuild_pins(sh);
+  sh->hand %= sh->num_blocks;
+  sh->slot_cursor %= sh->max_entries;
+  sh->pin_cursor %= sh->max_pins;
+  /* The derived parts are whole again: the dead holder's reservations and
+   * pins (and any other dead process's) go the ordinary way. */
+  reclaim_all(d, now_ns());
+}
+
+/* ---- the lock -------------------------------------------------------------- */
+
+/* A forked child inherits the parent's struct dir: it takes its own
+ * identity before it reserves or pins anything. A holder's death is
+ * repaired before the lock is marked consistent, so a death during the
+ * repair makes the next locker repair again (the repair is idempotent). */
+static int dir_lock(struct dir *d, char *why, size_t cap)
+{
+  if (d == NULL || d->sh == NULL)
+    return say(why, cap, ECC_ERR_INVALID, "directory: not attached");
+  if (d->self.pid != (int32_t)getpid())
+    dir_owner_self(&d->self);
+  int rc = pthread_mutex_lock(&d->sh->lock);
+  if (rc == EOWNERDEAD) {
+    /* holder is the dead one's, or zero if it died before writing it. A
+     * holder of this process is a thread that ended inside a call (the
+     * process lives on): only another process is taken for dead. */
+    if (d->sh->holder.pid != 0 && d->sh->holder.pid != d->self.pid)
+      d->sh->dead_holder = d->sh->holder;
+    recover(d);
+    rc = pthread_mutex_consistent(&d->sh->lock);
+  }
+  if (rc == ENOTRECOVERABLE)
+    return say(why, cap, ECC_ERR_REGION, "directory: its lock cannot be recovered");
+  if (rc != 0)
+    return say(why, cap, ECC_ERR_SYSTEM, "directory: lock failed (%s)", strerror(rc));
+  d->sh->holder = d->self;
+  return ECC_OK;
+}
+
+/* holder is cleared before the unlock: a later holder that dies before it
+ * writes its own leaves zero, never a live process's identity. */
+static void dir_unlock(struct dir *d)
+{
+  memset(&d->sh->holder, 0, sizeof(d->sh->holder));
+  pthread_mutex_unlock(&d->sh->lock);
+}
+
+/* ---- format and attach --------------------------------------------------- */
+
+static int init_lock(pthread_mutex_t *m)
+{
+  pthread_mutexattr_t a;
+  int rc = pthread_mutexattr_init(&a);
+  if (rc != 0)
+    return rc;
+  rc = pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+  if (rc == 0)
+    rc = pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+  if (rc == 0)
+    rc = pthread_mutex_init(m, &a);
+  pthread_mutexattr_destroy(&a);
+  return rc;
+}
+
+int dir_format(void *mem, size_t bytes, const struct dir_params *p, char *why, size_t why_cap)
+{
+  struct dir_params r;
+  struct layout l;
+  if (mem == NULL || ((uintptr_t)mem % ALIGN) != 0)
+    return say(why, why_cap, ECC_ERR_INVALID, "directory: memory NULL or not %u-aligned", ALIGN);
+  if (!params_resolve(p, &r))
+    return say(why, why_cap, ECC_ERR_INVALID, "directory: bad parameters");
+  if (layout_of(&r, &l) > bytes)
+    return say(why, why_cap, ECC_ERR_RANGE, "directory: needs %llu bytes, given %zu",
+               (unsigned long long)l.total, bytes);
+  struct dir_shared *sh = mem;
+  memset(mem, 0, (size_t)l.total);
+  sh->version = DIR_LAYOUT_VERSION;
+  sh->header_bytes = sizeof(*sh);
+  sh->num_blocks = r.num_blocks;
+  sh->max_entries = r.max_entries;
+  sh->max_pins = r.max_pins;
+  sh->index_cap = l.index_cap;
+  sh->block_size = r.block_size;
+  sh->reserve_timeout_ns = r.reserve_timeout_ns;
+  sh->pin_timeout_ns = r.pin_timeout_ns;
+  sh->off_entries = l.off_entries;
+  sh->off_pins = l.off_pins;
+  sh->off_map = l.off_map;
+  sh->off_index = l.off_index;
+  sh->total = l.total;
+  int rc = init_lock(&sh->lock);
+  if (rc != 0)
+    return say(why, why_cap, ECC_ERR_SYSTEM, "directory: lock init failed (%s)", strerror(rc));
+  /* The magic last: a directory formatted halfway is refused by attach. */
+  atomic_thread_fence(memory_order_release);
+  memcpy(sh->magic, DIR_MAGIC, sizeof(sh->magic));
+  return ECC_OK;
+}
+
+#define CHECK_FIELD(name, want)                                                                 \
+  do {                                                                                          \
+    if ((uint64_t)sh->name != (uint64_t)(want))                                                 \
+      return say(why, cap, ECC_ERR_REGION, "directory: header field %s is %llu, expected %llu", \
+                 #name, (unsigned long long)sh->name, (unsigned long long)(want));              \
+  } while (0)
+
+static int header_matches(const struct dir_shared *sh, const struct dir_params *r,
+                          const struct layout *l, char *why, size_t cap)
+{
+  if (memcmp(sh->magic, DIR_MAGIC, sizeof(sh->magic)) != 0)
+    return say(why, cap, ECC_ERR_REGION, "directory: no magic (not formatted)");
+  CHECK_FIELD(version, DIR_LAYOUT_VERSION);
+  CHECK_FIELD(header_bytes, sizeof(*sh));
+  CHECK_FIELD(num_blocks, r->num_blocks);
+  CHECK_FIELD(block_size, r->block_size);
+  CHECK_FIELD(max_entries, r->max_entries);
+  CHECK_FIELD(max_pins, r->max_pins);
+  CHECK_FIELD(reserve_timeout_ns, r->reserve_timeout_ns);
+  CHECK_FIELD(pin_timeout_ns, r->pin_timeout_ns);
+  CHECK_FIELD(index_cap, l->index_cap);
+  CHECK_FIELD(off_entries, l->off_entries);
+  CHECK_FIELD(off_pins, l->off_pins);
+  CHECK_FIELD(off_map, l->off_map);
+  CHECK_FIELD(off_index, l->off_index);
+  CHECK_FIELD(total, l->total);
+  return ECC_OK;
+}
+
+int dir_attach(struct dir *d, void *mem, size_t bytes, const struct dir_params *p, char *why,
+               size_t why_cap)
+{
+  struct dir_params r;
+  struct layout l;
+  if (d == NULL || mem == NULL || ((uintptr_t)mem % ALIGN) != 0)
+    return say(why, why_cap, ECC_ERR_INVALID, "directory: NULL or misaligned memory");
+  memset(d, 0, sizeof(*d));
+  if (!params_resolve(p, &r))
+    return say(why, why_cap, ECC_ERR_INVALID, "directory: bad parameters");
+  if (layout_of(&r, &l) > bytes)
+    return say(why, why_cap, ECC_ERR_REGION, "directory: %zu bytes mapped, %llu needed", bytes,
+               (unsigned long long)l.total);
+  atomic_thread_fence(memory_order_acquire);
+  int rc = header_matches(mem, &r, &l, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  d->sh = mem;
+  d->bytes = bytes;
+  dir_owner_self(&d->self);
+  return ECC_OK;
+}
+
+/* ---- allocation ------------------------------------------------------------ */
+
+enum occupant { OCC_FREE, OCC_EVICTABLE, OCC_MARKED, OCC_HELD };
+
+/* Whether one of entry e's runs holds block b; *end: that run's end. */
+static bool in_run(const struct dir_slot *e, uint32_t b, uint32_t *end)
+{
+  for (uint32_t r = 0; r < e->n_runs && r < DIR_MAX_RUNS; r++)
+    if (b >= e->runs[r].first && b - e->runs[r].first < e->runs[r].count) {
+      *end = e->runs[r].first + e->runs[r].count;
+      return true;
+    }
+  return false;
+}
+
+/* End (exclusive) of the run of entry e that holds block b. */
+static uint32_t run_end(const struct dir_slot *e, uint32_t b)
+{
+  uint32_t end;
+  return in_run(e, b, &end) ? end : b + 1;
+}
+
+/* What holds block b, reclaiming it first when its holder is a dead or
+ * timed-out reservation or its pins are all stale. */
+static enum occupant occupant_of(struct dir *d, uint32_t b, uint64_t now)
+{
+  struct dir_shared *sh = d->sh;
+  uint32_t o = block_map(sh)[b];
+  if (o == 0)
+    return OCC_FREE;
+  struct dir_slot *e = slot_at(sh, o - 1);
+  if (slot_state(e) == DIR_STATE_RESERVED) {
+    if (!reservation_stale(d, e, now))
+      return OCC_HELD;
+    entry_free(sh, o - 1);
+    sh->reclaimed++;
+    return OCC_FREE;
+  }
+  if (e->pins > 0 && (drop_stale_pins_of(d, o - 1, now), e->pins > 0))
+    return OCC_HELD;
+  return e->marked ? OCC_MARKED : OCC_EVICTABLE;
+}
+
+/* The clock sweep: from the hand, the first window of n blocks that are
+ * free or held by evictable entries. A marked entry in the way loses its
+ * mark and is passed, as is a held one; the window restarts past them.
+ * Windows never wrap (a run is contiguous). Two turns at most: after one,
+ * every mark met is cleared. Marks cleared stay cleared even if the sweep
+ * fails, as does what it reclaimed from dead owners: the only changes a
+ * refused reservation makes (neither evicts a live process's entry). */
+static bool sweep_window(struct dir *d, uint32_t n, uint64_t now, uint32_t *first)
+{
+  struct dir_shared *sh = d->sh;
+  uint32_t nb = sh->num_blocks, p = sh->hand % nb, start = p, len = 0;
+  for (uint64_t budget = 2ull * nb + n; budget > 0;) {
+    if (p >= nb) {
+      p = start = 0;
+      len = 0;
+    }
+    enum occupant occ = occupant_of(d, p, now);
+    uint32_t o = block_map(sh)[p];
+    uint32_t end = occ == OCC_FREE ? p + 1 : run_end(slot_at(sh, o - 1), p);
+    if (occ == OCC_FREE || occ == OCC_EVICTABLE) {
+      if (len + (end - p) >= n) {
+        *first = start;
+        return true;
+      }
+      len += end - p;
+    } else {
+      if (occ == OCC_MARKED)
+        slot_at(sh, o - 1)->marked = 0;
+      start = end;
+      len = 0;
+    }
+    budget -= budget < end - p ? budget : end - p;
+    p = end;
+  }
+  return false;
+}
+
+/* Whether block b could be taken by the fallback: free, or held by a ready
+ * unpinned entry (marked or not: the sweep has cleared the marks it met). */
+static bool block_available(const struct dir_shared *sh, uint32_t b)
+{
+  uint32_t o = block_map(sh)[b];
+  if (o == 0)
+    return true;
+  const struct dir_slot *e = slot_at(sh, o - 1);
+  return slot_state(e) == DIR_STATE_READY && e->pins == 0;
+}
+
+/* Keeps the DIR_MAX_RUNS longest segments, longest first. */
+static void keep_longest(struct dir_run *top, uint32_t *n_top, struct dir_run seg)
+{
+  uint32_t i = *n_top < DIR_MAX_RUNS ? (*n_top)++ : DIR_MAX_RUNS;
+  if (i == DIR_MAX_RUNS) {
+    if (seg.count <= top[DIR_MAX_RUNS - 1].count)
+      return;
+    i = DIR_MAX_RUNS - 1;
+  }
+  for (; i > 0 && top[i - 1].count < seg.count; i--)
+    top[i] = top[i - 1];
+  top[i] = seg;
+}
+
+/* The fallback: the fewest runs that cover n blocks, from the longest
+ * available segments (the k longest cover the most any k can); the last
+ * run comes from the shortest of the kept segments that holds the rest. */
+static bool gather_runs(const struct dir_shared *sh, uint32_t n, struct dir_run *runs,
+                        uint32_t *n_runs)
+{
+  struct dir_run top[DIR_MAX_RUNS];
+  uint32_t n_top = 0, k = 0, have = 0;
+  for (uint32_t b = 0; b < sh->num_blocks;) {
+    uint32_t e = b;
+    while (e < sh->num_blocks && block_available(sh, e))
+      e++;
+    if (e > b)
+      keep_longest(top, &n_top, (struct dir_run){b, e - b});
+    b = e + 1;
+  }
+  while (k < n_top && have + top[k].count < n)
+    have += top[k++].count;
+  if (k == n_top)
+    return false;
+  uint32_t best = k;
+  for (uint32_t i = k + 1; i < n_top; i++)
+    if (top[i].count >= n - have)
+      best = i;
+  memcpy(runs, top, k * sizeof(*runs));
+  runs[k] = (struct dir_run){top[best].first, n - have};
+  *n_runs = k + 1;
+  return true;
+}
+
+static bool runs_cover_entry(const struct dir_shared *sh, const struct dir_run *runs,
+                             uint32_t n_runs)
+{
+  for (uint32_t r = 0; r < n_runs; r++)
+    for (uint32_t b = 0; b < runs[r].count; b++)
+      if (block_map(sh)[runs[r].first + b] != 0)
+        return true;
+  return false;
+}
+
+/* With the entry table full and a plan that evicts nothing, one evictable
+ * entry is chosen by the clock rule to give up its slot. */
+static uint32_t pick_victim(struct dir *d, uint64_t now)
+{
+  struct dir_shared *sh = d->sh;
+  uint32_t nb = sh->num_blocks, p = sh->hand % nb;
+  for (uint64_t budget = 2ull * nb; budget > 0; budget--) {
+    enum occupant occ = occupant_of(d, p, now);
+    uint32_t o = block_map(sh)[p];
+    if (occ == OCC_EVICTABLE)
+      return o - 1;
+    if (occ == OCC_MARKED)
+      slot_at(sh, o - 1)->marked = 0;
+    if (sh->entries < sh->max_entries)
+      return NO_SLOT; /* a reclaim on the way freed a slot */
+    p = (p + 1) % nb;
+  }
+  return NO_SLOT;
+}
+
+static void evict_runs(struct dir_shared *sh, const struct dir_run *runs, uint32_t n_runs)
+{
+  uint32_t *map = block_map(sh);
+  for (uint32_t r = 0; r < n_runs; r++)
+    for (uint32_t b = runs[r].first; b < runs[r].first + runs[r].count; b++)
+      if (map[b] != 0) {
+        entry_free(sh, map[b] - 1);
+        sh->evictions++;
+      }
+}
+
+/* ---- reserve ----------------------------------------------------------------- */
+
+struct request {
+  const char *key;
+  size_t len;
+  uint64_t hash;
+  uint64_t nbytes;
+  uint32_t n_blocks;
+  uint64_t now;
+};
+
+static int check_key(const char *key, size_t *len, char *why, size_t cap)
+{
+  if (key == NULL)
+    return say(why, cap, ECC_ERR_INVALID, "directory: NULL key");
+  *len = strnlen(key, DIR_KEY_MAX + 1);
+  if (*len == 0)
+    return say(why, cap, ECC_ERR_INVALID, "directory: empty key");
+  if (*len > DIR_KEY_MAX)
+    return say(why, cap, ECC_ERR_INVALID, "directory: key '%.32s...' longer than %d bytes", key,
+               DIR_KEY_MAX);
+  return ECC_OK;
+}
+
+/* Writes the new entry's fields while its slot is free, then publishes the
+ * slot with one release store of RESERVED; the map and index follow. */
+static uint32_t entry_create(struct dir *d, const struct request *q, const struct dir_run *runs,
+                             uint32_t n_runs)
+{
+  struct dir_shared *sh = d->sh;
+  uint32_t s = free_slot(sh);
+  struct dir_slot *e = slot_at(sh, s);
+  uint64_t w = atomic_load_explicit(&e->word, memory_order_relaxed);
+  e->nbytes = q->nbytes;
+  e->hash = q->hash;
+  e->reserved_ns = e->used_ns = q->now;
+  e->owner = d->self;
+  e->n_blocks = q->n_blocks;
+  e->n_runs = n_runs;
+  e->pins = 0;
+  /* A new entry is the most recently used one, as LRU would have it: the
+   * hand passes it once before it may be evicted. */
+  e->marked = 1;
+  e->claimed = 0;
+  memset(&e->writer, 0, sizeof(e->writer));
+  memset(e->runs, 0, sizeof(e->runs));
+  memcpy(e->runs, runs, n_runs * sizeof(*runs));
+  memset(e->key, 0, sizeof(e->key));
+  memcpy(e->key, q->key, q->len);
+  atomic_store_explicit(&e->word, word_make(DIR_STATE_RESERVED, word_gen(w)), memory_order_release);
+  map_set(sh, e, s + 1);
+  index_insert(sh, s);
+  sh->entries++;
+  sh->blocks_used += q->n_blocks;
+  return s;
+}
+
+/* The key is there: ready (a use: marked) or being written. A reservation
+ * whose writer is dead is reclaimed instead, and the caller reserves anew. */
+static bool dedup(struct dir *d, uint32_t s, const struct request *q, int *outcome)
+{
+  struct dir_shared *sh = d->sh;
+  struct dir_slot *e = slot_at(sh, s);
+  if (slot_state(e) == DIR_STATE_RESERVED && reservation_stale(d, e, q->now)) {
+    entry_free(sh, s);
+    sh->reclaimed++;
+    return false;
+  }
+  if (slot_state(e) == DIR_STATE_READY) {
+    e->marked = 1;
+    e->used_ns = q->now;
+    *outcome = DIR_FOUND_READY;
+  } else {
+    *outcome = DIR_FOUND_WRITING;
+  }
+  sh->dedup_hits++;
+  return true;
+}
+
+/* Chooses the blocks and, if the entry table is full and they free no
+ * slot, the entry that gives its slot up; evicts nothing. */
+static int plan_blocks(struct dir *d, const struct request *q, struct dir_run *runs,
+                       uint32_t *n_runs, uint32_t *victim, char *why, size_t cap)
+{
+  struct dir_shared *sh = d->sh;
+  *n_runs = 1;
+  runs[0].count = q->n_blocks;
+  if (!sweep_window(d, q->n_blocks, q->now, &runs[0].first) &&
+      !gather_runs(sh, q->n_blocks, runs, n_runs))
+    return say(why, cap, ECC_ERR_BUSY,
+               "directory: no room for key '%s' (%u blocks) even after eviction: the rest is "
+               "reserved or pinned",
+               q->key, q->n_blocks);
+  *victim = NO_SLOT;
+  if (sh->entries == sh->max_entries && !runs_cover_entry(sh, runs, *n_runs)) {
+    *victim = pick_victim(d, q->now);
+    if (*victim == NO_SLOT && sh->entries == sh->max_entries)
+      return say(why, cap, ECC_ERR_BUSY,
+                 "directory: no entry slot for key '%s': all %u are reserved or pinned", q->key,
+                 sh->max_entries);
+  }
+  return ECC_OK;
+}
+
+static int reserve_locked(struct dir *d, struct request *q, int *outcome,
+                          struct dir_entry_info *info, char *why, size_t cap)
+{
+  struct dir_shared *sh = d->sh;
+  struct dir_run runs[DIR_MAX_RUNS];
+  uint32_t n_runs, victim, s = index_find(sh, q->key, q->hash);
+  if (s != NO_SLOT && dedup(d, s, q, outcome)) {
+    fill_info(sh, s, info);
+    return ECC_OK;
+  }
+  /* The size matters only once the key is known to be absent. */
+  uint64_t n = (q->nbytes - 1) / sh->block_size + 1;
+  if (n > sh->num_blocks)
+    return say(why, cap, ECC_ERR_RANGE, "directory: key '%s' needs %llu blocks, the region has %u",
+               q->key, (unsigned long long)n, sh->num_blocks);
+  q->n_blocks = (uint32_t)n;
+  int rc = plan_blocks(d, q, runs, &n_runs, &victim, why, cap);
+  if (rc != ECC_OK) {
+    sh->full++;
+    return rc;
+  }
+  /* Evictions are stored before the new entry's state: whoever sees the
+   * new entry (a rebuild included) sees its blocks released by the old. */
+  evict_runs(sh, runs, n_runs);
+  if (victim != NO_SLOT && slot_live(slot_at(sh, victim))) {
+    entry_free(sh, victim);
+    sh->evictions++;
+  }
+  s = entry_create(d, q, runs, n_runs);
+  sh->reservations++;
+  sh->hand = (runs[n_runs - 1].first + runs[n_runs - 1].count) % sh->num_blocks;
+  *outcome = DIR_RESERVED;
+  fill_info(sh, s, info);
+  return ECC_OK;
+}
+
+int dir_reserve(struct dir *d, const char *key, uint64_t nbytes, int *outcome,
+                struct dir_entry_info *info, char *why, size_t why_cap)
+{
+  struct request q = {.key = key, .nbytes = nbytes};
+  int rc = check_key(key, &q.len, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  if (outcome == NULL || nbytes == 0)
+    return say(why, why_cap, ECC_ERR_INVALID, "directory: key '%s': %s", key,
+               nbytes == 0 ? "zero bytes" : "NULL outcome");
+  if ((rc = dir_lock(d, why, why_cap)) != ECC_OK)
+    return rc;
+  q.hash = key_hash(key, q.len);
+  q.now = now_ns();
+  rc = reserve_locked(d, &q, outcome, info, why, why_cap);
+  dir_unlock(d);
+  return rc;
+}
+
+/* ---- publish, abort, remove -------------------------------------------------- */
+
+/* The entry a ref names, if its generation still matches; else NULL with
+ * ECC_ERR_CLOSED in why. */
+static struct dir_slot *ref_entry(struct dir *d, struct dir_ref ref, char *why, size_t cap)
+{
+  struct dir_shared *sh = d->sh;
+  if (ref.slot >= sh->max_entries) {
+    say(why, cap, ECC_ERR_CLOSED, "directory: slot %u past the table (%u)", ref.slot,
+        sh->max_entries);
+    return NULL;
+  }
+  struct dir_slot *e = slot_at(sh, ref.slot);
+  uint64_t w = atomic_load_explicit(&e->word, memory_order_acquire);
+  if (word_state(w) == DIR_STATE_FREE || word_gen(w) != ref.gen) {
+    say(why, cap, ECC_ERR_CLOSED, "directory: slot %u generation %u is gone (now %u, %s)", ref.slot,
+        ref.gen, word_gen(w), word_state(w) == DIR_STATE_FREE ? "free" : "reused");
+    return NULL;
+  }
+  return e;
+}
+
+/* Publish or abort: both need a live reservation of that ref. */
+static int finish_reservation(struct dir *d, struct dir_ref ref, bool abort_it, char *why,
+                              size_t cap)
+{
+  int rc = dir_lock(d, why, cap);
+  if (rc != ECC_OK)
+    return rc;
+  struct dir_slot *e = ref_entry(d, ref, why, cap);
+  if (e == NULL) {
+    rc = ECC_ERR_CLOSED;
+  } else if (slot_state(e) != DIR_STATE_RESERVED) {
+    rc = say(why, cap, ECC_ERR_INVALID, "directory: key '%s' (slot %u) is already published",
+             e->key, ref.slot);
+  } else if (e->claimed) {
+    rc = say(why, cap, ECC_ERR_BUSY,
+             "directory: key '%s' (slot %u) is being saved; its completion settles it", e->key,
+             ref.slot);
+  } else if (abort_it) {
+    entry_free(d->sh, ref.slot);
+  } else {
+    /* Its blocks were written before this call: the one store makes the
+     * entry visible to lookups, fields unchanged. */
+    atomic_store_explicit(&e->word, word_make(DIR_STATE_READY, ref.gen), memory_order_release);
+  }
+  dir_unlock(d);
+  return rc;
+}
+
+int dir_publish(struct dir *d, struct dir_ref ref, char *why, size_t why_cap)
+{
+  return finish_reservation(d, ref, false, why, why_cap);
+}
+
+int dir_abort(struct dir *d, struct dir_ref ref, char *why, size_t why_cap)
+{
+  return finish_reservation(d, ref, true, why, why_cap);
+}
+
+int dir_remove(struct dir *d, const char *key, char *why, size_t why_cap)
+{
+  size_t len;
+  int rc = check_key(key, &len, why, why_cap);
+  if (rc != ECC_OK || (rc = dir_lock(d, why, why_cap)) != ECC_OK)
+    return rc;
+  struct dir_shared *sh = d->sh;
+  uint32_t s = index_find(sh, key, key_hash(key, len));
+  struct dir_slot *e = s != NO_SLOT ? slot_at(sh, s) : NULL;
+  if (e == NULL)
+    rc = say(why, why_cap, ECC_ERR_RANGE, "directory: key '%s' is not there", key);
+  else if (slot_state(e) != DIR_STATE_READY)
+    rc = say(why, why_cap, ECC_ERR_BUSY, "directory: key '%s' (slot %u) is being written", key, s);
+  else if (e->pins > 0)
+    rc = say(why, why_cap, ECC_ERR_BUSY, "directory: key '%s' (slot %u) has %u pins", key, s,
+             e->pins);
+  if (rc == ECC_OK) {
+    entry_free(sh, s);
+    sh->removals++;
+  }
+  dir_unlock(d);
+  return rc;
+}
+
+/* ---- lookup and pins ------------------------------------------------------- */
+
+static uint32_t ready_slot(const struct dir_shared *sh, const char *key)
+{
+  uint32_t s = index_find(sh, key, key_hash(key, strlen(key)));
+  return s != NO_SLOT && slot_state(slot_at(sh, s)) == DIR_STATE_READY ? s : NO_SLOT;
+}
+
+/* Pin fields first, then the one store that makes the pin live; the
+ * entry's count follows (derived: recounted on rebuild). */
+static struct dir_pin_ref pin_take(struct dir *d, uint32_t s, uint32_t ranks, uint64_t now)
+{
+  struct dir_shared *sh = d->sh;
+  uint32_t p = free_pin(sh);
+  struct dir_pin *pin = pin_at(sh, p);
+  struct dir_slot *e = slot_at(sh, s);
+  uint64_t w = atomic_load_explicit(&pin->word, memory_order_relaxed);
+  pin->entry_slot = s;
+  pin->entry_gen = word_gen(atomic_load_explicit(&e->word, memory_order_acquire));
+  pin->ranks_left = ranks;
+  pin->owner = d->self;
+  pin->pinned_ns = now;
+  atomic_store_explicit(&pin->word, word_make(PIN_LIVE, word_gen(w)), memory_order_release);
+  e->pins++;
+  sh->pins_live++;
+  sh->pins++;
+  return (struct dir_pin_ref){p, word_gen(w)};
+}
+
+/* Whether the pins this call needs are free, reclaiming stale ones if not:
+ * a refused lookup takes no pin and counts nothing. */
+static int pins_available(struct dir *d, const char *const *keys, size_t n, char *why, size_t cap)
+{
+  struct dir_shared *sh = d->sh;
+  uint64_t need = 0;
+  for (size_t i = 0; i < n; i++)
+    need += ready_slot(sh, keys[i]) != NO_SLOT;
+  if (sh->pins_live + need > sh->max_pins)
+    reclaim_all(d, now_ns());
+  if (sh->pins_live + need > sh->max_pins)
+    return say(why, cap, ECC_ERR_BUSY, "directory: %llu pins needed, %llu of %u free",
+               (unsigned long long)need, (unsigned long long)(sh->max_pins - sh->pins_live),
+               sh->max_pins);
+  return ECC_OK;
+}
+
+static void lookup_one(struct dir *d, const char *key, uint32_t ranks, uint64_t now, bool *found,
+                       struct dir_entry_info *info, struct dir_pin_ref *pin)
+{
+  struct dir_shared *sh = d->sh;
+  uint32_t s = ready_slot(sh, key);
+  sh->lookups++;
+  *found = s != NO_SLOT;
+  memset(pin, 0, sizeof(*pin));
+  if (info != NULL)
+    memset(info, 0, sizeof(*info));
+  if (s == NO_SLOT) {
+    sh->misses++;
+    return;
+  }
+  struct dir_slot *e = slot_at(sh, s);
+  e->marked = 1;
+  e->used_ns = now;
+  *pin = pin_take(d, s, ranks, now);
+  fill_info(sh, s, info);
+  sh->hits++;
+}
+
+int dir_lookup(struct dir *d, const char *const *keys, size_t n, uint32_t ranks, bool *found,
+               struct dir_entry_info *info, struct dir_pin_ref *pins, char *why, size_t why_cap)
+{
+  size_t len;
+  if (n == 0)
+    return ECC_OK;
+  if (keys == NULL || found == NULL || pins == NULL || ranks == 0)
+    return say(why, why_cap, ECC_ERR_INVALID, "directory: lookup of %zu keys: %s", n,
+               ranks == 0 ? "zero ranks" : "NULL array");
+  for (size_t i = 0; i < n; i++) {
+    int rc = check_key(keys[i], &len, why, why_cap);
+    if (rc != ECC_OK)
+      return rc;
+  }
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  rc = pins_available(d, keys, n, why, why_cap);
+  uint64_t now = now_ns();
+  for (size_t i = 0; rc == ECC_OK && i < n; i++)
+    lookup_one(d, keys[i], ranks, now, &found[i], info != NULL ? &info[i] : NULL, &pins[i]);
+  dir_unlock(d);
+  return rc;
+}
+
+static struct dir_pin *pin_ref_live(struct dir *d, struct dir_pin_ref ref, char *why, size_t cap)
+{
+  struct dir_shared *sh = d->sh;
+  if (ref.slot >= sh->max_pins) {
+    say(why, cap, ECC_ERR_CLOSED, "directory: pin slot %u past the table (%u)", ref.slot,
+        sh->max_pins);
+    return NULL;
+  }
+  struct dir_pin *pin = pin_at(sh, ref.slot);
+  uint64_t w = atomic_load_explicit(&pin->word, memory_order_acquire);
+  if (word_state(w) != PIN_LIVE || word_gen(w) != ref.gen) {
+    say(why, cap, ECC_ERR_CLOSED, "directory: pin slot %u generation %u is gone (now %u)", ref.slot,
+        ref.gen, word_gen(w));
+    return NULL;
+  }
+  return pin;
+}
+
+int dir_unpin(struct dir *d, struct dir_pin_ref ref, char *why, size_t why_cap)
+{
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  struct dir_pin *pin = pin_ref_live(d, ref, why, why_cap);
+  if (pin == NULL)
+    rc = ECC_ERR_CLOSED;
+  else if (pin->ranks_left > 1)
+    pin->ranks_left--;
+  else
+    pin_free(d->sh, ref.slot);
+  dir_unlock(d);
+  return rc;
+}
+
+static int range_in_runs(const struct dir_slot *e, uint32_t first, uint32_t count, char *why,
+                         size_t cap)
+{
+  uint64_t end = (uint64_t)first + count;
+  uint32_t stop;
+  if (count == 0)
+    return say(why, cap, ECC_ERR_RANGE, "directory: empty range at block %u", first);
+  for (uint64_t b = first; b < end; b = stop) {
+    if (b >= UINT32_MAX || !in_run(e, (uint32_t)b, &stop))
+      return say(why, cap, ECC_ERR_RANGE, "directory: block %llu is not in key '%s'",
+                 (unsigned long long)b, e->key);
+  }
+  return ECC_OK;
+}
+
+int dir_check_pinned(struct dir *d, struct dir_pin_ref ref, uint32_t first, uint32_t count,
+                     char *why, size_t why_cap)
+{
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  struct dir_pin *pin = pin_ref_live(d, ref, why, why_cap);
+  if (pin == NULL)
+    rc = ECC_ERR_CLOSED;
+  else
+    rc = range_in_runs(slot_at(d->sh, pin->entry_slot), first, count, why, why_cap);
+  dir_unlock(d);
+  return rc;
+}
+
+/* ---- listing, counters, reclaiming ------------------------------------------ */
+
+int dir_list(struct dir *d, void (*fn)(void *user, const struct dir_entry_info *e), void *user)
+{
+  struct dir_entry_info info;
+  if (fn == NULL)
+    return ECC_ERR_INVALID;
+  int rc = dir_lock(d, NULL, 0);
+  if (rc != ECC_OK)
+    return rc;
+  for (uint32_t s = 0; s < d->sh->max_entries; s++)
+    if (slot_live(slot_at(d->sh, s))) {
+      fill_info(d->sh, s, &info);
+      fn(user, &info);
+    }
+  dir_unlock(d);
+  return ECC_OK;
+}
+
+static uint64_t largest_free_run(const struct dir_shared *sh)
+{
+  const uint32_t *map = block_map(sh);
+  uint64_t best = 0, len = 0;
+  for (uint32_t b = 0; b < sh->num_blocks; b++) {
+    len = map[b] == 0 ? len + 1 : 0;
+    best = len > best ? len : best;
+  }
+  return best;
+}
+
+void dir_get_counters(struct dir *d, struct dir_counters *out)
+{
+  memset(out, 0, sizeof(*out));
+  if (dir_lock(d, NULL, 0) != ECC_OK)
+    return;
+  const struct dir_shared *sh = d->sh;
+  out->entries = sh->entries;
+  out->blocks_used = sh->blocks_used;
+  out->blocks_free = sh->num_blocks - sh->blocks_used;
+  out->largest_free_run = largest_free_run(sh);
+  out->pins_live = sh->pins_live;
+  out->reservations = sh->reservations;
+  out->dedup_hits = sh->dedup_hits;
+  out->lookups = sh->lookups;
+  out->hits = sh->hits;
+  out->misses = sh->misses;
+  out->evictions = sh->evictions;
+  out->removals = sh->removals;
+  out->pins = sh->pins;
+  out->reclaimed = sh->reclaimed;
+  out->full = sh->full;
+  out->recoveries = sh->recoveries;
+  dir_unlock(d);
+}
+
+int dir_reclaim(struct dir *d, uint32_t *freed, char *why, size_t why_cap)
+{
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  uint32_t n = reclaim_all(d, now_ns());
+  if (freed != NULL)
+    *freed = n;
+  dir_unlock(d);
+  return ECC_OK;
+}
+
+/* ---- the checker --------------------------------------------------------------- */
+
+#define BROKEN(...) say(why, cap, ECC_ERR_REGION, "directory check: " __VA_ARGS__)
+
+/* One live entry: its fields whole, its blocks its own in the map, its key
+ * found at its slot through the index. */
+static int check_entry(const struct dir_shared *sh, uint32_t s, char *why, size_t cap)
+{
+  const struct dir_slot *e = slot_at(sh, s);
+  uint32_t st = slot_state(e);
+  if (st > DIR_STATE_READY)
+    return BROKEN("slot %u has state %u", s, st);
+  if (st == DIR_STATE_FREE)
+    return ECC_OK;
+  if (!slot_valid(sh, e))
+    return BROKEN("slot %u: bad runs, size or key", s);
+  if (e->hash != key_hash(e->key, strlen(e->key)))
+    return BROKEN("slot %u (key '%s'): stored hash is wrong", s, e->key);
+  if (e->marked > 1)
+    return BROKEN("slot %u (key '%s'): mark %u", s, e->key, e->marked);
+  if (st == DIR_STATE_RESERVED && e->pins != 0)
+    return BROKEN("slot %u (key '%s'): reserved yet pinned %u times", s, e->key, e->pins);
+  for (uint32_t r = 0; r < e->n_runs; r++)
+    for (uint32_t b = e->runs[r].first; b < e->runs[r].first + e->runs[r].count; b++)
+      if (block_map(sh)[b] != s + 1)
+        return BROKEN("block %u of key '%s' (slot %u) is mapped to %u", b, e->key, s,
+                      block_map(sh)[b]);
+  uint32_t found = index_find(sh, e->key, e->hash);
+  if (found != s)
+    return BROKEN("key '%s' (slot %u): the index gives slot %d", e->key, s, (int)found);
+  return ECC_OK;
+}
+
+/* Every mapped block lies in a run of the live entry the map names. */
+static int check_map(const struct dir_shared *sh, uint64_t *used, char *why, size_t cap)
+{
+  const uint32_t *map = block_map(sh);
+  uint32_t end;
+  *used = 0;
+  for (uint32_t b = 0; b < sh->num_blocks; b++) {
+    if (map[b] == 0)
+      continue;
+    if (map[b] > sh->max_entries || !slot_live(slot_at(sh, map[b] - 1)))
+      return BROKEN("block %u is mapped to slot %d, which is not live", b, (int)map[b] - 1);
+    if (!in_run(slot_at(sh, map[b] - 1), b, &end))
+      return BROKEN("block %u is mapped to slot %u, whose runs lack it", b, map[b] - 1);
+    (*used)++;
+  }
+  return ECC_OK;
+}
+
+static int check_index(const struct dir_shared *sh, uint64_t entries, char *why, size_t cap)
+{
+  const uint32_t *t = index_table(sh);
+  uint64_t occupied = 0;
+  for (uint32_t i = 0; i < sh->index_cap; i++) {
+    if (t[i] == 0)
+      continue;
+    if (t[i] > sh->max_entries || !slot_live(slot_at(sh, t[i] - 1)))
+      return BROKEN("index bucket %u names slot %d, which is not live", i, (int)t[i] - 1);
+    occupied++;
+  }
+  if (occupied != entries)
+    return BROKEN("index holds %llu keys, the table %llu entries", (unsigned long long)occupied,
+                  (unsigned long long)entries);
+  return ECC_OK;
+}
+
+static int check_pin(const struct dir_shared *sh, uint32_t p, char *why, size_t cap)
+{
+  const struct dir_pin *pin = pin_at(sh, p);
+  uint32_t st = word_state(atomic_load_explicit(&pin->word, memory_order_acquire));
+  if (st > PIN_LIVE)
+    return BROKEN("pin slot %u has state %u", p, st);
+  if (st == PIN_FREE)
+    return ECC_OK;
+  if (pin->entry_slot >= sh->max_entries)
+    return BROKEN("pin slot %u names slot %u past the table", p, pin->entry_slot);
+  uint64_t w = atomic_load_explicit(&slot_at(sh, pin->entry_slot)->word, memory_order_acquire);
+  if (word_state(w) != DIR_STATE_READY || word_gen(w) != pin->entry_gen)
+    return BROKEN("pin slot %u names slot %u gen %u, which is not a ready entry", p,
+                  pin->entry_slot, pin->entry_gen);
+  if (pin->ranks_left == 0)
+    return BROKEN("pin slot %u is live with no release left", p);
+  return ECC_OK;
+}
+
+/* Live pins are whole and name ready entries; each pinned entry's count is
+ * the number naming it, and the counts sum to pins_live. */
+static int check_pins(const struct dir_shared *sh, char *why, size_t cap)
+{
+  uint64_t live = 0, counted = 0;
+  for (uint32_t p = 0; p < sh->max_pins; p++) {
+    int rc = check_pin(sh, p, why, cap);
+    if (rc != ECC_OK)
+      return rc;
+    live += pin_live(pin_at(sh, p));
+  }
+  for (uint32_t s = 0; s < sh->max_entries; s++) {
+    const struct dir_slot *e = slot_at(sh, s);
+    uint32_t naming = 0;
+    if (!slot_live(e) || e->pins == 0)
+      continue;
+    for (uint32_t p = 0; p < sh->max_pins; p++)
+      naming += pin_live(pin_at(sh, p)) && pin_at(sh, p)->entry_slot == s;
+    if (naming != e->pins)
+      return BROKEN("key '%s' (slot %u) counts %u pins, %u name it", e->key, s, e->pins, naming);
+    counted += naming;
+  }
+  if (live != sh->pins_live || counted != live)
+    return BROKEN("%llu live pins, pins_live %llu, entries count %llu", (unsigned long long)live,
+                  (unsigned long long)sh->pins_live, (unsigned long long)counted);
+  return ECC_OK;
+}
+
+static int check_tables(const struct dir_shared *sh, char *why, size_t cap)
+{
+  uint64_t entries = 0, blocks = 0, mapped;
+  for (uint32_t s = 0; s < sh->max_entries; s++) {
+    int rc = check_entry(sh, s, why, cap);
+    if (rc != ECC_OK)
+      return rc;
+    if (slot_live(slot_at(sh, s))) {
+      entries++;
+      blocks += slot_at(sh, s)->n_blocks;
+    }
+  }
+  int rc = check_map(sh, &mapped, why, cap);
+  if (rc == ECC_OK)
+    rc = check_index(sh, entries, why, cap);
+  if (rc == ECC_OK)
+    rc = check_pins(sh, why, cap);
+  if (rc != ECC_OK)
+    return rc;
+  if (entries != sh->entries || blocks != sh->blocks_used || mapped != blocks)
+    return BROKEN("%llu entries of %llu blocks (%llu mapped); counters say %llu and %llu",
+                  (unsigned long long)entries, (unsigned long long)blocks,
+                  (unsigned long long)mapped, (unsigned long long)sh->entries,
+                  (unsigned long long)sh->blocks_used);
+  return ECC_OK;
+}
+
+/* The header's sizes still give its offsets: nothing below reads past
+ * the tables. */
+static int check_header(const struct dir_shared *sh, size_t bytes, char *why, size_t cap)
+{
+  struct dir_params r = {.num_blocks = sh->num_blocks,
+                         .block_size = sh->block_size,
+                         .max_entries = sh->max_entries,
+                         .max_pins = sh->max_pins};
+  struct layout l;
+  if (!params_resolve(&r, &r) || r.max_entries != sh->max_entries || r.max_pins != sh->max_pins)
+    return BROKEN("header sizes are invalid");
+  if (layout_of(&r, &l) > bytes || l.total != sh->total || l.index_cap != sh->index_cap ||
+      l.off_entries != sh->off_entries || l.off_pins != sh->off_pins || l.off_map != sh->off_map ||
+      l.off_index != sh->off_index)
+    return BROKEN("header offsets do not follow from its sizes");
+  if (sh->hand >= sh->num_blocks || sh->slot_cursor >= sh->max_entries ||
+      sh->pin_cursor >= sh->max_pins)
+    return BROKEN("hand %u or cursors %u, %u out of range", sh->hand, sh->slot_cursor,
+                  sh->pin_cursor);
+  return ECC_OK;
+}
+
+int dir_check(struct dir *d, char *why, size_t why_cap)
+{
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  const struct dir_shared *sh = d->sh;
+  rc = check_header(sh, d->bytes, why, why_cap);
+  if (rc == ECC_OK)
+    rc = check_tables(sh, why, why_cap);
+  dir_unlock(d);
+  return rc;
+}
+
+/* ---- copies the connector makes of reservations and pins ------------------ */
+
+int dir_claim(struct dir *d, struct dir_ref ref, struct dir_entry_info *info, char *why,
+              size_t why_cap)
+{
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  struct dir_slot *e = ref_entry(d, ref, why, why_cap);
+  if (e == NULL)
+    rc = ECC_ERR_CLOSED;
+  else if (slot_state(e) != DIR_STATE_RESERVED)
+    rc = say(why, why_cap, ECC_ERR_CLOSED, "directory: key '%s' (slot %u) is no reservation now",
+             e->key, ref.slot);
+  else if (e->claimed)
+    rc = say(why, why_cap, ECC_ERR_BUSY, "directory: key '%s' (slot %u) is being saved already",
+             e->key, ref.slot);
+  if (rc == ECC_OK) {
+    /* The writer first, then the flag: a reader that sees the flag sees
+     * the writer (both under the lock; a rebuild reads them together). */
+    e->writer = d->self;
+    e->claimed = 1;
+    fill_info(d->sh, ref.slot, info);
+  }
+  dir_unlock(d);
+  return rc;
+}
+
+void dir_unclaim(struct dir *d, struct dir_ref ref)
+{
+  if (dir_lock(d, NULL, 0) != ECC_OK)
+    return;
+  struct dir_slot *e = ref_entry(d, ref, NULL, 0);
+  if (e != NULL && slot_state(e) == DIR_STATE_RESERVED)
+    e->claimed = 0;
+  dir_unlock(d);
+}
+
+int dir_settle(struct dir *d, struct dir_ref ref, bool ok, char *why, size_t why_cap)
+{
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  struct dir_slot *e = ref_entry(d, ref, why, why_cap);
+  if (e == NULL || slot_state(e) != DIR_STATE_RESERVED || !e->claimed) {
+    rc =
+        say(why, why_cap, ECC_ERR_CLOSED,
+            "directory: slot %u generation %u holds no reservation being saved", ref.slot, ref.gen);
+  } else if (!ok) {
+    entry_free(d->sh, ref.slot);
+  } else {
+    /* The copy has completed: one store makes the entry visible. */
+    e->claimed = 0;
+    atomic_store_explicit(&e->word, word_make(DIR_STATE_READY, ref.gen), memory_order_release);
+  }
+  dir_unlock(d);
+  return rc;
+}
+
+int dir_pinned(struct dir *d, struct dir_pin_ref pin, struct dir_entry_info *info, char *why,
+               size_t why_cap)
+{
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  struct dir_pin *p = pin_ref_live(d, pin, why, why_cap);
+  if (p == NULL) {
+    rc = ECC_ERR_CLOSED;
+  } else {
+    struct dir_ref ref = {p->entry_slot, p->entry_gen};
+    struct dir_slot *e = ref_entry(d, ref, why, why_cap);
+    if (e == NULL || slot_state(e) != DIR_STATE_READY)
+      rc = say(why, why_cap, ECC_ERR_CLOSED, "directory: pin slot %u names no ready entry",
+               pin.slot);
+    else
+      fill_info(d->sh, ref.slot, info);
+  }
+  dir_unlock(d);
+  return rc;
+}
+
+int dir_blocks_held(struct dir *d, const uint32_t *ids, uint32_t n, bool pinned, uint32_t *bad)
+{
+  if (dir_lock(d, NULL, 0) != ECC_OK)
+    return ECC_ERR_REGION;
+  struct dir_shared *sh = d->sh;
+  int rc = ECC_OK;
+  for (uint32_t i = 0; i < n && rc == ECC_OK; i++) {
+    uint32_t o = ids[i] < sh->num_blocks ? block_map(sh)[ids[i]] : 0;
+    const struct dir_slot *e = o != 0 ? slot_at(sh, o - 1) : NULL;
+    bool ok = e != NULL && (pinned ? slot_state(e) == DIR_STATE_READY && e->pins > 0
+                                   : slot_state(e) == DIR_STATE_RESERVED);
+    if (!ok) {
+      *bad = ids[i];
+      rc = ECC_ERR_RANGE;
+    }
+  }
+  dir_unlock(d);
+  return rc;
+}

@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * directory.h - the cache's index, kept in shared memory beside the blocks:
+ * which key lives in which blocks and in what state, who reserved or pinned
+ * it, and where the next entry goes. Every process that maps the region
+ * sees and changes the same directory under one process-shared robust lock.
+ *
+ * Allocation keeps each entry in one run of blocks: a clock hand sweeps the
+ * block positions; a window of the size asked for is taken where every
+ * entry in it is ready, unpinned and not recently used, and those entries
+ * are evicted (a recently used one loses its mark and the hand passes it:
+ * its second chance). Only when no window exists does an entry get several
+ * runs (at most DIR_MAX_RUNS). Nothing is evicted by a reservation that
+ * fails.
+ *
+ * Crash safety: the entry and pin tables are the truth; the block map, the
+ * key index and the counters derive from them. Each table slot changes
+ * state with one store, made after its other fields, so a process killed
+ * anywhere leaves tables whose every slot is either in its old or its new
+ * state; the next process to take the lock after such a death rebuilds the
+ * derived parts from them, frees the reservations and drops the pins of
+ * processes that are gone.
+ *
+ * Nothing here logs or allocates: errors are ECC_ERR_* codes with a reason
+ * written into the caller's buffer, so the unit runs the same in the
+ * plugin, its tests, the fuzz target and the benchmark.
+ */
+#ifndef ECC_DIRECTORY_H
+#define ECC_DIRECTORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ecc_common.h"
+
+#define DIR_MAGIC "ECCDIR01"
+#define DIR_LAYOUT_VERSION 1
+/* Runs an entry may have when no single window could be found. */
+#define DIR_MAX_RUNS 8
+/* Longest key, terminating NUL excluded (the ABI's ECC_KEY_MAX). */
+#define DIR_KEY_MAX ECC_KEY_MAX
+
+/* A process, told apart from a later one with the same pid by its start
+ * time (field 22 of /proc/PID/stat, in clock ticks since boot). */
+struct dir_owner {
+  int32_t pid;
+  uint32_t reserved;
+  uint64_t start_ticks;
+};
+
+struct dir_run {
+  uint32_t first; /* first block id */
+  uint32_t count; /* blocks, >= 1 */
+};
+
+/* An entry's incarnation: slot and generation. A slot's generation grows
+ * each time the slot is freed, so a ref kept past its entry's end never
+ * names the next entry put in that slot. */
+struct dir_ref {
+  uint32_t slot;
+  uint32_t gen;
+};
+
+/* A pin's incarnation, likewise. */
+struct dir_pin_ref {
+  uint32_t slot;
+  uint32_t gen;
+};
+
+/* What dir_reserve found or did. */
+enum dir_outcome {
+  DIR_RESERVED = 0, /* new entry: write its blocks, then dir_publish */
+  DIR_FOUND_READY,  /* the key is there and ready: nothing to write */
+  DIR_FOUND_WRITING /* someone else has reserved it and is writing it */
+};
+
+enum dir_state {
+  DIR_STATE_FREE = 0,
+  DIR_STATE_RESERVED, /* blocks allocated, being written, invisible to lookup */
+  DIR_STATE_READY     /* published: lookups find it */
+};
+
+/* One entry as dir_reserve, dir_lookup and dir_list describe it. */
+struct dir_entry_info {
+  struct dir_ref ref;
+  int state;         /* enum dir_state */
+  uint64_t nbytes;   /* as reserved */
+  uint32_t n_blocks; /* ceil(nbytes / block_size) */
+  uint32_t n_runs;   /* 1 .. DIR_MAX_RUNS */
+  struct dir_run runs[DIR_MAX_RUNS];
+  uint32_t pins;          /* live pins on it */
+  struct dir_owner owner; /* the reserver */
+  uint64_t reserved_ns;   /* CLOCK_MONOTONIC when reserved */
+  uint64_t used_ns;       /* last reserve hit or lookup */
+  char key[DIR_KEY_MAX + 1];
+};
+
+/* Counters, monotonic except the first five (levels). */
+struct dir_counters {
+  uint64_t entries;     /* reserved or ready */
+  uint64_t blocks_used; /* blocks of those entries */
+  uint64_t blocks_free;
+  uint64_t largest_free_run;
+  uint64_t pins_live;
+  uint64_t reservations; /* dir_reserve calls that reserved */
+  uint64_t dedup_hits;   /* dir_reserve calls that found the key */
+  uint64_t lookups;      /* keys looked up */
+  uint64_t hits;
+  uint64_t misses;
+  uint64_t evictions;  /* entries evicted to make room */
+  uint64_t removals;   /* entries removed by key */
+  uint64_t pins;       /* pins taken */
+  uint64_t reclaimed;  /* reservations and pins of dead processes freed */
+  uint64_t full;       /* reservations refused for want of room */
+  uint64_t recoveries; /* rebuilds after a process died holding the lock */
+};
+
+/* Sizes fixed when the directory is formatted. */
+struct dir_params {
+  uint32_t num_blocks;         /* blocks of the region */
+  uint64_t block_size;         /* their bytes */
+  uint32_t max_entries;        /* entry slots; 0: num_blocks / 16, at least 64 */
+  uint32_t max_pins;           /* pin slots; 0: max_entries */
+  uint64_t reserve_timeout_ns; /* a reservation older than this may be
+                                * reclaimed even if its owner lives; 0: never */
+  uint64_t pin_timeout_ns;     /* likewise for a pin (its ranks never all
+                                * released); 0: never */
+};
+
+/* A process's view of one directory. */
+struct dir {
+  struct dir_shared *sh; /* the shared part (opaque outside directory.c) */
+  size_t bytes;
+  struct dir_owner self; /* this process */
+};
+
+/* Bytes the shared part needs for these parameters (0 if they are invalid). */
+size_t dir_bytes(const struct dir_params *p);
+
+/* Formats `bytes` bytes at `mem` (zeroed or not) as an empty directory.
+ * Only the region's builder calls it, before anyone else can map it. */
+int dir_format(void *mem, size_t bytes, const struct dir_params *p, char *why, size_t why_cap);
+
+/* Attaches to a formatted directory, checking its header against p
+ * (ECC_ERR_REGION naming the field that differs). */
+int dir_attach(struct dir *d, void *mem, size_t bytes, const struct dir_params *p, char *why,
+               size_t why_cap);
+
+/* Producer side: the key is there (ready or being written: *outcome says
+ * which, and `info` describes it), or n blocks are reserved for it, owned
+ * by this process. ECC_ERR_RANGE: more blocks than the region has;
+ * ECC_ERR_BUSY: no room even after evicting every evictable entry (nothing
+ * was evicted); ECC_ERR_INVALID: a bad key or nbytes 0. */
+int dir_reserve(struct dir *d, const char *key, uint64_t nbytes, int *outcome,
+                struct dir_entry_info *info, char *why, size_t why_cap);
+
+/* The reserved entry's blocks are written: lookups find it from now on.
+ * ECC_ERR_CLOSED if the reservation is gone (reclaimed, or ref stale). */
+int dir_publish(struct dir *d, struct dir_ref ref, char *why, size_t why_cap);
+
+/* Gives a reservation up: its blocks are free again. */
+int dir_abort(struct dir *d, struct dir_ref ref, char *why, size_t why_cap);
+
+/* Consumer side: for each of n keys, found[i] says whether it is ready;
+ * a found entry is described in info[i], marked used, and pinned for
+ * `ranks` releases (pins[i]); others leave info[i] and pins[i] zeroed.
+ * ECC_ERR_BUSY: no free pin slot (no pin of this call is kept). */
+int dir_lookup(struct dir *d, const char *const *keys, size_t n, uint32_t ranks, bool *found,
+               struct dir_entry_info *info, struct dir_pin_ref *pins, char *why, size_t why_cap);
+
+/* One release of a pin; its last frees it. ECC_ERR_CLOSED if stale. */
+int dir_unpin(struct dir *d, struct dir_pin_ref pin, char *why, size_t why_cap);
+
+/* Whether blocks [first, first + count) lie in the entry that `pin` holds
+ * and the pin is live: ECC_OK, else ECC_ERR_RANGE naming the block or
+ * ECC_ERR_CLOSED for a stale pin. */
+int dir_check_pinned(struct dir *d, struct dir_pin_ref pin, uint32_t first, uint32_t count,
+                     char *why, size_t why_cap);
+
+/* The connector's copies. dir_claim takes a live reservation for this
+ * process's save: from then on only dir_settle ends it (abort is BUSY), and
+ * it is reclaimed only when this process is gone, never by a deadline (the
+ * copy writes into its blocks). ECC_ERR_CLOSED for a stale ref or a
+ * published entry, ECC_ERR_BUSY if claimed already. dir_unclaim gives a
+ * claim back (a save call refused after claiming). dir_settle ends a
+ * claimed reservation when its copy has completed: published if ok, freed
+ * if not; ECC_ERR_CLOSED if it was reclaimed meanwhile. */
+int dir_claim(struct dir *d, struct dir_ref ref, struct dir_entry_info *info, char *why,
+              size_t why_cap);
+void dir_unclaim(struct dir *d, struct dir_ref ref);
+int dir_settle(struct dir *d, struct dir_ref ref, bool ok, char *why, size_t why_cap);
+
+/* The ready entry a live pin holds, for a load of it; ECC_ERR_CLOSED for a
+ * stale pin. Changes nothing. */
+int dir_pinned(struct dir *d, struct dir_pin_ref pin, struct dir_entry_info *info, char *why,
+               size_t why_cap);
+
+/* Whether each of the n blocks lies in a live reservation (pinned false) or
+ * a ready, pinned entry (pinned true): ECC_OK, else ECC_ERR_RANGE with the
+ * first that does not in *bad. */
+int dir_blocks_held(struct dir *d, const uint32_t *ids, uint32_t n, bool pinned, uint32_t *bad);
+
+/* Removes a ready entry by key: ECC_ERR_BUSY if pinned or being written,
+ * ECC_ERR_RANGE if absent. */
+int dir_remove(struct dir *d, const char *key, char *why, size_t why_cap);
+
+/* Calls fn for each live entry (under the lock: fn must not call back). */
+int dir_list(struct dir *d, void (*fn)(void *user, const struct dir_entry_info *e), void *user);
+
+void dir_get_counters(struct dir *d, struct dir_counters *out);
+
+/* Verifies every invariant: entry runs plus free blocks cover every block
+ * once, the block map, key index, pin counts and counters agree with the
+ * tables. ECC_OK or ECC_ERR_REGION with the first broken one in why. */
+int dir_check(struct dir *d, char *why, size_t why_cap);
+
+/* Frees every reservation and drops every pin whose owner is dead or
+ * whose timeout passed (what sweeps do for what they meet), counting them
+ * in `reclaimed`; *freed (may be NULL) says how many this call freed. */
+int dir_reclaim(struct dir *d, uint32_t *freed, char *why, size_t why_cap);
+
+/* This process's identity (pid and start time). */
+int dir_owner_self(struct dir_owner *out);
+
+#endif

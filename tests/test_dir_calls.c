@@ -1,0 +1,396 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_dir_calls.c - the directory of ABI 1.1 through the host library with
+ * the real plugin: an entry's whole life (reserve, save, publish on the
+ * polled completion, lookup and pin, load, release), dedup, tokens that go
+ * stale, refusals that change nothing, the block-id path on a region with a
+ * directory, listing, counters, and what shutdown settles.
+ */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ecc_host.h"
+#include "helpers.h"
+
+#define BS 1024u
+#define NB 64u
+#define DIR_ON "[directory]\nenabled = true\n"
+
+static ecc_connector_t *open_dir(const char *role, const char *region)
+{
+  return th_open(role, region, BS, NB, DIR_ON);
+}
+
+static ecc_entry_t reserve_ok(ecc_connector_t *c, const char *key, uint64_t nbytes)
+{
+  ecc_entry_t e;
+  int rc = ecc_reserve(c, key, nbytes, &e);
+  char err[512] = "";
+  ecc_last_error(c, err, sizeof(err));
+  cr_assert_eq(rc, ECC_OK, "reserve %s: %d %s", key, rc, err);
+  return e;
+}
+
+static uint32_t entry_blocks(const ecc_entry_t *e)
+{
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < e->n_extents; i++)
+    n += e->extents[i].n_blocks;
+  return n;
+}
+
+/* Saves a reserved entry from src, flushes, and polls its completion. */
+static ecc_completion_t save_one(ecc_connector_t *c, uint64_t token, const void *src,
+                                 uint64_t nbytes)
+{
+  ecc_save_reserved_t s = {token, (uint64_t)(uintptr_t)src, nbytes};
+  cr_assert_eq(ecc_save_reserved(c, &s, 1), ECC_OK);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_completion_t done;
+  cr_assert_eq(th_poll_until(c, &done, 1, 5000), 1, "no completion for the save");
+  return done;
+}
+
+static ecc_entry_t lookup_one(ecc_connector_t *c, const char *key, uint32_t ranks)
+{
+  ecc_entry_t e;
+  const char *keys[1] = {key};
+  cr_assert_eq(ecc_lookup(c, keys, 1, ranks, &e), ECC_OK);
+  return e;
+}
+
+static ecc_completion_t load_one(ecc_connector_t *c, uint64_t id, uint64_t pin, void *dst,
+                                 uint64_t cap)
+{
+  ecc_load_pinned_t l = {id, pin, (uint64_t)(uintptr_t)dst, cap};
+  cr_assert_eq(ecc_load_pinned(c, &l, 1, NULL), ECC_OK);
+  ecc_completion_t done;
+  cr_assert_eq(th_poll_until(c, &done, 1, 5000), 1, "no completion for the load");
+  return done;
+}
+
+static ecc_directory_stats_t dstats(ecc_connector_t *c)
+{
+  return th_stats(c).directory;
+}
+
+Test(dir_calls, an_entry_lives_reserved_ready_pinned_and_released)
+{
+  ecc_connector_t *c = open_dir("both", th_region_name());
+  uint64_t nbytes = 5 * BS + 100;
+  uint8_t *src = malloc(nbytes), *dst = calloc(1, nbytes);
+  th_fill(src, nbytes, 7);
+
+  ecc_entry_t r = reserve_ok(c, "img-1", nbytes);
+  cr_assert_eq(r.state, ECC_ENTRY_RESERVED);
+  cr_assert_neq(r.token, 0);
+  cr_assert_eq(r.nbytes, nbytes);
+  cr_assert_eq(r.n_extents, 1, "an empty region gives one run, not %u", r.n_extents);
+  cr_assert_eq(entry_blocks(&r), 6);
+  cr_assert_eq(lookup_one(c, "img-1", 1).state, ECC_ENTRY_ABSENT, "visible before it is saved");
+  cr_assert_eq(reserve_ok(c, "img-1", nbytes).state, ECC_ENTRY_WRITING);
+
+  ecc_completion_t s = save_one(c, r.token, src, nbytes);
+  cr_assert_eq(s.status, ECC_OK);
+  cr_assert_str_eq(s.key, "img-1");
+  cr_assert_eq(s.nbytes, nbytes);
+
+  ecc_entry_t f = lookup_one(c, "img-1", 1);
+  cr_assert_eq(f.state, ECC_ENTRY_READY);
+  cr_assert_neq(f.token, 0);
+  cr_assert_eq(f.nbytes, nbytes);
+  cr_assert_eq(memcmp(f.extents, r.extents, sizeof(r.extents[0]) * r.n_extents), 0);
+  cr_assert_eq(dstats(c).pins_live, 1);
+
+  ecc_completion_t l = load_one(c, 42, f.token, dst, nbytes);
+  cr_assert_eq(l.status, ECC_OK);
+  cr_assert_eq(l.transfer_id, 42);
+  cr_assert_eq(l.nbytes, nbytes);
+  cr_assert_eq(memcmp(src, dst, nbytes), 0, "the loaded bytes are not the saved ones");
+  cr_assert_eq(dstats(c).pins_live, 0, "the polled load did not release its pin");
+  cr_assert_eq(ecc_unpin(c, f.token), ECC_ERR_CLOSED, "a released pin was accepted");
+
+  cr_assert_eq(reserve_ok(c, "img-1", nbytes).state, ECC_ENTRY_READY, "no dedup once ready");
+  ecc_directory_stats_t d = dstats(c);
+  cr_expect_eq(d.entries, 1);
+  cr_expect_eq(d.blocks_used, 6);
+  cr_expect_eq(d.blocks_free, NB - 6);
+  cr_expect_eq(d.reservations, 1);
+  cr_expect_eq(d.dedup_hits, 2);
+  cr_expect_eq(d.lookups, 2);
+  cr_expect_eq(d.hits, 1);
+  cr_expect_eq(d.misses, 1);
+  cr_expect_eq(d.pins, 1);
+  free(src);
+  free(dst);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(dir_calls, a_pin_for_two_ranks_needs_two_releases)
+{
+  ecc_connector_t *c = open_dir("both", th_region_name());
+  uint8_t src[BS], dst[BS];
+  th_fill(src, BS, 3);
+  ecc_entry_t r = reserve_ok(c, "k", BS);
+  cr_assert_eq(save_one(c, r.token, src, BS).status, ECC_OK);
+  ecc_entry_t f = lookup_one(c, "k", 2);
+  cr_assert_eq(load_one(c, 1, f.token, dst, BS).status, ECC_OK);
+  cr_assert_eq(dstats(c).pins_live, 1, "one of two ranks released the pin");
+  cr_assert_eq(ecc_remove(c, "k"), ECC_ERR_BUSY, "a pinned entry was removed");
+  cr_assert_eq(load_one(c, 2, f.token, dst, BS).status, ECC_OK);
+  cr_assert_eq(dstats(c).pins_live, 0);
+  cr_assert_eq(ecc_remove(c, "k"), ECC_OK);
+  cr_assert_eq(lookup_one(c, "k", 1).state, ECC_ENTRY_ABSENT);
+  cr_assert_eq(ecc_remove(c, "k"), ECC_ERR_RANGE);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(dir_calls, an_aborted_reservation_frees_its_blocks_and_its_token)
+{
+  ecc_connector_t *c = open_dir("both", th_region_name());
+  uint8_t src[BS];
+  ecc_entry_t r = reserve_ok(c, "gone", 3 * BS);
+  cr_assert_eq(ecc_abort_reserved(c, r.token), ECC_OK);
+  cr_assert_eq(dstats(c).entries, 0);
+  cr_assert_eq(dstats(c).blocks_free, NB);
+  ecc_save_reserved_t s = {r.token, (uint64_t)(uintptr_t)src, 3 * BS};
+  cr_assert_eq(ecc_save_reserved(c, &s, 1), ECC_ERR_CLOSED, "a freed token was saved");
+  cr_assert_eq(ecc_abort_reserved(c, r.token), ECC_ERR_CLOSED);
+  cr_assert_eq(ecc_abort_reserved(c, 0), ECC_ERR_CLOSED);
+  ecc_entry_t again = reserve_ok(c, "gone", 3 * BS);
+  cr_assert_eq(again.state, ECC_ENTRY_RESERVED);
+  cr_assert_neq(again.token, r.token, "a token was given twice");
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(dir_calls, a_save_in_flight_cannot_be_aborted_or_saved_twice)
+{
+  ecc_connector_t *c = open_dir("both", th_region_name());
+  uint8_t src[BS];
+  th_fill(src, BS, 1);
+  ecc_entry_t r = reserve_ok(c, "once", BS);
+  ecc_save_reserved_t s = {r.token, (uint64_t)(uintptr_t)src, BS};
+  cr_assert_eq(ecc_save_reserved(c, &s, 1), ECC_OK);
+  cr_assert_eq(ecc_save_reserved(c, &s, 1), ECC_ERR_BUSY, "one reservation saved twice");
+  cr_assert_eq(ecc_abort_reserved(c, r.token), ECC_ERR_BUSY, "a save in flight was aborted");
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_completion_t done;
+  cr_assert_eq(th_poll_until(c, &done, 1, 5000), 1);
+  cr_assert_eq(done.status, ECC_OK);
+  cr_assert_eq(ecc_save_reserved(c, &s, 1), ECC_ERR_CLOSED, "a published token was saved");
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(dir_calls, a_refused_save_call_claims_nothing)
+{
+  ecc_connector_t *c = open_dir("both", th_region_name());
+  uint8_t src[2 * BS];
+  ecc_entry_t a = reserve_ok(c, "a", BS);
+  ecc_entry_t b = reserve_ok(c, "b", 2 * BS);
+  ecc_save_reserved_t s[2] = {{a.token, (uint64_t)(uintptr_t)src, BS},
+                              {b.token, (uint64_t)(uintptr_t)src, BS}};
+  cr_assert_eq(ecc_save_reserved(c, s, 2), ECC_ERR_RANGE, "a size other than reserved passed");
+  char err[512];
+  cr_assert_eq(ecc_last_error(c, err, sizeof(err)), ECC_OK);
+  cr_assert_not_null(strstr(err, "2048 were reserved"), "%s", err);
+  /* Nothing was queued and neither reservation is held by a save. */
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_completion_t done;
+  size_t n = 1;
+  cr_assert_eq(ecc_poll(c, &done, 1, &n), ECC_OK);
+  cr_assert_eq(n, 0, "a refused call queued a copy");
+  cr_assert_eq(ecc_abort_reserved(c, a.token), ECC_OK, "the refused call kept a claim");
+  cr_assert_eq(ecc_abort_reserved(c, b.token), ECC_OK);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(dir_calls, block_ids_must_lie_in_live_reservations_and_pins)
+{
+  ecc_connector_t *c = open_dir("both", th_region_name());
+  uint8_t src[BS], dst[BS];
+  th_fill(src, BS, 9);
+  uint32_t outside = NB - 1;
+  ecc_save_entry_t raw = {"raw", (uint64_t)(uintptr_t)src, BS, &outside, 1};
+  cr_assert_eq(ecc_save(c, &raw, 1), ECC_ERR_RANGE, "a block of no reservation was saved to");
+  char err[512];
+  ecc_last_error(c, err, sizeof(err));
+  cr_assert_not_null(strstr(err, "block 63 is not in a live reservation"), "%s", err);
+
+  ecc_entry_t r = reserve_ok(c, "k", BS);
+  uint32_t inside = r.extents[0].first_block;
+  cr_assert_eq(save_one(c, r.token, src, BS).status, ECC_OK);
+  ecc_load_entry_t l = {5, &inside, 1, (uint64_t)(uintptr_t)dst, BS};
+  cr_assert_eq(ecc_load(c, &l, 1, NULL), ECC_ERR_RANGE, "an unpinned entry was read by block id");
+  ecc_entry_t f = lookup_one(c, "k", 1);
+  cr_assert_eq(ecc_load(c, &l, 1, NULL), ECC_OK);
+  ecc_completion_t done;
+  cr_assert_eq(th_poll_until(c, &done, 1, 5000), 1);
+  cr_assert_eq(done.status, ECC_OK);
+  cr_assert_eq(memcmp(src, dst, BS), 0);
+  cr_assert_eq(ecc_unpin(c, f.token), ECC_OK);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(dir_calls, eviction_makes_room_and_stale_tokens_are_refused)
+{
+  ecc_connector_t *c = open_dir("both", th_region_name());
+  static uint8_t src[16 * BS], dst[16 * BS];
+  th_fill(src, sizeof(src), 5);
+  uint64_t first_pin = 0;
+  char key[32];
+  /* 4 entries of 16 blocks fill the region; 8 more evict earlier ones. */
+  for (int i = 0; i < 12; i++) {
+    snprintf(key, sizeof(key), "e%d", i);
+    ecc_entry_t r = reserve_ok(c, key, sizeof(src));
+    cr_assert_eq(r.state, ECC_ENTRY_RESERVED, "%s", key);
+    cr_assert_eq(r.n_extents, 1, "%s got %u runs", key, r.n_extents);
+    cr_assert_eq(save_one(c, r.token, src, sizeof(src)).status, ECC_OK);
+    if (i == 0) {
+      ecc_entry_t f = lookup_one(c, "e0", 1);
+      first_pin = f.token;
+      cr_assert_eq(ecc_unpin(c, first_pin), ECC_OK);
+    }
+  }
+  ecc_directory_stats_t d = dstats(c);
+  cr_assert_eq(d.entries, 4);
+  cr_assert_eq(d.evictions, 8);
+  cr_assert_eq(d.blocks_free, 0);
+  ecc_load_pinned_t l = {1, first_pin, (uint64_t)(uintptr_t)dst, sizeof(dst)};
+  cr_assert_eq(ecc_load_pinned(c, &l, 1, NULL), ECC_ERR_CLOSED, "a stale pin was loaded");
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(dir_calls, no_room_without_evicting_a_pinned_entry_is_busy_and_evicts_nothing)
+{
+  ecc_connector_t *c = open_dir("both", th_region_name());
+  static uint8_t src[32 * BS];
+  ecc_entry_t a = reserve_ok(c, "a", sizeof(src));
+  cr_assert_eq(save_one(c, a.token, src, sizeof(src)).status, ECC_OK);
+  ecc_entry_t b = reserve_ok(c, "b", sizeof(src));
+  cr_assert_eq(save_one(c, b.token, src, sizeof(src)).status, ECC_OK);
+  ecc_entry_t pa = lookup_one(c, "a", 1), pb = lookup_one(c, "b", 1);
+  ecc_entry_t e;
+  cr_assert_eq(ecc_reserve(c, "c", BS, &e), ECC_ERR_BUSY);
+  ecc_directory_stats_t d = dstats(c);
+  cr_assert_eq(d.entries, 2);
+  cr_assert_eq(d.evictions, 0);
+  cr_assert_eq(d.full, 1);
+  cr_assert_eq(ecc_reserve(c, "huge", (NB + 1) * (uint64_t)BS, &e), ECC_ERR_RANGE);
+  cr_assert_eq(ecc_unpin(c, pa.token), ECC_OK);
+  cr_assert_eq(reserve_ok(c, "c", BS).state, ECC_ENTRY_RESERVED);
+  cr_assert_eq(lookup_one(c, "a", 1).state, ECC_ENTRY_ABSENT, "a was not the one evicted");
+  cr_assert_eq(ecc_unpin(c, pb.token), ECC_OK);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(dir_calls, list_pages_through_the_live_entries)
+{
+  ecc_connector_t *c = open_dir("both", th_region_name());
+  uint8_t src[BS];
+  char key[32];
+  for (int i = 0; i < 5; i++) {
+    snprintf(key, sizeof(key), "l%d", i);
+    ecc_entry_t r = reserve_ok(c, key, BS);
+    if (i < 3)
+      cr_assert_eq(save_one(c, r.token, src, BS).status, ECC_OK);
+  }
+  uint64_t cursor = 0;
+  ecc_listed_t out[2];
+  size_t n, total = 0, ready = 0, reserved = 0;
+  do {
+    cr_assert_eq(ecc_list(c, &cursor, out, 2, &n), ECC_OK);
+    cr_assert_leq(n, 2);
+    for (size_t i = 0; i < n; i++) {
+      cr_assert_eq(strncmp(out[i].key, "l", 1), 0, "%s", out[i].key);
+      cr_assert_eq(out[i].n_blocks, 1);
+      ready += out[i].state == ECC_ENTRY_READY;
+      reserved += out[i].state == ECC_ENTRY_RESERVED;
+    }
+    total += n;
+  } while (n > 0);
+  cr_assert_eq(total, 5);
+  cr_assert_eq(ready, 3);
+  cr_assert_eq(reserved, 2);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(dir_calls, roles_and_arguments_are_checked)
+{
+  const char *region = th_region_name();
+  ecc_connector_t *p = open_dir("producer", region);
+  ecc_connector_t *q = open_dir("consumer", region);
+  ecc_entry_t e;
+  const char *keys[1] = {"k"};
+  cr_assert_eq(ecc_reserve(q, "k", 1, &e), ECC_ERR_ROLE);
+  cr_assert_eq(ecc_lookup(p, keys, 1, 1, &e), ECC_ERR_ROLE);
+  cr_assert_eq(ecc_reserve(p, "", 1, &e), ECC_ERR_INVALID);
+  cr_assert_eq(ecc_reserve(p, "k", 0, &e), ECC_ERR_INVALID);
+  cr_assert_eq(ecc_reserve(p, "k", 1, NULL), ECC_ERR_INVALID);
+  cr_assert_eq(ecc_lookup(q, keys, 1, 0, &e), ECC_ERR_INVALID);
+  cr_assert_eq(dstats(p).entries, 0, "a refused call changed the directory");
+  /* What the producer reserves and saves, the consumer finds. */
+  uint8_t src[BS], dst[BS];
+  th_fill(src, BS, 4);
+  ecc_entry_t r = reserve_ok(p, "k", BS);
+  cr_assert_eq(save_one(p, r.token, src, BS).status, ECC_OK);
+  ecc_entry_t f = lookup_one(q, "k", 1);
+  cr_assert_eq(f.state, ECC_ENTRY_READY);
+  cr_assert_eq(load_one(q, 9, f.token, dst, BS).status, ECC_OK);
+  cr_assert_eq(memcmp(src, dst, BS), 0);
+  cr_assert_eq(ecc_close(q), ECC_OK);
+  cr_assert_eq(ecc_close(p), ECC_OK);
+}
+
+Test(dir_calls, a_region_without_a_directory_answers_unsupported)
+{
+  ecc_connector_t *c = th_open("both", th_region_name(), BS, NB, NULL);
+  ecc_entry_t e;
+  cr_assert_eq(ecc_reserve(c, "k", 1, &e), ECC_ERR_UNSUPPORTED);
+  ecc_stats_t st = th_stats(c);
+  cr_assert_eq(st.directory.entries, 0);
+  cr_assert_eq(st.directory.blocks_free, 0);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(dir_calls, processes_must_agree_on_the_directory)
+{
+  const char *region = th_region_name();
+  ecc_connector_t *c = open_dir("both", region);
+  char err[512] = "";
+  ecc_connector_t *other = NULL;
+  const char *plain = th_ini("both", region, BS, NB, "[region]\njoin_timeout_ms = 200\n");
+  cr_assert_eq(ecc_open(plain, NULL, &other, err, sizeof(err)), ECC_ERR_REGION);
+  cr_assert_not_null(strstr(err, "a region with a directory and one without"), "%s", err);
+  const char *bigger =
+      th_ini("both", region, BS, NB, DIR_ON "max_entries = 500\n[region]\njoin_timeout_ms = 200\n");
+  cr_assert_eq(ecc_open(bigger, NULL, &other, err, sizeof(err)), ECC_ERR_REGION);
+  cr_assert_null(other);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(dir_calls, shutdown_frees_an_unsubmitted_save_and_keeps_finished_ones)
+{
+  const char *region = th_region_name();
+  ecc_connector_t *keeper = open_dir("both", region);
+  ecc_connector_t *c = open_dir("both", region);
+  uint8_t src[BS];
+  /* One copy completes but is never polled; the other is never flushed. */
+  ecc_entry_t unpolled = reserve_ok(c, "unpolled", BS);
+  ecc_save_reserved_t s = {unpolled.token, (uint64_t)(uintptr_t)src, BS};
+  cr_assert_eq(ecc_save_reserved(c, &s, 1), ECC_OK);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_entry_t unflushed = reserve_ok(c, "unflushed", BS);
+  ecc_save_reserved_t t = {unflushed.token, (uint64_t)(uintptr_t)src, BS};
+  cr_assert_eq(ecc_save_reserved(c, &t, 1), ECC_OK);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+  cr_assert_eq(dstats(keeper).entries, 1, "shutdown left %llu entries",
+               (unsigned long long)dstats(keeper).entries);
+  cr_assert_eq(lookup_one(keeper, "unpolled", 1).state, ECC_ENTRY_READY,
+               "a completed copy was thrown away at shutdown");
+  cr_assert_eq(lookup_one(keeper, "unflushed", 1).state, ECC_ENTRY_ABSENT,
+               "a copy that never ran was published");
+  cr_assert_eq(ecc_close(keeper), ECC_OK);
+}
