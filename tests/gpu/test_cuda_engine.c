@@ -578,6 +578,80 @@ Test(gpu, shutdown_waits_for_copies, .timeout = 120)
 
 /* ---- configuration, description, pinning ---- */
 
+/* The directory on the GPU: entries reserved, saved from device memory on
+ * a compute stream, looked up and loaded back into device memory, byte for
+ * byte, each in one run of blocks. */
+static void directory_round_trip(const char *method)
+{
+  enum { N = 48 };
+  const uint64_t bs = 65536, nb = 512;
+  struct rig r;
+  rig_open(&r, method, bs, nb, "\n[directory]\nenabled = true\n");
+  uint64_t sizes[N], offs[N], total = 0;
+  for (int i = 0; i < N; i++) {
+    sizes[i] = (uint64_t)(1 + i % 8) * bs - (uint64_t)(i * 97) % bs;
+    offs[i] = total;
+    total += sizes[i];
+  }
+  uint8_t *host = malloc(total), *back = malloc(total), *src_dev, *dst_dev;
+  pattern(host, total, 11, 0);
+  ck(cudaMalloc((void **)&src_dev, total), "cudaMalloc");
+  ck(cudaMalloc((void **)&dst_dev, total), "cudaMalloc");
+  ck(cudaMemcpy(src_dev, host, total, cudaMemcpyHostToDevice), "upload");
+  memset_now(dst_dev, POISON, total, "poison");
+  char keys[N][32];
+  const char *names[N];
+  ecc_save_reserved_t saves[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(keys[i], sizeof(keys[i]), "gpu-%s-%d", method, i);
+    names[i] = keys[i];
+    ecc_entry_t e;
+    cr_assert_eq(ecc_reserve(r.c, keys[i], sizes[i], &e), ECC_OK);
+    cr_assert_eq(e.state, ECC_ENTRY_RESERVED);
+    cr_assert_eq(e.n_extents, 1, "%s: entry %d has %u runs", method, i, e.n_extents);
+    saves[i] = (ecc_save_reserved_t){e.token, (uint64_t)(uintptr_t)(src_dev + offs[i]), sizes[i]};
+  }
+  cr_assert_eq(ecc_save_reserved(r.c, saves, N), ECC_OK);
+  cr_assert_eq(ecc_flush(r.c, r.stream), ECC_OK);
+  for (int i = 0; i < N; i += 16)
+    expect_done(r.c, 16, ECC_DIR_SAVE, 20000);
+  ecc_entry_t found[N];
+  ecc_load_pinned_t loads[N];
+  cr_assert_eq(ecc_lookup(r.c, names, N, 1, found), ECC_OK);
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(found[i].state, ECC_ENTRY_READY, "%s: entry %d not found", method, i);
+    loads[i] = (ecc_load_pinned_t){(uint64_t)i + 1, found[i].token,
+                                   (uint64_t)(uintptr_t)(dst_dev + offs[i]), sizes[i]};
+  }
+  cr_assert_eq(ecc_load_pinned(r.c, loads, N, r.stream), ECC_OK);
+  ck(cudaMemcpyAsync(back, dst_dev, total, cudaMemcpyDeviceToHost, r.stream), "download");
+  ck(cudaStreamSynchronize(r.stream), "sync");
+  expect_same(back, host, total, method);
+  for (int i = 0; i < N; i += 16)
+    expect_done(r.c, 16, ECC_DIR_LOAD, 20000);
+  ecc_stats_t st = stats_of(r.c);
+  cr_expect_eq(st.directory.entries, N);
+  cr_expect_eq(st.directory.pins_live, 0, "%s: polled loads left pins", method);
+  /* One run per entry: at most one descriptor each way. */
+  cr_expect_leq(st.save.descriptors, N, "%s: %llu save descriptors", method,
+                (unsigned long long)st.save.descriptors);
+  cr_expect_leq(st.load.descriptors, N, "%s: %llu load descriptors", method,
+                (unsigned long long)st.load.descriptors);
+  free(host);
+  free(back);
+  cudaFree(src_dev);
+  cudaFree(dst_dev);
+  rig_close(&r);
+}
+
+Test(gpu, directory_round_trip_from_and_to_device_memory, .timeout = 120)
+{
+  need_gpus(1, gpu_count());
+  directory_round_trip("dma");
+  directory_round_trip("kernel");
+  directory_round_trip("auto");
+}
+
 Test(gpu, describe_and_pinning)
 {
   need_gpus(1, gpu_count());

@@ -38,13 +38,14 @@ static int fail(const char *fmt, ...)
  * run's own name, copied by the host engine (no GPU here). */
 static int open_connector(const char *ini, const char *region, ecc_connector_t **c)
 {
-  ecc_kv_t overrides[] = {
-      {"region.name", region},
-      {"region.size", "1MiB"},
-      {"engine.type", "host"},
-      {"connector.role", "both"},
-      {"directory.enabled", "false"}, /* the block-id path; the directory has tests of its own */
-  };
+  ecc_kv_t
+      overrides
+          [] =
+              {
+                  {"region.name", region},        {"region.size", "1MiB"},
+                  {"engine.type", "host"},        {"connector.role", "both"},
+                  {"directory.enabled", "false"}, /* the block-id path; the directory has tests of its own */
+              };
   ecc_open_options_t opt = {.struct_size = sizeof(opt),
                             .overrides = overrides,
                             .n_overrides = sizeof(overrides) / sizeof(overrides[0]),
