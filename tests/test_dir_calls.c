@@ -7,10 +7,14 @@
  * directory, listing, counters, and what shutdown settles.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ecc_host.h"
 #include "helpers.h"
@@ -393,4 +397,137 @@ Test(dir_calls, shutdown_frees_an_unsubmitted_save_and_keeps_finished_ones)
   cr_assert_eq(lookup_one(keeper, "unflushed", 1).state, ECC_ENTRY_ABSENT,
                "a copy that never ran was published");
   cr_assert_eq(ecc_close(keeper), ECC_OK);
+}
+
+/* ---- a scheduler that reserves and looks up, workers that copy ---- */
+
+/* What the scheduler hands a worker: a token and where its bytes come from. */
+struct order {
+  uint64_t token;
+  uint64_t nbytes;
+  uint64_t seed;
+  uint32_t load; /* 0: save the reservation; 1: load the pinned entry */
+};
+
+/* A worker: its own connector on the region, copying what it is told; each
+ * order answered with the completion's status on the same pipe pair. */
+static int worker(const char *ini, int rd, int wr)
+{
+  ecc_connector_t *c = NULL;
+  char err[512];
+  if (ecc_open(ini, NULL, &c, err, sizeof(err)) != ECC_OK)
+    return 10;
+  struct order o;
+  static uint8_t buf[8 * BS], want[8 * BS];
+  while (read(rd, &o, sizeof(o)) == (ssize_t)sizeof(o)) {
+    th_fill(want, o.nbytes, o.seed);
+    int rc;
+    if (!o.load) {
+      ecc_save_reserved_t s = {o.token, (uint64_t)(uintptr_t)want, o.nbytes};
+      rc = ecc_save_reserved(c, &s, 1);
+      if (rc == ECC_OK)
+        rc = ecc_flush(c, NULL);
+    } else {
+      memset(buf, 0, sizeof(buf));
+      ecc_load_pinned_t l = {7, o.token, (uint64_t)(uintptr_t)buf, o.nbytes};
+      rc = ecc_load_pinned(c, &l, 1, NULL);
+    }
+    ecc_completion_t done;
+    if (rc == ECC_OK)
+      rc = th_poll_until(c, &done, 1, 5000) == 1 ? done.status : ECC_ERR_TRANSFER;
+    if (rc == ECC_OK && o.load && memcmp(buf, want, o.nbytes) != 0)
+      rc = ECC_ERR_TRANSFER;
+    if (write(wr, &rc, sizeof(rc)) != (ssize_t)sizeof(rc))
+      return 11;
+  }
+  return ecc_close(c) == ECC_OK ? 0 : 12;
+}
+
+/* A process that reserves everything left and pins "pinned", then dies
+ * holding all of it. */
+static int hog(const char *ini)
+{
+  ecc_connector_t *k = NULL;
+  char err[256];
+  if (ecc_open(ini, NULL, &k, err, sizeof(err)) != ECC_OK)
+    return 10;
+  ecc_entry_t e;
+  const char *keys[1] = {"pinned"};
+  if (ecc_reserve(k, "hog", (NB - 1) * (uint64_t)BS, &e) != ECC_OK ||
+      ecc_lookup(k, keys, 1, 1, &e) != ECC_OK || e.state != ECC_ENTRY_READY)
+    return 11;
+  kill(getpid(), SIGKILL);
+  return 12;
+}
+
+__attribute__((constructor)) static void worker_entry(void)
+{
+  const char *role, *ini;
+  int rd, wr;
+  if (th_child_args(&role, &ini, &rd, &wr) && strcmp(role, "worker") == 0)
+    _exit(worker(ini, rd, wr));
+  if (th_child_args(&role, &ini, &rd, &wr) && strcmp(role, "hog") == 0)
+    _exit(hog(ini));
+}
+
+static int ask(int to, int from, struct order o)
+{
+  int rc = ECC_ERR_SYSTEM;
+  cr_assert_eq(write(to, &o, sizeof(o)), (ssize_t)sizeof(o));
+  cr_assert_eq(read(from, &rc, sizeof(rc)), (ssize_t)sizeof(rc));
+  return rc;
+}
+
+Test(dir_calls, a_scheduler_hands_tokens_to_a_worker_process_that_copies)
+{
+  const char *ini = th_ini("both", th_region_name(), BS, NB, DIR_ON);
+  ecc_connector_t *sched = th_open_as(ini, "both");
+  int down[2], up[2];
+  cr_assert_eq(pipe2(down, O_CLOEXEC), 0);
+  cr_assert_eq(pipe2(up, O_CLOEXEC), 0);
+  pid_t pid = th_spawn_self("worker", ini, down[0], up[1]);
+  close(down[0]);
+  close(up[1]);
+
+  uint64_t nbytes = 3 * BS + 17;
+  ecc_entry_t r = reserve_ok(sched, "sched-1", nbytes);
+  cr_assert_eq(ask(down[1], up[0], (struct order){r.token, nbytes, 21, 0}), ECC_OK,
+               "the worker could not save the scheduler's reservation");
+  /* Published by the worker's polled completion, seen by the scheduler. */
+  ecc_entry_t f = lookup_one(sched, "sched-1", 1);
+  cr_assert_eq(f.state, ECC_ENTRY_READY);
+  cr_assert_eq(ask(down[1], up[0], (struct order){f.token, nbytes, 21, 1}), ECC_OK,
+               "the worker could not load the scheduler's pin");
+  cr_assert_eq(dstats(sched).pins_live, 0, "the worker's polled load did not release the pin");
+  /* A token that went stale is refused in the worker too. */
+  cr_assert_eq(ask(down[1], up[0], (struct order){f.token, nbytes, 21, 1}), ECC_ERR_CLOSED);
+  cr_assert_eq(ask(down[1], up[0], (struct order){r.token, nbytes, 21, 0}), ECC_ERR_CLOSED);
+
+  close(down[1]);
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "worker status %d", status);
+  close(up[0]);
+  cr_assert_eq(ecc_close(sched), ECC_OK);
+}
+
+Test(dir_calls, the_reservations_and_pins_of_a_killed_process_are_reclaimed)
+{
+  const char *ini = th_ini("both", th_region_name(), BS, NB, DIR_ON);
+  ecc_connector_t *c = th_open_as(ini, "both");
+  uint8_t src[BS];
+  ecc_entry_t r = reserve_ok(c, "pinned", BS);
+  cr_assert_eq(save_one(c, r.token, src, BS).status, ECC_OK);
+  pid_t pid = th_spawn_self("hog", ini, -1, -1);
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFSIGNALED(status), "the child did not die as planned: status %d", status);
+  cr_assert_eq(dstats(c).pins_live, 1, "the dead process's pin is not there to reclaim");
+  /* The room the dead process held is given to the next reservation. */
+  ecc_entry_t big = reserve_ok(c, "after", (NB - 1) * (uint64_t)BS);
+  cr_assert_eq(big.state, ECC_ENTRY_RESERVED);
+  ecc_directory_stats_t d = dstats(c);
+  cr_expect_geq(d.reclaimed, 2, "reclaimed %llu", (unsigned long long)d.reclaimed);
+  cr_expect_eq(d.pins_live, 0);
+  cr_assert_eq(ecc_close(c), ECC_OK);
 }
