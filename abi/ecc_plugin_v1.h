@@ -181,7 +181,10 @@ typedef struct ecc_completion_v1 {
   uint32_t direction;        /* ECC_DIR_SAVE or ECC_DIR_LOAD */
   int32_t status;            /* ECC_OK, or ECC_ERR_TRANSFER / ECC_ERR_DEVICE if the copy failed,
                               * or ECC_ERR_REGION if the region file was removed, replaced or
-                              * truncated before poll began to report this batch */
+                              * truncated before poll began to report this batch, or
+                              * ECC_ERR_CLOSED (minor 1) if the reservation or pin of a
+                              * save_reserved / load_pinned entry was reclaimed while its
+                              * copy ran: its bytes are not to be trusted */
   uint64_t transfer_id;      /* loads: the id given to load(); saves: 0 */
   uint64_t batch;            /* sequence number of the batched transfer, per direction, from 1 */
   uint64_t nbytes;           /* bytes of this entry that the copy moved */
@@ -468,8 +471,10 @@ typedef struct ecc_plugin_v1 {
   /* save_reserved: queue `n` reserved entries for this step's flush, as save
    * does (same rules for src, n == 0, save rank, and checking every entry
    * first). Each completion carries the key; the entry is published when
-   * its copy has completed and the completion is polled, never before; a
-   * failed copy frees the reservation. A token may be saved once.
+   * its copy has completed and the completion is polled (or at shutdown,
+   * which waits for the copy), never before; a failed copy frees the
+   * reservation, and so does a shutdown before the flush. A token may be
+   * saved once.
    * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_RANGE (nbytes is not the
    * reserved size), ECC_ERR_ROLE, ECC_ERR_NOMEM, ECC_ERR_CLOSED (a token
    * that names no live reservation: never made, published, freed or
