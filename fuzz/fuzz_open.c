@@ -18,6 +18,7 @@
  */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <stdint.h>
@@ -48,8 +49,10 @@ static void quiet(void *user, int level, const char *msg)
 static int count_entries(const char *path)
 {
   DIR *d = opendir(path);
-  if (d == NULL)
+  if (d == NULL) {
+    fprintf(stderr, "fuzz_open: cannot list %s: %s\n", path, strerror(errno));
     abort();
+  }
   int n = 0;
   struct dirent *e;
   while ((e = readdir(d)) != NULL)

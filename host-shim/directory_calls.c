@@ -61,59 +61,35 @@ ECC_API int ecc_reserve(ecc_connector_t *c, const char *key, uint64_t nbytes, ec
   return rc;
 }
 
-ECC_API int ecc_save_reserved(ecc_connector_t *c, const ecc_save_reserved_t *entries, size_t n)
-{
-  if (c == NULL)
-    return ECC_ERR_INVALID;
-  int rc = shim_enter(c);
-  if (rc != ECC_OK)
-    return rc;
-  if (c->plugin.ops.save_reserved == NULL)
-    rc = ECC_ERR_UNSUPPORTED;
-  else
-    rc = shim_checked(c, "save_reserved", c->plugin.ops.save_reserved(c->handle, entries, n));
-  shim_leave(c);
-  return rc;
-}
+/* The directory calls that answer with a status only, each forwarded
+ * between the guard's enter and leave: X(name, parameters, arguments). */
+#define DIRECTORY_STATUS_CALLS(X)                                                            \
+  X(save_reserved, (ecc_connector_t * c, const ecc_save_reserved_t *entries, size_t n),      \
+    (c->handle, entries, n))                                                                 \
+  X(abort_reserved, (ecc_connector_t * c, uint64_t token), (c->handle, token))               \
+  X(unpin, (ecc_connector_t * c, uint64_t token), (c->handle, token))                        \
+  X(remove, (ecc_connector_t * c, const char *key), (c->handle, key))                        \
+  X(load_pinned,                                                                             \
+    (ecc_connector_t * c, const ecc_load_pinned_t *entries, size_t n, void *compute_stream), \
+    (c->handle, entries, n, compute_stream))
 
-/* The calls that take one token or one key and answer with a status only. */
-static int token_call(ecc_connector_t *c, const char *what, int (*fn)(ecc_handle_t, uint64_t),
-                      uint64_t token)
-{
-  if (c == NULL)
-    return ECC_ERR_INVALID;
-  int rc = shim_enter(c);
-  if (rc != ECC_OK)
-    return rc;
-  rc = fn == NULL ? ECC_ERR_UNSUPPORTED : shim_checked(c, what, fn(c->handle, token));
-  shim_leave(c);
-  return rc;
-}
-
-ECC_API int ecc_abort_reserved(ecc_connector_t *c, uint64_t token)
-{
-  return token_call(c, "abort_reserved", c != NULL ? c->plugin.ops.abort_reserved : NULL, token);
-}
-
-ECC_API int ecc_unpin(ecc_connector_t *c, uint64_t token)
-{
-  return token_call(c, "unpin", c != NULL ? c->plugin.ops.unpin : NULL, token);
-}
-
-ECC_API int ecc_remove(ecc_connector_t *c, const char *key)
-{
-  if (c == NULL)
-    return ECC_ERR_INVALID;
-  int rc = shim_enter(c);
-  if (rc != ECC_OK)
-    return rc;
-  if (c->plugin.ops.remove == NULL)
-    rc = ECC_ERR_UNSUPPORTED;
-  else
-    rc = shim_checked(c, "remove", c->plugin.ops.remove(c->handle, key));
-  shim_leave(c);
-  return rc;
-}
+#define DIRECTORY_STATUS_CALL(name, params, args)           \
+  ECC_API int ecc_##name params                             \
+  {                                                         \
+    if (c == NULL)                                          \
+      return ECC_ERR_INVALID;                               \
+    int rc = shim_enter(c);                                 \
+    if (rc != ECC_OK)                                       \
+      return rc;                                            \
+    if (c->plugin.ops.name == NULL)                         \
+      rc = ECC_ERR_UNSUPPORTED;                             \
+    else                                                    \
+      rc = shim_checked(c, #name, c->plugin.ops.name args); \
+    shim_leave(c);                                          \
+    return rc;                                              \
+  }
+DIRECTORY_STATUS_CALLS(DIRECTORY_STATUS_CALL)
+#undef DIRECTORY_STATUS_CALL
 
 static int check_lookup(ecc_connector_t *c, const ecc_entry_t *out, size_t n)
 {
@@ -144,23 +120,6 @@ ECC_API int ecc_lookup(ecc_connector_t *c, const char *const *keys, size_t n, ui
     rc = shim_checked(c, "lookup", c->plugin.ops.lookup(c->handle, keys, n, ranks, out));
   if (rc == ECC_OK && out != NULL)
     rc = check_lookup(c, out, n);
-  shim_leave(c);
-  return rc;
-}
-
-ECC_API int ecc_load_pinned(ecc_connector_t *c, const ecc_load_pinned_t *entries, size_t n,
-                            void *compute_stream)
-{
-  if (c == NULL)
-    return ECC_ERR_INVALID;
-  int rc = shim_enter(c);
-  if (rc != ECC_OK)
-    return rc;
-  if (c->plugin.ops.load_pinned == NULL)
-    rc = ECC_ERR_UNSUPPORTED;
-  else
-    rc = shim_checked(c, "load_pinned",
-                      c->plugin.ops.load_pinned(c->handle, entries, n, compute_stream));
   shim_leave(c);
   return rc;
 }

@@ -69,7 +69,7 @@ entries-as-transfers @@ plugin/shm/*.c @@ s->entries += t->n_done; @@ s->entries
 descriptors-as-entries @@ plugin/shm/*.c @@ s->descriptors += d->count; @@ s->descriptors += t->n_done;
 bytes-as-entries @@ plugin/shm/*.c @@ s->bytes += d->bytes; @@ s->bytes += t->n_done;
 dead-region-not-failed @@ plugin/shm/*.c @@ dir_stats(c, t->view.direction)->failed++; @@ (void)t;
-skipped-per-call @@ plugin/shm/submit.c @@ c->stats.saves_skipped += n; @@ c->stats.saves_skipped++;
+skipped-per-call @@ plugin/shm/*.c @@ c->stats.saves_skipped += n; @@ c->stats.saves_skipped++;
 save-rank-ignores-pcp @@ plugin/shm/*.c @@ c->save_rank = cfg->tp_rank == 0 && cfg->pcp_rank == 0; @@ c->save_rank = cfg->tp_rank == 0;
 # describe.
 describe-creator @@ plugin/shm/*.c @@ info.creator = (uint32_t)c->region.creator; @@ info.creator = (uint32_t)c->save_rank;

@@ -80,6 +80,8 @@ static inline void transfer_put_locked(struct conn *c, struct transfer *t)
 
 /* ---- submit.c: what the directory's saves and loads share with the rest ---- */
 
+/* A rank that is not the save rank counts n saves it did not make: ECC_OK. */
+int conn_skip_saves(struct conn *c, size_t n);
 /* ECC_OK when another transfer of `dir` may go in flight, else ECC_ERR_BUSY. */
 int conn_check_room(struct conn *c, int dir);
 /* Start the engine's copy of t (its direction set); on error nothing started. */

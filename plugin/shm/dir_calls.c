@@ -421,12 +421,8 @@ int conn_save_reserved(struct conn *c, const ecc_save_reserved_v1_t *e, size_t n
     rc = check_saved(c, &e[i], i);
   if (rc != ECC_OK)
     return rc;
-  if (!c->save_rank) {
-    conn_lock(c, &c->done_lock);
-    c->stats.saves_skipped += n;
-    conn_unlock(c, &c->done_lock);
-    return ECC_OK;
-  }
+  if (!c->save_rank)
+    return conn_skip_saves(c, n);
   conn_lock(c, &c->step_lock);
   rc = save_reserved_locked(c, e, n);
   conn_unlock(c, &c->step_lock);

@@ -6,6 +6,8 @@
  */
 #include "directory.h"
 
+#include "clock.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -24,14 +26,22 @@
 #define SLOTS_MAX (1u << 24)
 #define PIN_FREE 0u
 #define PIN_LIVE 1u
+/* Reading /proc/PID/stat costs microseconds (17 us in one sandbox): a
+ * sweep that meets the same live owner again within this long trusts the
+ * note it left. */
+#define ALIVE_NOTES 8u
+#define ALIVE_TTL_NS 10000000ull
 
 /* ---- the shared layout ------------------------------------------------- */
 
 /* A slot's state word: the state in the low half and the generation in the
- * high half, so that one store changes both. Everything else in a slot is
- * written while the slot is still FREE (nothing reads a free slot's fields),
- * then the word is stored with release order: a process killed before that
- * store leaves the old state, one killed after it leaves the fields whole. */
+ * high half, so that one store changes both. The entry's fields are written
+ * while the slot is still FREE (nothing reads a free slot's fields), then
+ * the word is stored with release order: a process killed before that
+ * store leaves the old state, one killed after it leaves the fields whole.
+ * Only three fields change while the slot is live, each with one aligned
+ * store that any value of leaves the entry whole: the mark, the use time
+ * and the pin count (derived, recounted by the rebuild). */
 struct dir_slot {
   _Atomic uint64_t word;
   uint64_t nbytes;
@@ -82,6 +92,14 @@ struct dir_shared {
    * reported dead: a holder found dead by EOWNERDEAD is dead whatever /proc
    * still shows while it exits. */
   struct dir_owner holder, dead_holder;
+  /* Owners of other processes lately found alive (advisory: a note at
+   * worst delays a reclaim by ALIVE_TTL_NS; rebuilds clear them). */
+  struct alive_note {
+    struct dir_owner owner;
+    uint64_t at_ns;
+  } alive[ALIVE_NOTES];
+  uint32_t alive_next, unused2;
+  uint64_t pins_scanned_ns; /* when sweeps last looked for stale pins */
 };
 
 struct layout {
@@ -136,13 +154,6 @@ static inline uint32_t slot_state(const struct dir_slot *e)
 static inline bool slot_live(const struct dir_slot *e)
 {
   return slot_state(e) != DIR_STATE_FREE;
-}
-
-static uint64_t now_ns(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 __attribute__((format(printf, 4, 5))) static int say(char *why, size_t cap, int rc, const char *fmt,
@@ -246,20 +257,41 @@ static bool same_owner(const struct dir_owner *a, const struct dir_owner *b)
 /* Dead: no such pid, a zombie, or a later process with the same pid (its
  * start time differs: kill(pid, 0) alone would call it alive). When /proc
  * cannot tell (hidden by hidepid), kill decides, and in doubt it lives. */
-static bool owner_alive(const struct dir *d, const struct dir_owner *o)
+static bool proc_alive(const struct dir_owner *o)
 {
   char state = '?';
   uint64_t ticks = 0;
-  if (o->pid <= 0 || same_owner(o, &d->sh->dead_holder))
-    return false;
-  if (same_owner(o, &d->self))
-    return true;
   int rc = read_stat(o->pid, &state, &ticks);
   if (rc == -ENOENT || rc == -ESRCH)
     return false;
   if (rc != 0)
     return !(kill(o->pid, 0) != 0 && errno == ESRCH);
   return state != 'Z' && state != 'X' && ticks == o->start_ticks;
+}
+
+static bool noted_alive(const struct dir_shared *sh, const struct dir_owner *o, uint64_t now)
+{
+  for (uint32_t i = 0; i < ALIVE_NOTES; i++)
+    if (same_owner(&sh->alive[i].owner, o) && now >= sh->alive[i].at_ns &&
+        now - sh->alive[i].at_ns < ALIVE_TTL_NS)
+      return true;
+  return false;
+}
+
+/* fresh: ask /proc even if a note says alive (explicit reclaims and the
+ * rebuild after a death, whose callers expect the dead to be found now). */
+static bool owner_alive(const struct dir *d, const struct dir_owner *o, uint64_t now, bool fresh)
+{
+  struct dir_shared *sh = d->sh;
+  if (o->pid <= 0 || same_owner(o, &sh->dead_holder))
+    return false;
+  if (same_owner(o, &d->self) || (!fresh && noted_alive(sh, o, now)))
+    return true;
+  if (!proc_alive(o))
+    return false;
+  sh->alive[sh->alive_next % ALIVE_NOTES] = (struct alive_note){*o, now};
+  sh->alive_next = (sh->alive_next + 1) % ALIVE_NOTES;
+  return true;
 }
 
 /* ---- the key index ----------------------------------------------------- */
@@ -302,10 +334,12 @@ static void index_insert(struct dir_shared *sh, uint32_t s)
   uint32_t *t = index_table(sh);
   uint32_t mask = sh->index_cap - 1;
   uint32_t i = (uint32_t)slot_at(sh, s)->hash & mask;
-  /* The table has twice as many buckets as entries: an empty one exists. */
-  while (t[i] != 0)
+  /* The table has twice as many buckets as entries: an empty one exists
+   * (the bound only guards against a table someone else overwrote). */
+  for (uint32_t n = 0; t[i] != 0 && n < sh->index_cap; n++)
     i = (i + 1) & mask;
-  t[i] = s + 1;
+  if (t[i] == 0)
+    t[i] = s + 1;
 }
 
 /* Whether bucket j's occupant, whose home is h, may move back to hole i:
@@ -324,7 +358,8 @@ static void index_delete(struct dir_shared *sh, uint32_t s)
     i = (i + 1) & mask;
   if (t[i] != s + 1)
     return;
-  for (uint32_t j = (i + 1) & mask; t[j] != 0; j = (j + 1) & mask) {
+  for (uint32_t j = (i + 1) & mask; t[j] != 0 && t[j] <= sh->max_entries && j != i;
+       j = (j + 1) & mask) {
     uint32_t h = (uint32_t)slot_at(sh, t[j] - 1)->hash & mask;
     if (may_fill(i, j, h)) {
       t[i] = t[j];
@@ -429,57 +464,51 @@ static void fill_info(const struct dir_shared *sh, uint32_t s, struct dir_entry_
 
 /* ---- reclaiming what the dead left ------------------------------------- */
 
-static bool reservation_stale(const struct dir *d, const struct dir_slot *e, uint64_t now)
+static bool reservation_stale(const struct dir *d, const struct dir_slot *e, uint64_t now,
+                              bool fresh)
 {
   /* A copy under way writes into the blocks: they are freed only once its
    * process is gone (its copies die with it), never by a deadline. */
   if (e->claimed)
-    return !owner_alive(d, &e->writer);
+    return !owner_alive(d, &e->writer, now, fresh);
   uint64_t t = d->sh->reserve_timeout_ns;
   if (t != 0 && now > e->reserved_ns && now - e->reserved_ns > t)
     return true;
-  return !owner_alive(d, &e->owner);
+  return !owner_alive(d, &e->owner, now, fresh);
 }
 
-static bool pin_stale(const struct dir *d, const struct dir_pin *pin, uint64_t now)
+static bool pin_stale(const struct dir *d, const struct dir_pin *pin, uint64_t now, bool fresh)
 {
   uint64_t t = d->sh->pin_timeout_ns;
   if (t != 0 && now > pin->pinned_ns && now - pin->pinned_ns > t)
     return true;
-  return !owner_alive(d, &pin->owner);
+  return !owner_alive(d, &pin->owner, now, fresh);
 }
 
-/* Drops the stale pins naming entry s; returns how many. */
-static uint32_t drop_stale_pins_of(struct dir *d, uint32_t s, uint64_t now)
+/* Drops every stale pin; returns how many. */
+static uint32_t drop_stale_pins(struct dir *d, uint64_t now, bool fresh)
 {
   struct dir_shared *sh = d->sh;
   uint32_t dropped = 0;
-  for (uint32_t p = 0; p < sh->max_pins && slot_at(sh, s)->pins > 0; p++) {
+  for (uint32_t p = 0; p < sh->max_pins && sh->pins_live > 0; p++) {
     struct dir_pin *pin = pin_at(sh, p);
-    if (pin_live(pin) && pin->entry_slot == s && pin_stale(d, pin, now)) {
+    if (pin_live(pin) && pin_stale(d, pin, now, fresh)) {
       pin_free(sh, p);
       sh->reclaimed++;
       dropped++;
     }
   }
+  sh->pins_scanned_ns = now;
   return dropped;
 }
 
-static uint32_t reclaim_all(struct dir *d, uint64_t now)
+static uint32_t reclaim_all(struct dir *d, uint64_t now, bool fresh)
 {
   struct dir_shared *sh = d->sh;
-  uint32_t freed = 0;
-  for (uint32_t p = 0; p < sh->max_pins; p++) {
-    struct dir_pin *pin = pin_at(sh, p);
-    if (pin_live(pin) && pin_stale(d, pin, now)) {
-      pin_free(sh, p);
-      sh->reclaimed++;
-      freed++;
-    }
-  }
+  uint32_t freed = drop_stale_pins(d, now, fresh);
   for (uint32_t s = 0; s < sh->max_entries; s++) {
     struct dir_slot *e = slot_at(sh, s);
-    if (slot_state(e) == DIR_STATE_RESERVED && reservation_stale(d, e, now)) {
+    if (slot_state(e) == DIR_STATE_RESERVED && reservation_stale(d, e, now, fresh)) {
       entry_free(sh, s);
       sh->reclaimed++;
       freed++;
@@ -557,13 +586,13 @@ static void rebuild_pins(struct dir_shared *sh)
   sh->pins_live = 0;
   for (uint32_t p = 0; p < sh->max_pins; p++) {
     struct dir_pin *pin = pin_at(sh, p);
-    if (!pin_live(pin))
+    uint64_t pw = atomic_load_explicit(&pin->word, memory_order_relaxed);
+    if (word_state(pw) == PIN_FREE)
       continue;
     struct dir_slot *e = pin->entry_slot < sh->max_entries ? slot_at(sh, pin->entry_slot) : NULL;
     uint64_t w = e != NULL ? atomic_load_explicit(&e->word, memory_order_acquire) : 0;
-    if (e == NULL || word_state(w) != DIR_STATE_READY || word_gen(w) != pin->entry_gen ||
-        pin->ranks_left == 0) {
-      uint64_t pw = atomic_load_explicit(&pin->word, memory_order_relaxed);
+    if (word_state(pw) != PIN_LIVE || e == NULL || word_state(w) != DIR_STATE_READY ||
+        word_gen(w) != pin->entry_gen || pin->ranks_left == 0) {
       atomic_store_explicit(&pin->word, word_make(PIN_FREE, word_gen(pw) + 1),
                             memory_order_release);
       continue;
@@ -577,6 +606,8 @@ static void recover(struct dir *d)
 {
   struct dir_shared *sh = d->sh;
   sh->recoveries++;
+  memset(sh->alive, 0, sizeof(sh->alive));
+  sh->alive_next = 0;
   rebuild_entries(sh);
   rebuild_pins(sh);
   sh->hand %= sh->num_blocks;
@@ -584,10 +615,31 @@ static void recover(struct dir *d)
   sh->pin_cursor %= sh->max_pins;
   /* The derived parts are whole again: the dead holder's reservations and
    * pins (and any other dead process's) go the ordinary way. */
-  reclaim_all(d, now_ns());
+  reclaim_all(d, ecc_now_ns(), true);
 }
 
 /* ---- the lock -------------------------------------------------------------- */
+
+/* Forks of this process, counted in each child: a struct dir copied into a
+ * child notices that its self is the parent's without a getpid per call. */
+static atomic_uint forks_seen;
+static pthread_once_t forks_once = PTHREAD_ONCE_INIT;
+
+static void count_fork(void)
+{
+  atomic_fetch_add_explicit(&forks_seen, 1, memory_order_relaxed);
+}
+
+static void watch_forks(void)
+{
+  pthread_atfork(NULL, NULL, count_fork);
+}
+
+static void take_identity(struct dir *d)
+{
+  d->forks = atomic_load_explicit(&forks_seen, memory_order_relaxed);
+  dir_owner_self(&d->self);
+}
 
 /* A forked child inherits the parent's struct dir: it takes its own
  * identity before it reserves or pins anything. A holder's death is
@@ -597,9 +649,11 @@ static int dir_lock(struct dir *d, char *why, size_t cap)
 {
   if (d == NULL || d->sh == NULL)
     return say(why, cap, ECC_ERR_INVALID, "directory: not attached");
-  if (d->self.pid != (int32_t)getpid())
-    dir_owner_self(&d->self);
   int rc = pthread_mutex_lock(&d->sh->lock);
+  /* Under the lock, so that threads sharing d take turns writing self. */
+  if ((rc == 0 || rc == EOWNERDEAD) &&
+      d->forks != atomic_load_explicit(&forks_seen, memory_order_relaxed))
+    take_identity(d);
   if (rc == EOWNERDEAD) {
     /* holder is the dead one's, or zero if it died before writing it. A
      * holder of this process is a thread that ended inside a call (the
@@ -726,7 +780,8 @@ int dir_attach(struct dir *d, void *mem, size_t bytes, const struct dir_params *
     return rc;
   d->sh = mem;
   d->bytes = bytes;
-  dir_owner_self(&d->self);
+  pthread_once(&forks_once, watch_forks);
+  take_identity(d);
   return ECC_OK;
 }
 
@@ -762,13 +817,19 @@ static enum occupant occupant_of(struct dir *d, uint32_t b, uint64_t now)
     return OCC_FREE;
   struct dir_slot *e = slot_at(sh, o - 1);
   if (slot_state(e) == DIR_STATE_RESERVED) {
-    if (!reservation_stale(d, e, now))
+    if (!reservation_stale(d, e, now, false))
       return OCC_HELD;
     entry_free(sh, o - 1);
     sh->reclaimed++;
     return OCC_FREE;
   }
-  if (e->pins > 0 && (drop_stale_pins_of(d, o - 1, now), e->pins > 0))
+  /* A scan of the pin table per pinned entry met would cost a sweep that
+   * meets many of them dearly: the whole table is scanned for stale pins
+   * at most once per ALIVE_TTL_NS, the delay the notes of live owners
+   * already allow. */
+  if (e->pins > 0 && (now < sh->pins_scanned_ns || now - sh->pins_scanned_ns >= ALIVE_TTL_NS))
+    drop_stale_pins(d, now, false);
+  if (e->pins > 0)
     return OCC_HELD;
   return e->marked ? OCC_MARKED : OCC_EVICTABLE;
 }
@@ -969,7 +1030,7 @@ static bool dedup(struct dir *d, uint32_t s, const struct request *q, int *outco
 {
   struct dir_shared *sh = d->sh;
   struct dir_slot *e = slot_at(sh, s);
-  if (slot_state(e) == DIR_STATE_RESERVED && reservation_stale(d, e, q->now)) {
+  if (slot_state(e) == DIR_STATE_RESERVED && reservation_stale(d, e, q->now, false)) {
     entry_free(sh, s);
     sh->reclaimed++;
     return false;
@@ -1059,7 +1120,7 @@ int dir_reserve(struct dir *d, const char *key, uint64_t nbytes, int *outcome,
   if ((rc = dir_lock(d, why, why_cap)) != ECC_OK)
     return rc;
   q.hash = key_hash(key, q.len);
-  q.now = now_ns();
+  q.now = ecc_now_ns();
   rc = reserve_locked(d, &q, outcome, info, why, why_cap);
   dir_unlock(d);
   return rc;
@@ -1187,7 +1248,7 @@ static int pins_available(struct dir *d, const char *const *keys, size_t n, char
   for (size_t i = 0; i < n; i++)
     need += ready_slot(sh, keys[i]) != NO_SLOT;
   if (sh->pins_live + need > sh->max_pins)
-    reclaim_all(d, now_ns());
+    reclaim_all(d, ecc_now_ns(), true);
   if (sh->pins_live + need > sh->max_pins)
     return say(why, cap, ECC_ERR_BUSY, "directory: %llu pins needed, %llu of %u free",
                (unsigned long long)need, (unsigned long long)(sh->max_pins - sh->pins_live),
@@ -1235,7 +1296,7 @@ int dir_lookup(struct dir *d, const char *const *keys, size_t n, uint32_t ranks,
   if (rc != ECC_OK)
     return rc;
   rc = pins_available(d, keys, n, why, why_cap);
-  uint64_t now = now_ns();
+  uint64_t now = ecc_now_ns();
   for (size_t i = 0; rc == ECC_OK && i < n; i++)
     lookup_one(d, keys[i], ranks, now, &found[i], info != NULL ? &info[i] : NULL, &pins[i]);
   dir_unlock(d);
@@ -1361,12 +1422,22 @@ void dir_get_counters(struct dir *d, struct dir_counters *out)
   dir_unlock(d);
 }
 
+int dir_rebuild(struct dir *d, char *why, size_t why_cap)
+{
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  recover(d);
+  dir_unlock(d);
+  return ECC_OK;
+}
+
 int dir_reclaim(struct dir *d, uint32_t *freed, char *why, size_t why_cap)
 {
   int rc = dir_lock(d, why, why_cap);
   if (rc != ECC_OK)
     return rc;
-  uint32_t n = reclaim_all(d, now_ns());
+  uint32_t n = reclaim_all(d, ecc_now_ns(), true);
   if (freed != NULL)
     *freed = n;
   dir_unlock(d);
@@ -1402,7 +1473,8 @@ static int check_entry(const struct dir_shared *sh, uint32_t s, char *why, size_
                       block_map(sh)[b]);
   uint32_t found = index_find(sh, e->key, e->hash);
   if (found != s)
-    return BROKEN("key '%s' (slot %u): the index gives slot %d", e->key, s, (int)found);
+    return BROKEN("key '%s' (slot %u): the index gives %s %u", e->key, s,
+                  found == NO_SLOT ? "no slot" : "slot", found == NO_SLOT ? 0 : found);
   return ECC_OK;
 }
 
@@ -1416,7 +1488,7 @@ static int check_map(const struct dir_shared *sh, uint64_t *used, char *why, siz
     if (map[b] == 0)
       continue;
     if (map[b] > sh->max_entries || !slot_live(slot_at(sh, map[b] - 1)))
-      return BROKEN("block %u is mapped to slot %d, which is not live", b, (int)map[b] - 1);
+      return BROKEN("block %u is mapped to %u (slot + 1), not a live slot", b, map[b]);
     if (!in_run(slot_at(sh, map[b] - 1), b, &end))
       return BROKEN("block %u is mapped to slot %u, whose runs lack it", b, map[b] - 1);
     (*used)++;
@@ -1432,7 +1504,7 @@ static int check_index(const struct dir_shared *sh, uint64_t entries, char *why,
     if (t[i] == 0)
       continue;
     if (t[i] > sh->max_entries || !slot_live(slot_at(sh, t[i] - 1)))
-      return BROKEN("index bucket %u names slot %d, which is not live", i, (int)t[i] - 1);
+      return BROKEN("index bucket %u holds %u (slot + 1), not a live slot", i, t[i]);
     occupied++;
   }
   if (occupied != entries)
@@ -1460,35 +1532,57 @@ static int check_pin(const struct dir_shared *sh, uint32_t p, char *why, size_t 
   return ECC_OK;
 }
 
-/* Live pins are whole and name ready entries; each pinned entry's count is
- * the number naming it, and the counts sum to pins_live. */
-static int check_pins(const struct dir_shared *sh, char *why, size_t cap)
+/* Adds delta to the count of the entry each live pin before `end` names;
+ * a decrement that would go below zero stops there (returned). This is how
+ * the checker counts pins per entry in O(pins + entries) with no memory of
+ * its own: the counts are derived, so a death between its passes is
+ * repaired by the rebuild that death triggers, which recounts them. */
+static uint32_t shift_pin_counts(struct dir_shared *sh, uint32_t end, int delta)
 {
-  uint64_t live = 0, counted = 0;
+  for (uint32_t p = 0; p < end; p++) {
+    const struct dir_pin *pin = pin_at(sh, p);
+    if (!pin_live(pin))
+      continue;
+    struct dir_slot *e = slot_at(sh, pin->entry_slot);
+    if (delta < 0 && e->pins == 0)
+      return p;
+    e->pins += (uint32_t)delta;
+  }
+  return end;
+}
+
+/* Live pins are whole and name ready entries; each entry's count is the
+ * number of live pins naming it, and the live pins number pins_live. */
+static int check_pins(struct dir_shared *sh, char *why, size_t cap)
+{
+  uint64_t live = 0;
+  uint32_t over = NO_SLOT, residue = 0;
   for (uint32_t p = 0; p < sh->max_pins; p++) {
     int rc = check_pin(sh, p, why, cap);
     if (rc != ECC_OK)
       return rc;
     live += pin_live(pin_at(sh, p));
   }
-  for (uint32_t s = 0; s < sh->max_entries; s++) {
-    const struct dir_slot *e = slot_at(sh, s);
-    uint32_t naming = 0;
-    if (!slot_live(e) || e->pins == 0)
-      continue;
-    for (uint32_t p = 0; p < sh->max_pins; p++)
-      naming += pin_live(pin_at(sh, p)) && pin_at(sh, p)->entry_slot == s;
-    if (naming != e->pins)
-      return BROKEN("key '%s' (slot %u) counts %u pins, %u name it", e->key, s, e->pins, naming);
-    counted += naming;
-  }
-  if (live != sh->pins_live || counted != live)
-    return BROKEN("%llu live pins, pins_live %llu, entries count %llu", (unsigned long long)live,
-                  (unsigned long long)sh->pins_live, (unsigned long long)counted);
+  uint32_t stop = shift_pin_counts(sh, sh->max_pins, -1);
+  for (uint32_t s = 0; stop == sh->max_pins && s < sh->max_entries && over == NO_SLOT; s++)
+    if (slot_live(slot_at(sh, s)) && slot_at(sh, s)->pins != 0) {
+      over = s;
+      residue = slot_at(sh, s)->pins;
+    }
+  shift_pin_counts(sh, stop, 1);
+  if (stop < sh->max_pins)
+    return BROKEN("pin slot %u names slot %u, whose count is short of the pins naming it", stop,
+                  pin_at(sh, stop)->entry_slot);
+  if (over != NO_SLOT)
+    return BROKEN("key '%s' (slot %u) counts %u pins, %u more than name it", slot_at(sh, over)->key,
+                  over, slot_at(sh, over)->pins, residue);
+  if (live != sh->pins_live)
+    return BROKEN("%llu live pins, pins_live %llu", (unsigned long long)live,
+                  (unsigned long long)sh->pins_live);
   return ECC_OK;
 }
 
-static int check_tables(const struct dir_shared *sh, char *why, size_t cap)
+static int check_tables(struct dir_shared *sh, char *why, size_t cap)
 {
   uint64_t entries = 0, blocks = 0, mapped;
   for (uint32_t s = 0; s < sh->max_entries; s++) {
@@ -1542,7 +1636,7 @@ int dir_check(struct dir *d, char *why, size_t why_cap)
   int rc = dir_lock(d, why, why_cap);
   if (rc != ECC_OK)
     return rc;
-  const struct dir_shared *sh = d->sh;
+  struct dir_shared *sh = d->sh;
   rc = check_header(sh, d->bytes, why, why_cap);
   if (rc == ECC_OK)
     rc = check_tables(sh, why, why_cap);

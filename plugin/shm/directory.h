@@ -134,6 +134,7 @@ struct dir {
   struct dir_shared *sh; /* the shared part (opaque outside directory.c) */
   size_t bytes;
   struct dir_owner self; /* this process */
+  uint32_t forks;        /* forks this process had seen when self was taken */
 };
 
 /* Bytes the shared part needs for these parameters (0 if they are invalid). */
@@ -149,33 +150,44 @@ int dir_attach(struct dir *d, void *mem, size_t bytes, const struct dir_params *
                size_t why_cap);
 
 /* Producer side: the key is there (ready or being written: *outcome says
- * which, and `info` describes it), or n blocks are reserved for it, owned
- * by this process. ECC_ERR_RANGE: more blocks than the region has;
- * ECC_ERR_BUSY: no room even after evicting every evictable entry (nothing
- * was evicted); ECC_ERR_INVALID: a bad key or nbytes 0. */
+ * which, and `info` describes it, whatever nbytes it was reserved with),
+ * or n blocks are reserved for it, owned by this process (a reservation
+ * of the key whose owner is dead is reclaimed first). ECC_ERR_RANGE: the
+ * key is absent and needs more blocks than the region has; ECC_ERR_BUSY:
+ * no room even after evicting every evictable entry (nothing was evicted;
+ * second-chance marks the sweep cleared and what it reclaimed from dead
+ * owners stay so); ECC_ERR_INVALID: a bad key, nbytes 0 or outcome NULL.
+ * info may be NULL. */
 int dir_reserve(struct dir *d, const char *key, uint64_t nbytes, int *outcome,
                 struct dir_entry_info *info, char *why, size_t why_cap);
 
 /* The reserved entry's blocks are written: lookups find it from now on.
- * ECC_ERR_CLOSED if the reservation is gone (reclaimed, or ref stale). */
+ * ECC_ERR_CLOSED if the reservation is gone (reclaimed, or ref stale);
+ * ECC_ERR_INVALID if it is already published. Any process may call it. */
 int dir_publish(struct dir *d, struct dir_ref ref, char *why, size_t why_cap);
 
-/* Gives a reservation up: its blocks are free again. */
+/* Gives a reservation up: its blocks are free again. Errors as for
+ * dir_publish. */
 int dir_abort(struct dir *d, struct dir_ref ref, char *why, size_t why_cap);
 
 /* Consumer side: for each of n keys, found[i] says whether it is ready;
  * a found entry is described in info[i], marked used, and pinned for
  * `ranks` releases (pins[i]); others leave info[i] and pins[i] zeroed.
- * ECC_ERR_BUSY: no free pin slot (no pin of this call is kept). */
+ * ECC_ERR_BUSY: not enough free pin slots for the found keys, even after
+ * dropping dead owners' pins (no pin of this call is kept, nothing is
+ * counted); ECC_ERR_INVALID: a bad key, ranks 0, or keys, found or pins
+ * NULL (info may be NULL). n 0 is ECC_OK. */
 int dir_lookup(struct dir *d, const char *const *keys, size_t n, uint32_t ranks, bool *found,
                struct dir_entry_info *info, struct dir_pin_ref *pins, char *why, size_t why_cap);
 
-/* One release of a pin; its last frees it. ECC_ERR_CLOSED if stale. */
+/* One release of a pin, from any process; its last frees it.
+ * ECC_ERR_CLOSED if stale (already fully released, or dropped). */
 int dir_unpin(struct dir *d, struct dir_pin_ref pin, char *why, size_t why_cap);
 
 /* Whether blocks [first, first + count) lie in the entry that `pin` holds
- * and the pin is live: ECC_OK, else ECC_ERR_RANGE naming the block or
- * ECC_ERR_CLOSED for a stale pin. */
+ * (in its runs: a range over a gap between two runs does not) and the pin
+ * is live: ECC_OK, else ECC_ERR_RANGE naming the first block outside (an
+ * empty range is refused too) or ECC_ERR_CLOSED for a stale pin. */
 int dir_check_pinned(struct dir *d, struct dir_pin_ref pin, uint32_t first, uint32_t count,
                      char *why, size_t why_cap);
 
@@ -206,20 +218,35 @@ int dir_blocks_held(struct dir *d, const uint32_t *ids, uint32_t n, bool pinned,
  * ECC_ERR_RANGE if absent. */
 int dir_remove(struct dir *d, const char *key, char *why, size_t why_cap);
 
-/* Calls fn for each live entry (under the lock: fn must not call back). */
+/* Calls fn for each live entry, in slot order (under the lock: fn must not
+ * call back). ECC_ERR_INVALID if fn is NULL or d not attached. */
 int dir_list(struct dir *d, void (*fn)(void *user, const struct dir_entry_info *e), void *user);
 
+/* The counters (all zero if the lock cannot be taken). largest_free_run
+ * is measured by a scan of the block map. */
 void dir_get_counters(struct dir *d, struct dir_counters *out);
 
-/* Verifies every invariant: entry runs plus free blocks cover every block
- * once, the block map, key index, pin counts and counters agree with the
- * tables. ECC_OK or ECC_ERR_REGION with the first broken one in why. */
+/* Verifies every invariant: the header's offsets follow from its sizes,
+ * entry runs plus free blocks cover every block once, the block map, key
+ * index, pin counts and level counters agree with the tables. ECC_OK or
+ * ECC_ERR_REGION with the first broken one in why. Safe on tables someone
+ * overwrote (it reads nothing past them); O(blocks + entries + pins), not
+ * meant for hot paths. To count pins per entry it steps the derived counts
+ * down and back up under the lock (a death in between is repaired by the
+ * rebuild it triggers). */
 int dir_check(struct dir *d, char *why, size_t why_cap);
 
 /* Frees every reservation and drops every pin whose owner is dead or
  * whose timeout passed (what sweeps do for what they meet), counting them
- * in `reclaimed`; *freed (may be NULL) says how many this call freed. */
+ * in `reclaimed`; *freed (may be NULL) says how many this call freed.
+ * Asks /proc afresh for each owner (sweeps trust a 10 ms note that an
+ * owner was alive). */
 int dir_reclaim(struct dir *d, uint32_t *freed, char *why, size_t why_cap);
+
+/* Rebuilds the derived parts from the tables, as the first locker after a
+ * holder's death does (counted in `recoveries`): for tools, tests and
+ * fuzzing. Entries and pins that are not whole are freed. */
+int dir_rebuild(struct dir *d, char *why, size_t why_cap);
 
 /* This process's identity (pid and start time). */
 int dir_owner_self(struct dir_owner *out);

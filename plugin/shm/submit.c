@@ -138,6 +138,14 @@ static const char *submit_call(int dir)
 
 /* ECC_OK when another transfer of `dir` may go in flight, else the refusal
  * (normal back-pressure, so logged at debug level). */
+int conn_skip_saves(struct conn *c, size_t n)
+{
+  conn_lock(c, &c->done_lock);
+  c->stats.saves_skipped += n;
+  conn_unlock(c, &c->done_lock);
+  return ECC_OK;
+}
+
 int conn_check_room(struct conn *c, int dir)
 {
   const struct fifo *f = dir == ECC_DIR_SAVE ? &c->saves : &c->loads;
@@ -248,12 +256,8 @@ int conn_save(struct conn *c, const ecc_save_entry_v1_t *e, size_t n)
   rc = check_saves(c, e, n, &descs, &key_bytes);
   if (rc != ECC_OK)
     return rc;
-  if (!c->save_rank) {
-    conn_lock(c, &c->done_lock);
-    c->stats.saves_skipped += n;
-    conn_unlock(c, &c->done_lock);
-    return ECC_OK;
-  }
+  if (!c->save_rank)
+    return conn_skip_saves(c, n);
   conn_lock(c, &c->step_lock);
   rc = save_locked(c, e, n, descs, key_bytes);
   conn_unlock(c, &c->step_lock);
