@@ -1,0 +1,1514 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fuzz_directory.c - libFuzzer target: a small directory (plugin/shm/
+ * directory.c) formatted in an exact-size heap block, driven by a program of
+ * reserve, publish, abort, lookup, unpin, check_pinned, remove, attach,
+ * reclaim and rebuild calls, with keys from a small alphabet and often stale
+ * or forged refs and pins, and now and then a thread that dies inside
+ * dir_list holding the lock (this process, alive, must keep what it holds).
+ *
+ * Input: five bytes of parameters (blocks, block size, entry and pin slots
+ * and timeouts, the byte the memory holds before it is formatted), then up
+ * to MAX_OPS operations; exhausted input reads as zeros. A timeout is off,
+ * an hour, or 1 ns: then every reservation or pin may be reclaimed by any
+ * call after the one that made it, and the model learns which were (from
+ * the listing and by asking dir_check_pinned of each pin).
+ * A model in plain memory knows which keys exist in which state, their
+ * blocks, refs and pins, and the counters. Every return code is checked
+ * against what directory.h says where it decides; where it leaves a choice
+ * (which entries are evicted, which blocks are taken) the model learns the
+ * outcome from dir_list and checks it was allowed: only ready, unpinned
+ * entries are evicted, and only by a reservation that succeeds. After every
+ * operation dir_check must pass and dir_list and the counters must agree
+ * with the model. A broken rule aborts with its name on stderr.
+ *
+ * FUZZ_DIR_TRACE=1 prints each call and its result on stderr, to read a
+ * crashing input as a sequence of calls.
+ * FUZZ_DIR_RELAX (comma-separated rule names) turns off rules the header
+ * leaves open to reading, so that fuzzing can go on past a known finding;
+ * an input that reaches a relaxed rule's case stops there (thread-death,
+ * relaxed, lets the model allow for this process being taken for dead).
+ */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "directory.h"
+
+#define NKEYS 12
+#define MAX_OPS 200
+#define MAX_BLOCKS 256u
+#define MAX_SLOTS 64u /* the most entry or pin slots a formatted directory has here */
+/* Pins the model holds: those live plus those reclaimed but not yet seen gone. */
+#define MODEL_PINS (2 * MAX_SLOTS)
+#define TINY_NS 1ull /* a timeout that passes before the next call */
+#define HOUR_NS (3600ull * 1000000000ull)
+#define RING 16
+#define WHY_ROOM 320
+#define LIST_CAP 128
+
+static int op_index;
+static bool tracing;
+static int thread_death_op = -1; /* where a thread died holding the lock, if it did */
+
+/* A rule broken after such a death likely has that one cause. */
+static void thread_death_note(void)
+{
+  if (thread_death_op >= 0)
+    fprintf(stderr,
+            "fuzz_directory: note: a thread of this process died holding the lock at op "
+            "%d; the process lives, yet the directory may take it for dead since\n",
+            thread_death_op);
+}
+static bool stop_input; /* a relaxed rule was reached: the model cannot follow */
+
+static bool relaxed(const char *rule)
+{
+  const char *list = getenv("FUZZ_DIR_RELAX");
+  size_t len = strlen(rule);
+  for (const char *p = list; p != NULL && *p != '\0'; p = strchr(p, ',')) {
+    if (*p == ',')
+      p++;
+    if (strncmp(p, rule, len) == 0 && (p[len] == ',' || p[len] == '\0'))
+      return true;
+  }
+  return false;
+}
+
+/* A broken rule aborts, so that libFuzzer keeps the input. */
+#define FAIL(rule, ...)                                                                    \
+  do {                                                                                     \
+    fprintf(stderr, "fuzz_directory: rule '%s' broken (op %d, line %d): ", rule, op_index, \
+            __LINE__);                                                                     \
+    fprintf(stderr, __VA_ARGS__);                                                          \
+    fprintf(stderr, "\n");                                                                 \
+    thread_death_note();                                                                   \
+    abort();                                                                               \
+  } while (0)
+
+#define CHECK(rule, cond, ...) \
+  do {                         \
+    if (!(cond))               \
+      FAIL(rule, __VA_ARGS__); \
+  } while (0)
+
+#define TRACE(...)                           \
+  do {                                       \
+    if (tracing) {                           \
+      fprintf(stderr, "op %3d: ", op_index); \
+      fprintf(stderr, __VA_ARGS__);          \
+      fprintf(stderr, "\n");                 \
+    }                                        \
+  } while (0)
+
+/* A rule the header leaves open to reading: relaxed, the input stops. */
+#define CHECK_SOFT(rule, cond, ...) \
+  do {                              \
+    if (!(cond)) {                  \
+      if (!relaxed(rule))           \
+        FAIL(rule, __VA_ARGS__);    \
+      stop_input = true;            \
+      return;                       \
+    }                               \
+  } while (0)
+
+/* ---- input reader ------------------------------------------------------ */
+
+struct input {
+  const uint8_t *p;
+  size_t n;
+};
+
+static uint8_t u8(struct input *in)
+{
+  if (in->n == 0)
+    return 0;
+  in->n--;
+  return *in->p++;
+}
+
+static uint32_t u16(struct input *in)
+{
+  return (uint32_t)u8(in) | (uint32_t)u8(in) << 8;
+}
+
+static uint32_t u32(struct input *in)
+{
+  return u16(in) | u16(in) << 16;
+}
+
+/* ---- the model ----------------------------------------------------------- */
+
+struct mentry {
+  bool live;
+  int state; /* DIR_STATE_RESERVED or DIR_STATE_READY */
+  struct dir_ref ref;
+  uint64_t nbytes;
+  uint32_t n_blocks;
+  uint32_t n_runs;
+  struct dir_run runs[DIR_MAX_RUNS];
+  uint32_t pins;
+  uint64_t reserved_ns, used_ns;
+  uint64_t used_lo, used_hi; /* used_ns may have moved into this window (hi 0: no) */
+};
+
+struct mpin {
+  bool live;
+  struct dir_pin_ref ref;
+  int key;
+  uint32_t left; /* releases before it is freed */
+};
+
+/* Monotonic counters, in one array so that each can be given slack. */
+enum {
+  C_RESERVATIONS,
+  C_DEDUP,
+  C_LOOKUPS,
+  C_HITS,
+  C_MISSES,
+  C_EVICTIONS,
+  C_REMOVALS,
+  C_PINS,
+  C_RECLAIMED,
+  C_FULL,
+  C_RECOVERIES,
+  N_MONO
+};
+
+struct model {
+  struct dir_params p;
+  uint32_t max_entries, max_pins; /* after the defaults */
+  struct mentry e[NKEYS];
+  struct mpin pins[MODEL_PINS];
+  bool tiny_res, tiny_pin; /* reservations, pins time out at once: reclaims happen */
+  uint32_t reclaims_now;   /* reclaims learned since the operation began */
+  bool check_freed;        /* dir_reclaim ran: what it freed is what was learned */
+  bool thread_died;        /* a thread died holding the lock, this process lives on */
+  uint32_t freed;
+  struct dir_ref refs[RING]; /* refs handed out, live or not */
+  size_t n_refs;
+  struct dir_pin_ref pin_refs[RING];
+  size_t n_pin_refs;
+  bool entry_seen[MAX_SLOTS], pin_seen[MAX_SLOTS];   /* a slot freed at least once */
+  uint32_t entry_gen[MAX_SLOTS], pin_gen[MAX_SLOTS]; /* its generation then */
+  uint64_t mono[N_MONO];
+  uint64_t slack[N_MONO]; /* the next reading may exceed mono by up to this */
+};
+
+static struct model m;
+static struct dir d;
+static void *mem;
+static size_t mem_bytes;
+static char keys[NKEYS][DIR_KEY_MAX + 1];
+static char bad_keys[2][DIR_KEY_MAX + 2]; /* empty, one byte too long */
+static char why[WHY_ROOM];
+static size_t why_cap;
+
+/* The window of the latest call that may mark entries used. */
+static uint64_t call_t0, call_t1;
+
+static uint64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t ceil_blocks(uint64_t nbytes)
+{
+  return nbytes == 0 ? 0 : (nbytes - 1) / m.p.block_size + 1;
+}
+
+static int key_index(const char *key)
+{
+  for (int k = 0; k < NKEYS; k++)
+    if (strcmp(keys[k], key) == 0)
+      return k;
+  return -1;
+}
+
+static int entry_by_ref(struct dir_ref ref)
+{
+  for (int k = 0; k < NKEYS; k++)
+    if (m.e[k].live && m.e[k].ref.slot == ref.slot && m.e[k].ref.gen == ref.gen)
+      return k;
+  return -1;
+}
+
+static int pin_by_ref(struct dir_pin_ref ref)
+{
+  for (uint32_t i = 0; i < MODEL_PINS; i++)
+    if (m.pins[i].live && m.pins[i].ref.slot == ref.slot && m.pins[i].ref.gen == ref.gen)
+      return (int)i;
+  return -1;
+}
+
+static uint32_t live_entries(void)
+{
+  uint32_t n = 0;
+  for (int k = 0; k < NKEYS; k++)
+    n += m.e[k].live;
+  return n;
+}
+
+static uint32_t live_pins(void)
+{
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < MODEL_PINS; i++)
+    n += m.pins[i].live;
+  return n;
+}
+
+static bool evictable(const struct mentry *e)
+{
+  return e->live && e->state == DIR_STATE_READY && e->pins == 0;
+}
+
+/* Whether the entry's blocks can become free in this call: evictable, or
+ * (with `reclaiming`) a reservation or pins that have timed out. */
+static bool can_go(const struct mentry *e, bool reclaiming)
+{
+  if (!reclaiming || !e->live)
+    return evictable(e);
+  if (e->state == DIR_STATE_RESERVED)
+    return m.tiny_res;
+  return e->pins == 0 || m.tiny_pin;
+}
+
+/* owner[b]: the key whose entry holds block b, or -1. Two entries on one
+ * block is a broken rule whatever the operation was. */
+static void owner_map(int *owner)
+{
+  for (uint32_t b = 0; b < m.p.num_blocks; b++)
+    owner[b] = -1;
+  for (int k = 0; k < NKEYS; k++) {
+    if (!m.e[k].live)
+      continue;
+    for (uint32_t r = 0; r < m.e[k].n_runs; r++) {
+      for (uint32_t i = 0; i < m.e[k].runs[r].count; i++) {
+        uint32_t b = m.e[k].runs[r].first + i;
+        CHECK("disjoint", owner[b] < 0, "block %u is in '%.16s' and '%.16s'", b,
+              owner[b] >= 0 ? keys[owner[b]] : "", keys[k]);
+        owner[b] = k;
+      }
+    }
+  }
+}
+
+/* The longest run of blocks for which ok[b] holds, and the sum of the
+ * DIR_MAX_RUNS longest. */
+static void runs_of(const bool *ok, uint32_t *longest, uint64_t *best_sum)
+{
+  uint32_t top[DIR_MAX_RUNS] = {0};
+  uint32_t len = 0;
+  for (uint32_t b = 0; b <= m.p.num_blocks; b++) {
+    if (b < m.p.num_blocks && ok[b]) {
+      len++;
+      continue;
+    }
+    for (int i = 0; i < DIR_MAX_RUNS && len > 0; i++) {
+      if (len > top[i]) {
+        uint32_t t = top[i];
+        top[i] = len;
+        len = t;
+      }
+    }
+    len = 0;
+  }
+  *longest = top[0];
+  *best_sum = 0;
+  for (int i = 0; i < DIR_MAX_RUNS; i++)
+    *best_sum += top[i];
+}
+
+static void remember_ref(struct dir_ref ref)
+{
+  m.refs[m.n_refs++ % RING] = ref;
+}
+
+static void remember_pin(struct dir_pin_ref ref)
+{
+  m.pin_refs[m.n_pin_refs++ % RING] = ref;
+}
+
+/* The entry is gone: its slot's next incarnation must carry a later gen. */
+static void drop_entry(int k)
+{
+  struct dir_ref ref = m.e[k].ref;
+  CHECK("model", m.e[k].pins == 0, "dropping pinned '%.16s'", keys[k]);
+  if (ref.slot < MAX_SLOTS && (!m.entry_seen[ref.slot] || ref.gen > m.entry_gen[ref.slot])) {
+    m.entry_seen[ref.slot] = true;
+    m.entry_gen[ref.slot] = ref.gen;
+  }
+  memset(&m.e[k], 0, sizeof(m.e[k]));
+}
+
+static void drop_pin(uint32_t i)
+{
+  struct dir_pin_ref ref = m.pins[i].ref;
+  m.e[m.pins[i].key].pins--;
+  /* A reclaim is learned late: the slot may hold a later pin already. */
+  if (ref.slot < MAX_SLOTS && (!m.pin_seen[ref.slot] || ref.gen > m.pin_gen[ref.slot])) {
+    m.pin_seen[ref.slot] = true;
+    m.pin_gen[ref.slot] = ref.gen;
+  }
+  memset(&m.pins[i], 0, sizeof(m.pins[i]));
+}
+
+/* ---- the reason buffer: filled within its cap, text on every error ------ */
+
+static void why_reset(void)
+{
+  static const size_t caps[] = {256, 1, 7, 64};
+  static unsigned calls;
+  why_cap = caps[calls++ % 4];
+  memset(why, 0x5a, sizeof(why));
+}
+
+static void why_after(const char *call, int rc)
+{
+  for (size_t i = why_cap; i < WHY_ROOM; i++)
+    CHECK("why-cap", why[i] == 0x5a, "%s wrote byte %zu of a %zu-byte reason buffer", call, i,
+          why_cap);
+  if (rc == ECC_OK)
+    return;
+  CHECK("why-text", memchr(why, '\0', why_cap) != NULL, "%s: %d with an unterminated reason", call,
+        rc);
+  CHECK("why-text", why_cap == 1 || why[0] != '\0', "%s: %d with no reason", call, rc);
+}
+
+/* ---- checks after every operation ------------------------------------------ */
+
+struct listing {
+  size_t n;
+  bool overflow;
+  struct dir_entry_info e[LIST_CAP];
+};
+
+static struct listing listed_now; /* the latest dir_list */
+static bool listed_key[NKEYS];    /* the keys it holds */
+
+static void list_one(void *user, const struct dir_entry_info *e)
+{
+  struct listing *l = user;
+  if (l->n == LIST_CAP) {
+    l->overflow = true;
+    return;
+  }
+  l->e[l->n++] = *e;
+}
+
+/* dir_list, each listed entry mapped to its key (or a broken rule). */
+static void take_listing(int *key_of)
+{
+  memset(&listed_now, 0, sizeof(listed_now));
+  CHECK("list", dir_list(&d, list_one, &listed_now) == ECC_OK, "dir_list failed");
+  TRACE("  %zu entries listed", listed_now.n);
+  CHECK("list", !listed_now.overflow && listed_now.n <= m.max_entries,
+        "dir_list gave %zu entries, %u slots", listed_now.n, m.max_entries);
+  bool *listed = listed_key;
+  memset(listed_key, 0, sizeof(listed_key));
+  for (size_t i = 0; i < listed_now.n; i++) {
+    const struct dir_entry_info *e = &listed_now.e[i];
+    CHECK("list", memchr(e->key, '\0', sizeof(e->key)) != NULL, "unterminated key listed");
+    int k = key_index(e->key);
+    CHECK("list", k >= 0, "listed key '%.16s' was never reserved", e->key);
+    CHECK("list", !listed[k], "'%.16s' listed twice", e->key);
+    listed[k] = true;
+    key_of[i] = k;
+  }
+}
+
+static bool same_runs(const struct dir_entry_info *e, const struct mentry *x)
+{
+  if (e->n_runs != x->n_runs || e->n_runs > DIR_MAX_RUNS)
+    return false;
+  for (uint32_t r = 0; r < e->n_runs; r++)
+    if (e->runs[r].first != x->runs[r].first || e->runs[r].count != x->runs[r].count)
+      return false;
+  return true;
+}
+
+/* What an info says of an entry, pins aside (a lookup's may count its own). */
+/* used_ns is the model's, or (learned) one within the window it may have
+ * moved to; reserved_ns never changes. */
+static void check_times(const char *what, const struct dir_entry_info *e, struct mentry *x)
+{
+  CHECK("time", e->reserved_ns == x->reserved_ns, "%s '%.16s': reserved_ns %llu, was %llu", what,
+        e->key, (unsigned long long)e->reserved_ns, (unsigned long long)x->reserved_ns);
+  if (e->used_ns == x->used_ns)
+    return;
+  CHECK("time", x->used_hi != 0 && e->used_ns >= x->used_lo && e->used_ns <= x->used_hi,
+        "%s '%.16s': used_ns moved from %llu to %llu, no lookup or reserve hit", what, e->key,
+        (unsigned long long)x->used_ns, (unsigned long long)e->used_ns);
+  x->used_ns = e->used_ns;
+}
+
+static void may_use(int k)
+{
+  m.e[k].used_lo = call_t0;
+  m.e[k].used_hi = call_t1;
+}
+
+static void check_info(const char *what, const struct dir_entry_info *e, int k)
+{
+  struct mentry *x = &m.e[k];
+  check_times(what, e, x);
+  CHECK("info", strcmp(e->key, keys[k]) == 0, "%s: key '%.16s' for '%.16s'", what, e->key, keys[k]);
+  CHECK("info", e->state == x->state, "%s '%.16s': state %d, model %d", what, keys[k], e->state,
+        x->state);
+  CHECK("info", e->ref.slot == x->ref.slot && e->ref.gen == x->ref.gen,
+        "%s '%.16s': ref %u/%u, model %u/%u", what, keys[k], e->ref.slot, e->ref.gen, x->ref.slot,
+        x->ref.gen);
+  CHECK("info", e->nbytes == x->nbytes && e->n_blocks == x->n_blocks,
+        "%s '%.16s': %llu bytes in %u blocks, model %llu in %u", what, keys[k],
+        (unsigned long long)e->nbytes, e->n_blocks, (unsigned long long)x->nbytes, x->n_blocks);
+  CHECK("info", same_runs(e, x), "%s '%.16s': runs differ from those reserved", what, keys[k]);
+  CHECK("info", e->owner.pid == d.self.pid && e->owner.start_ticks == d.self.start_ticks,
+        "%s '%.16s': owner %d, this process is %d", what, keys[k], e->owner.pid, d.self.pid);
+}
+
+/* ---- reclaims, learned: only where a timeout has passed ----------------- */
+
+static void reclaimed_pin(uint32_t i)
+{
+  TRACE("  pin %u/%u of '%.16s' reclaimed", m.pins[i].ref.slot, m.pins[i].ref.gen,
+        keys[m.pins[i].key]);
+  drop_pin(i);
+  m.mono[C_RECLAIMED]++;
+  m.reclaims_now++;
+}
+
+static void reclaimed_entry(int k)
+{
+  if (!m.tiny_res && m.thread_died && m.e[k].state == DIR_STATE_RESERVED)
+    FAIL("thread-death",
+         "reservation of '%.16s' freed, this process lives (a thread of it died holding the "
+         "lock earlier)",
+         keys[k]);
+  CHECK("reclaim", m.tiny_res && m.e[k].state == DIR_STATE_RESERVED,
+        "'%.16s' (state %d) vanished, no reservation timed out", keys[k], m.e[k].state);
+  TRACE("  reservation of '%.16s' (slot %u) reclaimed", keys[k], m.e[k].ref.slot);
+  drop_entry(k);
+  m.mono[C_RECLAIMED]++;
+  m.reclaims_now++;
+}
+
+/* Whether the model's pin i is live, asked without changing anything. */
+static bool pin_alive(uint32_t i)
+{
+  const struct mentry *x = &m.e[m.pins[i].key];
+  why_reset();
+  int rc = dir_check_pinned(&d, m.pins[i].ref, x->runs[0].first, 1, why, why_cap);
+  why_after("dir_check_pinned", rc);
+  CHECK("probe", rc == ECC_OK || (rc == ECC_ERR_CLOSED && m.tiny_pin),
+        "pin %u/%u of '%.16s' on its first block: %d", m.pins[i].ref.slot, m.pins[i].ref.gen,
+        keys[m.pins[i].key], rc);
+  return rc == ECC_OK;
+}
+
+static void learn_pin_reclaims(void)
+{
+  for (uint32_t i = 0; m.tiny_pin && i < MODEL_PINS; i++)
+    if (m.pins[i].live && !pin_alive(i))
+      reclaimed_pin(i);
+}
+
+static void check_listing(void)
+{
+  int key_of[LIST_CAP];
+  take_listing(key_of);
+  for (int k = 0; k < NKEYS; k++)
+    if (m.e[k].live && !listed_key[k])
+      reclaimed_entry(k);
+  CHECK("list", listed_now.n == live_entries(), "dir_list gave %zu entries, the model has %u",
+        listed_now.n, live_entries());
+  for (size_t i = 0; i < listed_now.n; i++) {
+    int k = key_of[i];
+    CHECK("list", m.e[k].live, "'%.16s' listed but gone (state %d)", keys[k],
+          listed_now.e[i].state);
+    check_info("listed", &listed_now.e[i], k);
+    CHECK("pins", listed_now.e[i].pins == m.e[k].pins, "'%.16s' has %u pins, model %u", keys[k],
+          listed_now.e[i].pins, m.e[k].pins);
+    m.e[k].used_hi = 0;
+  }
+}
+
+static void mono_of(const struct dir_counters *c, uint64_t *v)
+{
+  const uint64_t all[N_MONO] = {
+      c->reservations, c->dedup_hits, c->lookups,   c->hits, c->misses,     c->evictions,
+      c->removals,     c->pins,       c->reclaimed, c->full, c->recoveries,
+  };
+  memcpy(v, all, sizeof(all));
+}
+
+static void check_counters(void)
+{
+  static const char *const names[N_MONO] = {
+      "reservations", "dedup_hits", "lookups",   "hits", "misses",     "evictions",
+      "removals",     "pins",       "reclaimed", "full", "recoveries",
+  };
+  struct dir_counters c;
+  int owner[MAX_BLOCKS];
+  bool free_b[MAX_BLOCKS];
+  uint64_t used = 0, sum8, v[N_MONO];
+  uint32_t longest;
+  owner_map(owner);
+  for (uint32_t b = 0; b < m.p.num_blocks; b++) {
+    free_b[b] = owner[b] < 0;
+    used += owner[b] >= 0;
+  }
+  runs_of(free_b, &longest, &sum8);
+  memset(&c, 0xa5, sizeof(c));
+  dir_get_counters(&d, &c);
+  CHECK("counters", c.entries == live_entries() && c.pins_live == live_pins(),
+        "%llu entries and %llu pins, model %u and %u", (unsigned long long)c.entries,
+        (unsigned long long)c.pins_live, live_entries(), live_pins());
+  CHECK("counters", c.blocks_used == used && c.blocks_free == m.p.num_blocks - used,
+        "%llu used + %llu free blocks, model %llu of %u", (unsigned long long)c.blocks_used,
+        (unsigned long long)c.blocks_free, (unsigned long long)used, m.p.num_blocks);
+  CHECK("counters", c.largest_free_run == longest, "largest free run %llu, model %u",
+        (unsigned long long)c.largest_free_run, longest);
+  mono_of(&c, v);
+  for (int i = 0; i < N_MONO; i++) {
+    CHECK("counters", v[i] >= m.mono[i] && v[i] <= m.mono[i] + m.slack[i],
+          "%s is %llu, model %llu (+%llu allowed)", names[i], (unsigned long long)v[i],
+          (unsigned long long)m.mono[i], (unsigned long long)m.slack[i]);
+    m.mono[i] = v[i];
+    m.slack[i] = 0;
+  }
+}
+
+static void verify(void)
+{
+  why_reset();
+  int rc = dir_check(&d, why, why_cap);
+  why_after("dir_check", rc);
+  if (rc != ECC_OK) {
+    char full[512] = ""; /* the reason may not have fit in why_cap */
+    dir_check(&d, full, sizeof(full));
+    FAIL("dir_check", "dir_check: %d (%s)", rc, full);
+  }
+  learn_pin_reclaims();
+  check_listing();
+  check_counters();
+  CHECK("reclaim", !m.check_freed || m.freed == m.reclaims_now,
+        "dir_reclaim says it freed %u, %u reservations and pins went", m.freed, m.reclaims_now);
+  m.check_freed = false;
+}
+
+/* ---- picking arguments ------------------------------------------------- */
+
+/* A key of the alphabet (k >= 0), or an invalid one (k < 0). */
+static const char *pick_key(struct input *in, int *k)
+{
+  uint8_t v = u8(in);
+  *k = -1;
+  if (v >= 252)
+    return bad_keys[1];
+  if (v >= 248)
+    return bad_keys[0];
+  *k = v % NKEYS;
+  return keys[*k];
+}
+
+static uint64_t pick_nbytes(struct input *in)
+{
+  uint64_t bs = m.p.block_size, region = (uint64_t)m.p.num_blocks * bs;
+  uint8_t mode = u8(in) % 16;
+  uint64_t blocks;
+  if (mode == 0)
+    return 0;
+  if (mode == 1)
+    return region + 1 + u16(in); /* one block too many at least */
+  if (mode == 2)
+    return region;
+  if (mode == 3)
+    return UINT64_MAX - u8(in); /* the block count overflows 32 bits */
+  if (mode < 8)
+    blocks = 1 + u8(in) % 8;
+  else
+    blocks = 1 + u16(in) % (m.p.num_blocks / 2);
+  return (blocks - 1) * bs + 1 + u16(in) % bs;
+}
+
+static struct dir_ref pick_ref(struct input *in)
+{
+  uint8_t mode = u8(in) % 8;
+  struct dir_ref r;
+  if (mode == 0 || m.n_refs == 0) {
+    r.slot = u8(in) % 4 == 0 ? u32(in) : u8(in) % (m.max_entries + 2);
+    r.gen = u8(in) % 4 == 0 ? u32(in) : u8(in) % 4;
+    return r;
+  }
+  size_t n = m.n_refs < RING ? m.n_refs : RING;
+  if (mode < 4)
+    r = m.refs[(m.n_refs - 1) % RING]; /* the latest, mostly */
+  else
+    r = m.refs[u8(in) % n];
+  if (mode == 1)
+    r.gen += u8(in) % 2 ? 1 : (uint32_t)-1; /* the right slot, another incarnation */
+  return r;
+}
+
+static struct dir_pin_ref pick_pin(struct input *in)
+{
+  uint8_t mode = u8(in) % 8;
+  struct dir_pin_ref r;
+  if (mode == 0 || m.n_pin_refs == 0) {
+    r.slot = u8(in) % 4 == 0 ? u32(in) : u8(in) % (m.max_pins + 2);
+    r.gen = u8(in) % 4 == 0 ? u32(in) : u8(in) % 4;
+    return r;
+  }
+  size_t n = m.n_pin_refs < RING ? m.n_pin_refs : RING;
+  if (mode < 4)
+    r = m.pin_refs[(m.n_pin_refs - 1) % RING];
+  else
+    r = m.pin_refs[u8(in) % n];
+  if (mode == 1)
+    r.gen += u8(in) % 2 ? 1 : (uint32_t)-1;
+  return r;
+}
+
+/* ---- reserve ---------------------------------------------------------- */
+
+/* Room for n blocks once every evictable entry is gone, as the header
+ * defines ECC_ERR_BUSY; and whether a window of free blocks exists now.
+ * `reclaiming` counts timed-out reservations and pins as gone too: the
+ * most room a call can find. */
+struct room {
+  bool slot;        /* a free entry slot, or an entry to evict for one */
+  bool free_window; /* n free blocks in a row, nothing evicted */
+  bool window;      /* n in a row of free and evictable blocks */
+  bool runs;        /* n in at most DIR_MAX_RUNS runs of those */
+};
+
+static struct room room_for(uint64_t n, bool reclaiming)
+{
+  struct room r = {.slot = live_entries() < m.max_entries};
+  int owner[MAX_BLOCKS];
+  bool free_b[MAX_BLOCKS], avail[MAX_BLOCKS];
+  uint32_t longest;
+  uint64_t sum8;
+  owner_map(owner);
+  for (int k = 0; k < NKEYS; k++)
+    r.slot = r.slot || can_go(&m.e[k], reclaiming);
+  for (uint32_t b = 0; b < m.p.num_blocks; b++) {
+    free_b[b] = owner[b] < 0;
+    avail[b] = free_b[b] || can_go(&m.e[owner[b]], reclaiming);
+  }
+  runs_of(free_b, &longest, &sum8);
+  r.free_window = longest >= n;
+  runs_of(avail, &longest, &sum8);
+  r.window = longest >= n;
+  r.runs = sum8 >= n;
+  return r;
+}
+
+/* The runs of a new entry: in the region, n blocks in all, each >= 1. */
+static void check_new_runs(const struct dir_entry_info *e, uint64_t n)
+{
+  uint64_t sum = 0;
+  CHECK("runs", e->n_runs >= 1 && e->n_runs <= DIR_MAX_RUNS, "%u runs", e->n_runs);
+  for (uint32_t r = 0; r < e->n_runs; r++) {
+    const struct dir_run *run = &e->runs[r];
+    CHECK("runs",
+          run->count >= 1 && run->first < m.p.num_blocks &&
+              run->count <= m.p.num_blocks - run->first,
+          "run %u is [%u, +%u) in %u blocks", r, run->first, run->count, m.p.num_blocks);
+    sum += run->count;
+  }
+  CHECK("runs", sum == n && e->n_blocks == n, "runs hold %llu blocks, n_blocks %u, %llu asked",
+        (unsigned long long)sum, e->n_blocks, (unsigned long long)n);
+}
+
+/* A slot's new incarnation has a generation past every earlier one. */
+static void check_fresh_ref(uint32_t slot, uint32_t gen, uint32_t slots, const bool *seen,
+                            const uint32_t *last, const char *what)
+{
+  CHECK("refs", slot < slots, "%s slot %u of %u", what, slot, slots);
+  CHECK("refs", !seen[slot] || gen > last[slot], "%s slot %u: gen %u again (freed at gen %u)", what,
+        slot, gen, last[slot]);
+}
+
+static bool overlaps(const struct mentry *x, const struct dir_entry_info *e)
+{
+  for (uint32_t r = 0; r < x->n_runs; r++)
+    for (uint32_t q = 0; q < e->n_runs; q++)
+      if (x->runs[r].first < e->runs[q].first + e->runs[q].count &&
+          e->runs[q].first < x->runs[r].first + x->runs[r].count)
+        return true;
+  return false;
+}
+
+/* Which keys the reservation evicted: each must have been evictable, and
+ * in the blocks taken, but for one that gives up its slot when the table
+ * is full and the blocks taken free none. */
+static void learn_evictions(int k_new, const struct dir_entry_info *e)
+{
+  int key_of[LIST_CAP];
+  learn_pin_reclaims(); /* before: an entry whose pins were reclaimed may go */
+  bool full = live_entries() == m.max_entries;
+  uint32_t inside = 0, outside = 0;
+  take_listing(key_of);
+  CHECK("reserve", listed_key[k_new], "reserved '%.16s' is not listed", keys[k_new]);
+  for (int k = 0; k < NKEYS; k++) {
+    if (!m.e[k].live || listed_key[k])
+      continue;
+    if (m.tiny_res && m.e[k].state == DIR_STATE_RESERVED) {
+      reclaimed_entry(k);
+      continue;
+    }
+    CHECK("evict", m.e[k].state == DIR_STATE_READY, "reserving '%.16s' evicted reserved '%.16s'",
+          keys[k_new], keys[k]);
+    CHECK("evict", m.e[k].pins == 0, "reserving '%.16s' evicted '%.16s' with %u pins", keys[k_new],
+          keys[k], m.e[k].pins);
+    TRACE("  evicted '%.16s' (slot %u)", keys[k], m.e[k].ref.slot);
+    if (overlaps(&m.e[k], e))
+      inside++;
+    else
+      outside++;
+    drop_entry(k);
+    m.mono[C_EVICTIONS]++;
+  }
+  CHECK_SOFT("evict-needless", outside <= (full && inside == 0 ? 1u : 0u),
+             "reserving '%.16s' evicted %u entries outside its blocks, %u inside (table %s)",
+             keys[k_new], outside, inside, full ? "full" : "not full");
+  for (int k = 0; k < NKEYS; k++)
+    CHECK("reserve", !m.e[k].live || m.e[k].ref.slot != e->ref.slot,
+          "new '%.16s' shares slot %u with '%.16s'", keys[k_new], e->ref.slot, keys[k]);
+}
+
+/* lo: the room there surely is; hi: the most there can be. */
+static void learn_reservation(int k, uint64_t nbytes, const struct dir_entry_info *e,
+                              const struct room *lo, const struct room *hi)
+{
+  uint64_t n = ceil_blocks(nbytes);
+  CHECK("reserve", e->state == DIR_STATE_RESERVED && e->nbytes == nbytes && e->pins == 0,
+        "new '%.16s': state %d, %llu bytes, %u pins", keys[k], e->state,
+        (unsigned long long)e->nbytes, e->pins);
+  CHECK("reserve", strcmp(e->key, keys[k]) == 0, "new entry named '%.16s'", e->key);
+  CHECK("reserve", e->owner.pid == getpid(), "new entry owned by %d", e->owner.pid);
+  check_new_runs(e, n);
+  CHECK("room", hi->runs && hi->slot, "'%.16s' (%llu blocks) reserved with no room", keys[k],
+        (unsigned long long)n);
+  CHECK("one-run", e->n_runs == 1 || !lo->free_window,
+        "'%.16s' got %u runs while %llu free blocks in a row existed", keys[k], e->n_runs,
+        (unsigned long long)n);
+  CHECK_SOFT("one-run-evicting", e->n_runs == 1 || !lo->window,
+             "'%.16s' got %u runs while a window of free and evictable blocks existed", keys[k],
+             e->n_runs);
+  check_fresh_ref(e->ref.slot, e->ref.gen, m.max_entries, m.entry_seen, m.entry_gen, "entry");
+  learn_evictions(k, e);
+  struct mentry *x = &m.e[k];
+  memset(x, 0, sizeof(*x));
+  x->live = true;
+  x->state = DIR_STATE_RESERVED;
+  x->ref = e->ref;
+  x->nbytes = nbytes;
+  x->n_blocks = (uint32_t)n;
+  x->n_runs = e->n_runs;
+  memcpy(x->runs, e->runs, sizeof(x->runs));
+  CHECK("time", e->reserved_ns >= call_t0 && e->reserved_ns <= call_t1,
+        "new '%.16s': reserved_ns %llu outside the call [%llu, %llu]", keys[k],
+        (unsigned long long)e->reserved_ns, (unsigned long long)call_t0,
+        (unsigned long long)call_t1);
+  CHECK("time", e->used_ns == 0 || (e->used_ns >= call_t0 && e->used_ns <= call_t1),
+        "new '%.16s': used_ns %llu", keys[k], (unsigned long long)e->used_ns);
+  x->reserved_ns = e->reserved_ns;
+  x->used_ns = e->used_ns;
+  remember_ref(e->ref);
+  m.mono[C_RESERVATIONS]++;
+}
+
+/* The key exists: its entry is described and nothing changes. */
+/* RANGE is for an absent key only: a size too big still finds it. */
+static void reserve_found(int k, int rc, int outcome, const struct dir_entry_info *e)
+{
+  int want = m.e[k].state == DIR_STATE_READY ? DIR_FOUND_READY : DIR_FOUND_WRITING;
+  CHECK("dedup", rc == ECC_OK && outcome == want,
+        "reserve of existing '%.16s' (state %d): %d, "
+        "outcome %d, want %d",
+        keys[k], m.e[k].state, rc, outcome, want);
+  may_use(k);
+  check_info("found", e, k);
+  CHECK("time", want == DIR_FOUND_WRITING || e->used_ns >= call_t0,
+        "'%.16s' found ready, used_ns %llu is before the call (%llu)", keys[k],
+        (unsigned long long)e->used_ns, (unsigned long long)call_t0);
+  CHECK("pins", e->pins == m.e[k].pins || (m.tiny_pin && e->pins < m.e[k].pins),
+        "found '%.16s' with %u pins, model %u", keys[k], e->pins, m.e[k].pins);
+  remember_ref(e->ref);
+  m.mono[C_DEDUP]++;
+}
+
+static void reserve_busy(int k, uint64_t n, const struct room *room)
+{
+  m.mono[C_FULL]++;
+  CHECK("busy", !room->slot || !room->window,
+        "'%.16s' (%llu blocks) refused BUSY with a window of free and evictable blocks", keys[k],
+        (unsigned long long)n);
+  CHECK_SOFT("busy-runs", !room->slot || !room->runs,
+             "'%.16s' (%llu blocks) refused BUSY while free and evictable blocks would hold it "
+             "in %d runs",
+             keys[k], (unsigned long long)n, DIR_MAX_RUNS);
+}
+
+/* The key is listed: a reservation may have timed out and gone meanwhile. */
+static void reserve_existing(int k, uint64_t nbytes, int rc, int outcome,
+                             const struct dir_entry_info *e, const struct room *lo,
+                             const struct room *hi)
+{
+  uint64_t n = ceil_blocks(nbytes);
+  if (!m.tiny_res || m.e[k].state != DIR_STATE_RESERVED) {
+    reserve_found(k, rc, outcome, e);
+  } else if (rc == ECC_OK && outcome == DIR_RESERVED) {
+    reclaimed_entry(k); /* its writer's time ran out: reserved anew */
+    learn_reservation(k, nbytes, e, lo, hi);
+  } else if (rc == ECC_OK) {
+    reserve_found(k, rc, outcome, e);
+  } else {
+    int key_of[LIST_CAP];
+    take_listing(key_of);
+    CHECK("dedup", !listed_key[k], "reserve of '%.16s', still being written: %d", keys[k], rc);
+    CHECK("dedup", (rc == ECC_ERR_RANGE && n > m.p.num_blocks) || rc == ECC_ERR_BUSY,
+          "reserve of '%.16s' after its reclaim: %d", keys[k], rc);
+    if (rc == ECC_ERR_BUSY)
+      reserve_busy(k, n, lo);
+    else
+      m.slack[C_FULL] = 1;
+  }
+}
+
+static void op_reserve(struct input *in)
+{
+  int k, outcome = -1;
+  const char *key = pick_key(in, &k);
+  uint64_t nbytes = pick_nbytes(in), n = ceil_blocks(nbytes);
+  struct room lo = room_for(n, false), hi = room_for(n, m.tiny_res || m.tiny_pin);
+  struct dir_entry_info e;
+  memset(&e, 0xa5, sizeof(e));
+  why_reset();
+  call_t0 = now_ns();
+  int rc = dir_reserve(&d, key, nbytes, &outcome, &e, why, why_cap);
+  call_t1 = now_ns();
+  why_after("dir_reserve", rc);
+  TRACE("reserve '%.16s' %llu bytes (%llu blocks): %d, outcome %d, ref %u/%u, %u runs, first "
+        "[%u, +%u)",
+        key, (unsigned long long)nbytes, (unsigned long long)n, rc, outcome, e.ref.slot, e.ref.gen,
+        e.n_runs, e.runs[0].first, e.runs[0].count);
+  if (k < 0) {
+    CHECK("invalid", rc == ECC_ERR_INVALID, "reserve of a %zu-byte key: %d", strlen(key), rc);
+  } else if (nbytes == 0) {
+    CHECK("invalid", rc == ECC_ERR_INVALID, "reserve of 0 bytes: %d", rc);
+  } else if (m.e[k].live) {
+    reserve_existing(k, nbytes, rc, outcome, &e, &lo, &hi);
+  } else if (n > m.p.num_blocks) {
+    CHECK("range", rc == ECC_ERR_RANGE, "reserve of %llu blocks of %u: %d", (unsigned long long)n,
+          m.p.num_blocks, rc);
+    m.slack[C_FULL] = 1; /* "for want of room": counted or not */
+  } else if (rc == ECC_ERR_BUSY) {
+    reserve_busy(k, n, &lo);
+  } else {
+    CHECK("reserve", rc == ECC_OK && outcome == DIR_RESERVED,
+          "reserve of new '%.16s' (%llu blocks): %d, outcome %d (%s)", keys[k],
+          (unsigned long long)n, rc, outcome, why);
+    learn_reservation(k, nbytes, &e, &lo, &hi);
+  }
+}
+
+/* ---- publish, abort ------------------------------------------------------ */
+
+/* A call on a reservation said CLOSED where reservations time out at
+ * once: then it must be gone (it may have been reclaimed meanwhile). */
+static bool timed_out(int k, int rc)
+{
+  int key_of[LIST_CAP];
+  if (!m.tiny_res || rc != ECC_ERR_CLOSED)
+    return false;
+  take_listing(key_of);
+  CHECK("reclaim", !listed_key[k], "'%.16s' refused CLOSED but still listed", keys[k]);
+  return true;
+}
+
+static void op_publish(struct input *in)
+{
+  struct dir_ref ref = pick_ref(in);
+  int k = entry_by_ref(ref);
+  why_reset();
+  int rc = dir_publish(&d, ref, why, why_cap);
+  why_after("dir_publish", rc);
+  TRACE("publish %u/%u ('%.16s'): %d", ref.slot, ref.gen, k >= 0 ? keys[k] : "stale", rc);
+  if (k < 0) {
+    CHECK("stale-ref", rc == ECC_ERR_CLOSED, "publish of stale ref %u/%u: %d", ref.slot, ref.gen,
+          rc);
+  } else if (m.e[k].state == DIR_STATE_RESERVED && timed_out(k, rc)) {
+    return; /* the listing after the call learns it is gone */
+  } else if (m.e[k].state == DIR_STATE_RESERVED) {
+    CHECK("publish", rc == ECC_OK, "publish of reserved '%.16s': %d (%s)", keys[k], rc, why);
+    m.e[k].state = DIR_STATE_READY;
+  } else {
+    /* Published already: the reservation is gone, the entry stays. */
+    CHECK("republish", rc == ECC_ERR_INVALID, "second publish of '%.16s': %d, INVALID documented",
+          keys[k], rc);
+  }
+}
+
+static void op_abort(struct input *in)
+{
+  struct dir_ref ref = pick_ref(in);
+  int k = entry_by_ref(ref);
+  why_reset();
+  int rc = dir_abort(&d, ref, why, why_cap);
+  why_after("dir_abort", rc);
+  TRACE("abort %u/%u ('%.16s'): %d", ref.slot, ref.gen, k >= 0 ? keys[k] : "stale", rc);
+  if (k < 0) {
+    CHECK("stale-ref", rc == ECC_ERR_CLOSED, "abort of stale ref %u/%u: %d", ref.slot, ref.gen, rc);
+  } else if (m.e[k].state == DIR_STATE_RESERVED && timed_out(k, rc)) {
+    return;
+  } else if (m.e[k].state == DIR_STATE_RESERVED) {
+    CHECK("abort", rc == ECC_OK, "abort of reserved '%.16s': %d (%s)", keys[k], rc, why);
+    drop_entry(k);
+  } else {
+    /* Readers may hold it: a published entry is not a reservation to give up. */
+    CHECK("abort-ready", rc != ECC_OK, "abort freed published '%.16s'", keys[k]);
+    CHECK("abort-ready", rc == ECC_ERR_INVALID,
+          "abort of published '%.16s': %d, INVALID documented", keys[k], rc);
+  }
+}
+
+/* ---- lookup, unpin, check_pinned ---------------------------------------- */
+
+struct lookup_call {
+  size_t n;
+  uint32_t ranks;
+  int k[4];
+  const char *keys[4];
+  bool found[4];
+  struct dir_entry_info info[4];
+  struct dir_pin_ref pins[4];
+  size_t hits; /* keys the model says are ready */
+  bool bad;    /* an invalid key among them */
+};
+
+static void lookup_slack(const struct lookup_call *c)
+{
+  m.slack[C_LOOKUPS] = c->n;
+  m.slack[C_HITS] = c->hits;
+  m.slack[C_MISSES] = c->n;
+  m.slack[C_PINS] = c->hits;
+}
+
+static bool all_zero(const void *p, size_t n)
+{
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++)
+    if (b[i] != 0)
+      return false;
+  return true;
+}
+
+static void lookup_hit(struct lookup_call *c, size_t i, uint32_t pins_before)
+{
+  int k = c->k[i];
+  struct dir_pin_ref pin = c->pins[i];
+  may_use(k);
+  check_info("looked up", &c->info[i], k);
+  CHECK("time", c->info[i].used_ns >= call_t0, "'%.16s' looked up, used_ns %llu before the call",
+        keys[k], (unsigned long long)c->info[i].used_ns);
+  /* Its own pin may be counted; pins timed out may be gone. */
+  CHECK("pins",
+        (c->info[i].pins >= pins_before || m.tiny_pin) && c->info[i].pins <= pins_before + c->hits,
+        "looked-up '%.16s' with %u pins, %u before", keys[k], c->info[i].pins, pins_before);
+  check_fresh_ref(pin.slot, pin.gen, m.max_pins, m.pin_seen, m.pin_gen, "pin");
+  CHECK("pins", pin_by_ref(pin) < 0, "pin %u/%u handed out twice", pin.slot, pin.gen);
+  for (uint32_t s = 0; s < MODEL_PINS; s++) {
+    if (!m.pins[s].live) {
+      m.pins[s] = (struct mpin){true, pin, k, c->ranks};
+      m.e[k].pins++;
+      remember_pin(pin);
+      return;
+    }
+  }
+  FAIL("pins", "more live pins than %u", MODEL_PINS);
+}
+
+static void lookup_ok(struct lookup_call *c)
+{
+  uint32_t before[NKEYS];
+  for (int k = 0; k < NKEYS; k++)
+    before[k] = m.e[k].pins;
+  for (size_t i = 0; i < c->n; i++) {
+    bool want = c->k[i] >= 0 && m.e[c->k[i]].live && m.e[c->k[i]].state == DIR_STATE_READY;
+    uint8_t found; /* read as a byte: the call may have left it unwritten */
+    memcpy(&found, &c->found[i], 1);
+    CHECK("lookup", found == want, "lookup of '%.16s' (state %d): found byte %u", c->keys[i],
+          c->k[i] >= 0 ? m.e[c->k[i]].state : -1, found);
+    if (want) {
+      lookup_hit(c, i, before[c->k[i]]);
+    } else {
+      CHECK("lookup",
+            all_zero(&c->info[i], sizeof(c->info[i])) && all_zero(&c->pins[i], sizeof(c->pins[i])),
+            "lookup miss of '%.16s' left info or pin set", c->keys[i]);
+    }
+  }
+  m.mono[C_LOOKUPS] += c->n;
+  m.mono[C_HITS] += c->hits;
+  m.mono[C_MISSES] += c->n - c->hits;
+  m.mono[C_PINS] += c->hits;
+}
+
+static void pick_lookup(struct input *in, struct lookup_call *c)
+{
+  memset(c, 0xa5, sizeof(*c));
+  c->n = 1 + u8(in) % 4;
+  c->ranks = u8(in) % 16 == 0 ? 0 : 1 + u8(in) % 3;
+  c->hits = 0;
+  c->bad = false;
+  for (size_t i = 0; i < c->n; i++) {
+    c->keys[i] = pick_key(in, &c->k[i]);
+    c->bad = c->bad || c->k[i] < 0;
+    if (c->k[i] >= 0 && m.e[c->k[i]].live && m.e[c->k[i]].state == DIR_STATE_READY)
+      c->hits++;
+  }
+}
+
+static void op_lookup(struct input *in)
+{
+  struct lookup_call c;
+  pick_lookup(in, &c);
+  uint32_t free_pins = m.max_pins - live_pins();
+  why_reset();
+  call_t0 = now_ns();
+  int rc = dir_lookup(&d, c.keys, c.n, c.ranks, c.found, c.info, c.pins, why, why_cap);
+  call_t1 = now_ns();
+  for (size_t i = 0; i < c.n && rc != ECC_OK; i++)
+    if (c.k[i] >= 0 && m.e[c.k[i]].live)
+      may_use(c.k[i]); /* a refused lookup may have marked them all the same */
+  why_after("dir_lookup", rc);
+  for (size_t i = 0; i < c.n; i++)
+    TRACE("lookup [%zu/%zu] '%.16s' for %u ranks: %d, found %u, pin %u/%u", i, c.n, c.keys[i],
+          c.ranks, rc, rc == ECC_OK ? (unsigned)c.found[i] : 0u, c.pins[i].slot, c.pins[i].gen);
+  if (c.ranks == 0) {
+    lookup_slack(&c);
+    CHECK_SOFT("ranks-zero", rc == ECC_ERR_INVALID, "lookup for 0 ranks: %d", rc);
+    return;
+  }
+  if (c.bad && rc == ECC_ERR_INVALID) {
+    lookup_slack(&c);
+    return;
+  }
+  if (c.hits > free_pins && !(m.tiny_pin && rc == ECC_OK && c.hits <= m.max_pins)) {
+    /* A lookup short of pins counts nothing. */
+    CHECK("lookup-busy", rc == ECC_ERR_BUSY, "lookup of %zu ready keys, %u pin slots free: %d",
+          c.hits, free_pins, rc);
+    return;
+  }
+  CHECK("lookup", rc == ECC_OK, "lookup of %zu keys (%zu ready, %u pin slots free): %d (%s)", c.n,
+        c.hits, free_pins, rc, why);
+  lookup_ok(&c);
+}
+
+/* As timed_out, for a pin: CLOSED is believed only if it stays so. */
+static bool timed_out_pin(uint32_t i, int rc)
+{
+  if (!m.tiny_pin || rc != ECC_ERR_CLOSED)
+    return false;
+  CHECK("reclaim", !pin_alive(i), "pin %u/%u refused CLOSED but still live", m.pins[i].ref.slot,
+        m.pins[i].ref.gen);
+  return true;
+}
+
+static void op_unpin(struct input *in)
+{
+  struct dir_pin_ref pin = pick_pin(in);
+  int i = pin_by_ref(pin);
+  why_reset();
+  int rc = dir_unpin(&d, pin, why, why_cap);
+  why_after("dir_unpin", rc);
+  TRACE("unpin %u/%u ('%.16s'): %d", pin.slot, pin.gen, i >= 0 ? keys[m.pins[i].key] : "stale", rc);
+  if (i < 0) {
+    CHECK("stale-pin", rc == ECC_ERR_CLOSED, "unpin of stale pin %u/%u: %d", pin.slot, pin.gen, rc);
+    return;
+  }
+  if (timed_out_pin((uint32_t)i, rc))
+    return;
+  CHECK("unpin", rc == ECC_OK, "unpin of live pin %u/%u: %d (%s)", pin.slot, pin.gen, rc, why);
+  if (--m.pins[i].left == 0)
+    drop_pin((uint32_t)i);
+}
+
+static bool blocks_in_entry(const struct mentry *x, uint32_t first, uint32_t count)
+{
+  if (count > UINT32_MAX - first)
+    return false;
+  for (uint32_t b = first; b < first + count; b++) {
+    bool in = false;
+    for (uint32_t r = 0; r < x->n_runs && !in; r++)
+      in = b >= x->runs[r].first && b - x->runs[r].first < x->runs[r].count;
+    if (!in)
+      return false;
+  }
+  return true;
+}
+
+static void pick_range(struct input *in, const struct mentry *x, uint32_t *first, uint32_t *count)
+{
+  uint8_t mode = u8(in) % 8;
+  if (mode < 3 && x != NULL) {
+    const struct dir_run *run = &x->runs[u8(in) % x->n_runs];
+    uint32_t off = u8(in) % run->count;
+    *first = run->first + off;
+    *count = mode == 2 ? run->count - off + 1 : 1 + u8(in) % (run->count - off);
+  } else if (mode == 3) {
+    *first = UINT32_MAX - u8(in);
+    *count = 1 + u8(in); /* past 2^32 */
+  } else if (mode == 4) {
+    *first = u8(in) % m.p.num_blocks;
+    *count = 0;
+  } else {
+    *first = u16(in) % (m.p.num_blocks + 8);
+    *count = 1 + u8(in) % 16;
+  }
+}
+
+static void op_check_pinned(struct input *in)
+{
+  struct dir_pin_ref pin = pick_pin(in);
+  int i = pin_by_ref(pin);
+  const struct mentry *x = i >= 0 ? &m.e[m.pins[i].key] : NULL;
+  uint32_t first, count;
+  pick_range(in, x, &first, &count);
+  why_reset();
+  int rc = dir_check_pinned(&d, pin, first, count, why, why_cap);
+  why_after("dir_check_pinned", rc);
+  TRACE("check_pinned %u/%u [%u, +%u): %d", pin.slot, pin.gen, first, count, rc);
+  if (x == NULL) {
+    CHECK("stale-pin", rc == ECC_ERR_CLOSED, "check_pinned with stale pin %u/%u: %d", pin.slot,
+          pin.gen, rc);
+  } else if (timed_out_pin((uint32_t)i, rc)) {
+    return;
+  } else if (count == 0) {
+    CHECK("check-pinned", rc == ECC_ERR_RANGE, "check_pinned of no blocks: %d, RANGE documented",
+          rc);
+  } else {
+    int want = blocks_in_entry(x, first, count) ? ECC_OK : ECC_ERR_RANGE;
+    CHECK("check-pinned", rc == want, "check_pinned [%u, +%u) of '%.16s': %d, want %d", first,
+          count, keys[m.pins[i].key], rc, want);
+  }
+}
+
+/* ---- remove, attach, identity ------------------------------------------- */
+
+/* Where timeouts pass at once, a reservation may be gone (RANGE), and a
+ * pinned entry's pins may all be (the entry removed). */
+static bool removed_late(int k, int rc)
+{
+  int key_of[LIST_CAP];
+  const struct mentry *x = &m.e[k];
+  if (rc == ECC_ERR_RANGE && x->state == DIR_STATE_RESERVED && m.tiny_res) {
+    take_listing(key_of);
+    return !listed_key[k];
+  }
+  if (rc != ECC_OK || x->state != DIR_STATE_READY || !m.tiny_pin)
+    return false;
+  for (uint32_t i = 0; i < MODEL_PINS; i++) {
+    if (m.pins[i].live && m.pins[i].key == k) {
+      CHECK("remove", !pin_alive(i), "removed '%.16s' with a live pin %u/%u", keys[k],
+            m.pins[i].ref.slot, m.pins[i].ref.gen);
+      reclaimed_pin(i);
+    }
+  }
+  return true;
+}
+
+static void op_remove(struct input *in)
+{
+  int k;
+  const char *key = pick_key(in, &k);
+  why_reset();
+  int rc = dir_remove(&d, key, why, why_cap);
+  why_after("dir_remove", rc);
+  TRACE("remove '%.16s': %d", key, rc);
+  if (k < 0) {
+    CHECK("invalid", rc == ECC_ERR_INVALID || rc == ECC_ERR_RANGE, "remove of a %zu-byte key: %d",
+          strlen(key), rc);
+    return;
+  }
+  const struct mentry *x = &m.e[k];
+  int want = !x->live                                     ? ECC_ERR_RANGE
+             : x->state != DIR_STATE_READY || x->pins > 0 ? ECC_ERR_BUSY
+                                                          : ECC_OK;
+  if (rc != want && !removed_late(k, rc))
+    FAIL("remove", "remove of '%.16s' (live %d, state %d, %u pins): %d, want %d", keys[k], x->live,
+         x->state, x->pins, rc, want);
+  if (rc == ECC_OK) {
+    drop_entry(k);
+    m.mono[C_REMOVALS]++;
+  }
+}
+
+/* Another view of the same directory, or one whose parameters differ. */
+static void op_attach(struct input *in)
+{
+  uint8_t mode = u8(in) % 4;
+  struct dir_params p = m.p;
+  size_t bytes = mem_bytes;
+  struct dir other;
+  if (mode == 1)
+    p.num_blocks++;
+  else if (mode == 2)
+    p.block_size++;
+  else if (mode == 3)
+    bytes -= 1 + u8(in) % 64; /* a directory is far larger */
+  memset(&other, 0, sizeof(other));
+  why_reset();
+  int rc = dir_attach(&other, mem, bytes, &p, why, why_cap);
+  why_after("dir_attach", rc);
+  TRACE("attach (mode %u, %zu bytes): %d", mode, bytes, rc);
+  if (mode == 0) {
+    CHECK("attach", rc == ECC_OK, "attach with the format's parameters: %d (%s)", rc, why);
+    CHECK("attach", other.self.pid == getpid(), "attached as pid %d", other.self.pid);
+    d = other;
+  } else if (mode < 3) {
+    CHECK("attach", rc == ECC_ERR_REGION, "attach with other parameters: %d", rc);
+  } else {
+    CHECK_SOFT("attach-short", rc == ECC_ERR_REGION || rc == ECC_ERR_INVALID,
+               "attach to %zu of %zu bytes: %d", bytes, mem_bytes, rc);
+  }
+}
+
+/* Every owner here is alive: only timeouts free anything. */
+static void op_reclaim(void)
+{
+  uint32_t freed = 12345;
+  why_reset();
+  int rc = dir_reclaim(&d, &freed, why, why_cap);
+  why_after("dir_reclaim", rc);
+  TRACE("reclaim: %d, %u freed", rc, freed);
+  CHECK("reclaim", rc == ECC_OK, "reclaim: %d (%s)", rc, why);
+  m.check_freed = true; /* against what the listing after it finds gone */
+  m.freed = freed;
+}
+
+/* ---- a thread that dies holding the lock ---------------------------------- */
+
+static void exit_in_callback(void *user, const struct dir_entry_info *e)
+{
+  (void)user;
+  (void)e;
+  pthread_exit(NULL); /* inside dir_list, under the lock */
+}
+
+static void *list_and_die(void *arg)
+{
+  (void)arg;
+  dir_list(&d, exit_in_callback, NULL);
+  return NULL;
+}
+
+/* The robust lock's owner is a thread: its death is not this process's,
+ * which lives on, so the rebuild the next call makes must keep this
+ * process's reservations and pins (the header frees only those of
+ * processes that are gone). */
+static void op_thread_death(void)
+{
+  pthread_t t;
+  int key_of[LIST_CAP];
+  if (live_entries() == 0)
+    return; /* the callback would not run */
+  CHECK("thread", pthread_create(&t, NULL, list_and_die, NULL) == 0, "pthread_create failed");
+  CHECK("thread", pthread_join(t, NULL) == 0, "pthread_join failed");
+  TRACE("a thread died inside dir_list");
+  m.mono[C_RECOVERIES]++;
+  if (relaxed("thread-death")) {
+    /* The process may count as dead from now on, as if every timeout were
+     * 1 ns: the listing after this call learns what went. */
+    m.tiny_res = m.tiny_pin = true;
+    return;
+  }
+  m.thread_died = true;
+  thread_death_op = op_index;
+  take_listing(key_of); /* the first call after the death rebuilds */
+  /* The first key whose reservation or pins went, timeouts aside. */
+  int lost = -1;
+  for (int k = 0; k < NKEYS; k++)
+    if (lost < 0 && m.e[k].live && !listed_key[k] && !m.tiny_res)
+      lost = k;
+  for (size_t i = 0; i < listed_now.n; i++)
+    if (lost < 0 && listed_now.e[i].pins != m.e[key_of[i]].pins && !m.tiny_pin)
+      lost = key_of[i];
+  if (lost < 0)
+    return;
+  FAIL("thread-death",
+       "after a thread of this live process died holding the lock, the rebuild freed '%.16s' "
+       "(state %d, %u pins): this process's reservations and pins are not a dead one's",
+       keys[lost], m.e[lost].state, m.e[lost].pins);
+}
+
+/* A rebuild of whole tables changes nothing but the count of rebuilds
+ * (what a timeout frees meanwhile is learned as ever). */
+static void op_rebuild(void)
+{
+  why_reset();
+  int rc = dir_rebuild(&d, why, why_cap);
+  why_after("dir_rebuild", rc);
+  TRACE("rebuild: %d", rc);
+  CHECK("rebuild", rc == ECC_OK, "dir_rebuild: %d (%s)", rc, why);
+  m.mono[C_RECOVERIES]++;
+}
+
+static void op_identity(void)
+{
+  struct dir_owner me;
+  memset(&me, 0, sizeof(me));
+  CHECK("owner", dir_owner_self(&me) == ECC_OK, "dir_owner_self failed");
+  CHECK("owner", me.pid == getpid() && me.pid == d.self.pid && me.start_ticks == d.self.start_ticks,
+        "dir_owner_self says %d/%llu, the view %d/%llu", me.pid, (unsigned long long)me.start_ticks,
+        d.self.pid, (unsigned long long)d.self.start_ticks);
+}
+
+/* ---- one input --------------------------------------------------------- */
+
+static void pick_params(struct input *in, struct dir_params *p)
+{
+  static const uint64_t sizes[] = {1, 3, 64, 4096, 1u << 20, 1ull << 33};
+  uint8_t b_entries, b_pins;
+  memset(p, 0, sizeof(*p));
+  p->num_blocks = 64 + u8(in) % 193;
+  p->block_size = sizes[u8(in) % 6];
+  b_entries = u8(in);
+  b_pins = u8(in);
+  /* Mostly fewer slots than keys, so that full tables happen. */
+  p->max_entries = b_entries % 8 == 0 ? 0 : 1 + b_entries % 12;
+  p->max_pins = b_pins % 8 == 0 ? 0 : 1 + b_pins % 12;
+  /* Never, not within an input, or before the next call (reclaims learned). */
+  p->reserve_timeout_ns = b_entries >> 6 == 2 ? HOUR_NS : b_entries >> 6 == 3 ? TINY_NS : 0;
+  p->pin_timeout_ns = b_pins >> 6 == 2 ? HOUR_NS : b_pins >> 6 == 3 ? TINY_NS : 0;
+  m.tiny_res = p->reserve_timeout_ns == TINY_NS;
+  m.tiny_pin = p->pin_timeout_ns == TINY_NS;
+  m.max_entries = p->max_entries;
+  if (m.max_entries == 0)
+    m.max_entries = p->num_blocks / 16 < 64 ? 64 : p->num_blocks / 16;
+  m.max_pins = p->max_pins ? p->max_pins : m.max_entries;
+}
+
+/* Memory never formatted is refused; so is formatting too few bytes. */
+static void refuse_unformatted(uint8_t fill)
+{
+  struct dir other;
+  why_reset();
+  int rc = dir_attach(&other, mem, mem_bytes, &m.p, why, why_cap);
+  why_after("dir_attach", rc);
+  CHECK("attach", rc == ECC_ERR_REGION, "attach to unformatted bytes 0x%02x: %d", fill, rc);
+  if (fill % 4 != 1)
+    return;
+  why_reset();
+  rc = dir_format(mem, mem_bytes - 1 - fill % 64, &m.p, why, why_cap);
+  why_after("dir_format", rc);
+  CHECK("format-short", rc != ECC_OK, "dir_format into %u bytes too few succeeded",
+        1 + fill % 64); /* the code is the unit's to choose */
+}
+
+static void start(struct input *in)
+{
+  struct dir_params bad;
+  memset(&m, 0, sizeof(m));
+  pick_params(in, &m.p);
+  uint8_t fill = u8(in);
+  bad = m.p;
+  bad.num_blocks = 0;
+  CHECK("params", dir_bytes(&bad) == 0, "dir_bytes accepts 0 blocks");
+  bad = m.p;
+  bad.block_size = 0;
+  CHECK("params", dir_bytes(&bad) == 0, "dir_bytes accepts blocks of 0 bytes");
+  mem_bytes = dir_bytes(&m.p);
+  CHECK("params", mem_bytes > 0, "dir_bytes refuses %u blocks of %llu, %u entries, %u pins",
+        m.p.num_blocks, (unsigned long long)m.p.block_size, m.p.max_entries, m.p.max_pins);
+  /* Exact size; 64-byte aligned, as the unit requires (a mapping is). */
+  CHECK("params", posix_memalign(&mem, 64, mem_bytes) == 0, "out of memory");
+  memset(mem, fill, mem_bytes); /* "zeroed or not" */
+  refuse_unformatted(fill);
+  why_reset();
+  int rc = dir_format(mem, mem_bytes, &m.p, why, why_cap);
+  why_after("dir_format", rc);
+  CHECK("format", rc == ECC_OK, "dir_format: %d (%s)", rc, why);
+  memset(&d, 0, sizeof(d));
+  why_reset();
+  rc = dir_attach(&d, mem, mem_bytes, &m.p, why, why_cap);
+  why_after("dir_attach", rc);
+  CHECK("attach", rc == ECC_OK, "dir_attach after dir_format: %d (%s)", rc, why);
+  TRACE("format %u blocks of %llu bytes, %u entry and %u pin slots (asked %u, %u): %zu bytes",
+        m.p.num_blocks, (unsigned long long)m.p.block_size, m.max_entries, m.max_pins,
+        m.p.max_entries, m.p.max_pins, mem_bytes);
+  verify();
+}
+
+static void run_op(struct input *in)
+{
+  uint8_t op = u8(in) % 19;
+  if (op < 4)
+    op_reserve(in);
+  else if (op < 6)
+    op_publish(in);
+  else if (op < 7)
+    op_abort(in);
+  else if (op < 10)
+    op_lookup(in);
+  else if (op < 12)
+    op_unpin(in);
+  else if (op < 13)
+    op_check_pinned(in);
+  else if (op < 14)
+    op_remove(in);
+  else if (op < 15)
+    op_attach(in);
+  else if (op == 15)
+    op_identity();
+  else if (op == 16)
+    op_reclaim();
+  else if (op == 17)
+    op_thread_death();
+  else
+    op_rebuild();
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+  (void)argc;
+  (void)argv;
+  /* Prefixes of each other, and two longest keys that differ only last. */
+  static const char *const short_keys[NKEYS - 2] = {"a",      "aa",     "ab", "b",  "ba",
+                                                    "key-05", "key-06", "k7", "k8", "k9"};
+  for (int k = 0; k < NKEYS - 2; k++)
+    snprintf(keys[k], sizeof(keys[k]), "%s", short_keys[k]);
+  memset(keys[NKEYS - 2], 'z', DIR_KEY_MAX);
+  memset(keys[NKEYS - 1], 'z', DIR_KEY_MAX);
+  keys[NKEYS - 1][DIR_KEY_MAX - 1] = 'y';
+  tracing = getenv("FUZZ_DIR_TRACE") != NULL;
+  memset(bad_keys[1], 'z', DIR_KEY_MAX + 1);
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+  struct input in = {data, size};
+  op_index = -1;
+  thread_death_op = -1;
+  stop_input = false;
+  start(&in);
+  for (op_index = 0; op_index < MAX_OPS && in.n > 0 && !stop_input; op_index++) {
+    m.reclaims_now = 0;
+    run_op(&in);
+    if (!stop_input)
+      verify();
+  }
+  free(mem);
+  mem = NULL;
+  return 0;
+}
