@@ -841,6 +841,18 @@ static enum occupant occupant_of(struct dir *d, uint32_t b, uint64_t now)
  * every mark met is cleared. Marks cleared stay cleared even if the sweep
  * fails, as does what it reclaimed from dead owners: the only changes a
  * refused reservation makes (neither evicts a live process's entry). */
+/* The end of the run of free blocks at p: one tight loop over the map,
+ * where the sweep would otherwise take a free block per step (a miss met
+ * some 700 of them). */
+static uint32_t free_run_end(const struct dir_shared *sh, uint32_t p)
+{
+  const uint32_t *map = block_map(sh);
+  uint32_t end = p + 1;
+  while (end < sh->num_blocks && map[end] == 0)
+    end++;
+  return end;
+}
+
 static bool sweep_window(struct dir *d, uint32_t n, uint64_t now, uint32_t *first)
 {
   struct dir_shared *sh = d->sh;
@@ -852,7 +864,7 @@ static bool sweep_window(struct dir *d, uint32_t n, uint64_t now, uint32_t *firs
     }
     enum occupant occ = occupant_of(d, p, now);
     uint32_t o = block_map(sh)[p];
-    uint32_t end = occ == OCC_FREE ? p + 1 : run_end(slot_at(sh, o - 1), p);
+    uint32_t end = occ == OCC_FREE ? free_run_end(sh, p) : run_end(slot_at(sh, o - 1), p);
     if (occ == OCC_FREE || occ == OCC_EVICTABLE) {
       if (len + (end - p) >= n) {
         *first = start;
