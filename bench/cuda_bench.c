@@ -17,12 +17,14 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "churn_layouts.h"
 #include "clock.h"
 #include "ecc_host.h"
 
@@ -30,8 +32,11 @@ enum { M_CONTIG, M_AUTO, M_DMA, M_KERNEL, M_UPSTREAM, N_METHODS };
 static const char *const METHOD_NAMES[N_METHODS] = {"contiguous", "ours-auto", "ours-dma",
                                                     "ours-kernel", "upstream"};
 static const char *const ENGINE_METHOD[N_METHODS] = {"", "auto", "dma", "kernel", ""};
-enum { L_CONTIG, L_FRAG, L_SCATTER, N_LAYOUTS };
-static const char *const LAYOUT_NAMES[N_LAYOUTS] = {"contiguous", "fragmented", "scattered"};
+/* dir-churn and lifo-churn: the layouts a serving cache leaves after churn,
+ * placed by the directory and by upstream's LIFO free stack (churn_layouts.c). */
+enum { L_CONTIG, L_FRAG, L_SCATTER, L_DIR_CHURN, L_LIFO_CHURN, N_LAYOUTS };
+static const char *const LAYOUT_NAMES[N_LAYOUTS] = {"contiguous", "fragmented", "scattered",
+                                                    "dir-churn", "lifo-churn"};
 enum { D_SAVE = 1, D_LOAD = 2, D_BOTH = 3 };
 
 #define SETS 2                           /* rotating buffer sets per direction */
@@ -348,11 +353,39 @@ static void set_free(struct set *s)
   free(s->up.len);
 }
 
+/* The four sets' block ids after a churn, as the directory or a LIFO free
+ * stack places them. */
+static void churn_ids(struct bench *b, int layout)
+{
+  const struct geom *g = &b->g;
+  uint32_t *ids[2 * SETS];
+  for (int k = 0; k < 2 * SETS; k++)
+    ids[k] = b->sets[k / SETS][k % SETS].ids;
+  struct churn_request q = {(uint32_t)((uint64_t)LAYOUT_STEPS * g->step_blocks),
+                            g->bs,
+                            g->entry_blocks,
+                            g->n_entries,
+                            2 * SETS,
+                            b->rng};
+  double runs = 0;
+  int rc = layout == L_DIR_CHURN ? churn_layout_directory(&q, ids, &runs)
+                                 : churn_layout_lifo(&q, ids, &runs);
+  if (rc != 0)
+    die("%s layout: the churn failed", LAYOUT_NAMES[layout]);
+  char sz[32];
+  fprintf(stderr, "ecc-bench: %s %s: %.2f runs per entry of %u blocks\n",
+          size_name(g->bs, sz, sizeof(sz)), LAYOUT_NAMES[layout], runs, g->entry_blocks);
+}
+
 /* The four sets' block ids for a layout, disjoint, within the first
  * LAYOUT_STEPS steps of the region. */
 static void make_ids(struct bench *b, int layout)
 {
   const struct geom *g = &b->g;
+  if (layout == L_DIR_CHURN || layout == L_LIFO_CHURN) {
+    churn_ids(b, layout);
+    return;
+  }
   uint64_t usable = (uint64_t)LAYOUT_STEPS * g->step_blocks;
   uint32_t *perm = NULL;
   uint64_t n_slots = usable / FRAG_RUN, cursor = 0;
@@ -933,6 +966,18 @@ static void print_targets(const struct bench *b)
              size_name(bs, sz, sizeof(sz)), LAYOUT_NAMES[layout], w >= 90.0 ? "PASS" : "MISS");
     }
   }
+  printf("  serving (both directions at once, layouts after churn):\n");
+  for (size_t i = 0; i < b->n_res; i++) {
+    const struct result *r = &b->res[i];
+    bool ours = r->layout == L_DIR_CHURN && r->method == M_AUTO;
+    bool up = r->layout == L_LIFO_CHURN && r->method == M_UPSTREAM;
+    if (r->dirs != D_BOTH || !(ours || up))
+      continue;
+    char sz[32];
+    printf("    %-6s %-10s %-9s %5.1f GB/s = %5.1f%% of the contiguous copy%s\n",
+           size_name(r->bs, sz, sizeof(sz)), LAYOUT_NAMES[r->layout], METHOD_NAMES[r->method],
+           r->gbps, pct(r), ours ? (pct(r) >= 90.0 ? "  PASS (>= 90%)" : "  MISS (>= 90%)") : "");
+  }
   if (b->save_call_us > 0) {
     double save_step = b->save_4096_us + b->flush_4096_us;
     double load_step =
@@ -976,7 +1021,7 @@ static void usage(FILE *f)
       "                 [--plugin PATH] [--dir DIR]\n"
       "Times saves, loads and both at once through the plugin (ours-auto, -dma, -kernel)\n"
       "against upstream's batched memcpy and the contiguous copy, for block sizes 3 KiB..2 MiB\n"
-      "and three layouts. Every byte is checked; the table is printed last.\n"
+      "and five layouts. Every byte is checked; the table is printed last.\n"
       "  --quick      4 KiB, 64 KiB and 2 MiB only, 4 timed steps\n"
       "  --submit-only  only the host cost of a step of 4096 one-block entries\n"
       "  --iters N    timed steps per configuration (default 10, at most %d)\n"
