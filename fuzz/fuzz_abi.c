@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "ecc_plugin_v1.h"
+#include "fuzz_input.h"
 
 extern const ecc_plugin_v1_t ecc_plugin_v1;
 static const ecc_plugin_v1_t *const T = &ecc_plugin_v1;
@@ -50,31 +51,6 @@ static const ecc_plugin_v1_t *const T = &ecc_plugin_v1;
       abort();                                                              \
     }                                                                       \
   } while (0)
-
-/* ---- input reader: exhausted input reads as zeros -------------------- */
-
-struct input {
-  const uint8_t *p;
-  size_t n;
-};
-
-static uint8_t u8(struct input *in)
-{
-  if (in->n == 0)
-    return 0;
-  in->n--;
-  return *in->p++;
-}
-
-static uint32_t u16(struct input *in)
-{
-  return (uint32_t)u8(in) | (uint32_t)u8(in) << 8;
-}
-
-static uint32_t u32(struct input *in)
-{
-  return u16(in) | u16(in) << 16;
-}
 
 /* ---- the connector and what it owes us ---------------------------------- */
 

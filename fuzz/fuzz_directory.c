@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "directory.h"
+#include "fuzz_input.h"
 
 #define NKEYS 12
 #define MAX_OPS 200
@@ -116,31 +117,6 @@ static bool relaxed(const char *rule)
       return;                       \
     }                               \
   } while (0)
-
-/* ---- input reader ------------------------------------------------------ */
-
-struct input {
-  const uint8_t *p;
-  size_t n;
-};
-
-static uint8_t u8(struct input *in)
-{
-  if (in->n == 0)
-    return 0;
-  in->n--;
-  return *in->p++;
-}
-
-static uint32_t u16(struct input *in)
-{
-  return (uint32_t)u8(in) | (uint32_t)u8(in) << 8;
-}
-
-static uint32_t u32(struct input *in)
-{
-  return u16(in) | u16(in) << 16;
-}
 
 /* ---- the model ----------------------------------------------------------- */
 
