@@ -116,7 +116,9 @@ logs="$dir/logs"
 # The tree to mutate: a commit, or the working tree's tracked and
 # untracked-but-not-ignored files.
 export_tree() {
-  rm -rf "$src" "$pristine" "$logs"
+  # The build goes too: the tree keeps its files' times, older than objects
+  # an earlier run built from a mutant, which the build would then keep.
+  rm -rf "$src" "$pristine" "$logs" "$build"
   mkdir -p "$src" "$logs"
   if [ -n "$rev" ]; then
     git -C "$root" archive --format=tar "$rev" | tar -x --no-same-permissions -C "$src"
