@@ -51,7 +51,7 @@ batch-from-zero @@ plugin/shm/*.c @@ t->batch = ++c->save_batches; @@ t->batch =
 batch-not-incremented @@ plugin/shm/*.c @@ t->batch = ++c->load_batches; @@ t->batch = c->load_batches + 1;
 batch-one-counter @@ plugin/shm/*.c @@ t->batch = ++c->load_batches; @@ t->batch = ++c->save_batches;
 batch-not-reported @@ plugin/shm/*.c @@ out->batch = t->batch; @@
-nbytes-of-batch @@ plugin/shm/*.c @@ out->nbytes = rec->nbytes; @@ out->nbytes = t->desc.bytes;
+nbytes-of-batch @@ plugin/shm/*.c @@ out->nbytes = rec->nbytes; @@ out->nbytes = t->view.desc.bytes;
 load-nbytes-capacity @@ plugin/shm/*.c @@ rec[i].nbytes = bytes; @@ rec[i].nbytes = e[i].dst_capacity;
 direction-fixed @@ plugin/shm/*.c @@ out->direction = (uint32_t)t->view.direction; @@ out->direction = ECC_DIR_SAVE;
 save-transfer-id @@ plugin/shm/*.c @@ out->transfer_id = 0; @@ out->transfer_id = rec->id;
