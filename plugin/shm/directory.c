@@ -7,12 +7,12 @@
 #include "directory.h"
 
 #include "clock.h"
+#include "errtext.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,18 +154,6 @@ static inline uint32_t slot_state(const struct dir_slot *e)
 static inline bool slot_live(const struct dir_slot *e)
 {
   return slot_state(e) != DIR_STATE_FREE;
-}
-
-__attribute__((format(printf, 4, 5))) static int say(char *why, size_t cap, int rc, const char *fmt,
-                                                     ...)
-{
-  if (why != NULL && cap > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, cap, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
 }
 
 static uint64_t align_up(uint64_t v)
@@ -648,7 +636,7 @@ static void take_identity(struct dir *d)
 static int dir_lock(struct dir *d, char *why, size_t cap)
 {
   if (d == NULL || d->sh == NULL)
-    return say(why, cap, ECC_ERR_INVALID, "directory: not attached");
+    return errtext_fail(why, cap, ECC_ERR_INVALID, "directory: not attached");
   int rc = pthread_mutex_lock(&d->sh->lock);
   /* Under the lock, so that threads sharing d take turns writing self. */
   if ((rc == 0 || rc == EOWNERDEAD) &&
@@ -664,9 +652,9 @@ static int dir_lock(struct dir *d, char *why, size_t cap)
     rc = pthread_mutex_consistent(&d->sh->lock);
   }
   if (rc == ENOTRECOVERABLE)
-    return say(why, cap, ECC_ERR_REGION, "directory: its lock cannot be recovered");
+    return errtext_fail(why, cap, ECC_ERR_REGION, "directory: its lock cannot be recovered");
   if (rc != 0)
-    return say(why, cap, ECC_ERR_SYSTEM, "directory: lock failed (%s)", strerror(rc));
+    return errtext_fail(why, cap, ECC_ERR_SYSTEM, "directory: lock failed (%s)", strerror(rc));
   d->sh->holder = d->self;
   return ECC_OK;
 }
@@ -701,12 +689,13 @@ int dir_format(void *mem, size_t bytes, const struct dir_params *p, char *why, s
   struct dir_params r;
   struct layout l;
   if (mem == NULL || ((uintptr_t)mem % ALIGN) != 0)
-    return say(why, why_cap, ECC_ERR_INVALID, "directory: memory NULL or not %u-aligned", ALIGN);
+    return errtext_fail(why, why_cap, ECC_ERR_INVALID, "directory: memory NULL or not %u-aligned",
+                        ALIGN);
   if (!params_resolve(p, &r))
-    return say(why, why_cap, ECC_ERR_INVALID, "directory: bad parameters");
+    return errtext_fail(why, why_cap, ECC_ERR_INVALID, "directory: bad parameters");
   if (layout_of(&r, &l) > bytes)
-    return say(why, why_cap, ECC_ERR_RANGE, "directory: needs %llu bytes, given %zu",
-               (unsigned long long)l.total, bytes);
+    return errtext_fail(why, why_cap, ECC_ERR_RANGE, "directory: needs %llu bytes, given %zu",
+                        (unsigned long long)l.total, bytes);
   struct dir_shared *sh = mem;
   memset(mem, 0, (size_t)l.total);
   sh->version = DIR_LAYOUT_VERSION;
@@ -725,25 +714,27 @@ int dir_format(void *mem, size_t bytes, const struct dir_params *p, char *why, s
   sh->total = l.total;
   int rc = init_lock(&sh->lock);
   if (rc != 0)
-    return say(why, why_cap, ECC_ERR_SYSTEM, "directory: lock init failed (%s)", strerror(rc));
+    return errtext_fail(why, why_cap, ECC_ERR_SYSTEM, "directory: lock init failed (%s)",
+                        strerror(rc));
   /* The magic last: a directory formatted halfway is refused by attach. */
   atomic_thread_fence(memory_order_release);
   memcpy(sh->magic, DIR_MAGIC, sizeof(sh->magic));
   return ECC_OK;
 }
 
-#define CHECK_FIELD(name, want)                                                                 \
-  do {                                                                                          \
-    if ((uint64_t)sh->name != (uint64_t)(want))                                                 \
-      return say(why, cap, ECC_ERR_REGION, "directory: header field %s is %llu, expected %llu", \
-                 #name, (unsigned long long)sh->name, (unsigned long long)(want));              \
+#define CHECK_FIELD(name, want)                                                       \
+  do {                                                                                \
+    if ((uint64_t)sh->name != (uint64_t)(want))                                       \
+      return errtext_fail(why, cap, ECC_ERR_REGION,                                   \
+                          "directory: header field %s is %llu, expected %llu", #name, \
+                          (unsigned long long)sh->name, (unsigned long long)(want));  \
   } while (0)
 
 static int header_matches(const struct dir_shared *sh, const struct dir_params *r,
                           const struct layout *l, char *why, size_t cap)
 {
   if (memcmp(sh->magic, DIR_MAGIC, sizeof(sh->magic)) != 0)
-    return say(why, cap, ECC_ERR_REGION, "directory: no magic (not formatted)");
+    return errtext_fail(why, cap, ECC_ERR_REGION, "directory: no magic (not formatted)");
   CHECK_FIELD(version, DIR_LAYOUT_VERSION);
   CHECK_FIELD(header_bytes, sizeof(*sh));
   CHECK_FIELD(num_blocks, r->num_blocks);
@@ -767,13 +758,13 @@ int dir_attach(struct dir *d, void *mem, size_t bytes, const struct dir_params *
   struct dir_params r;
   struct layout l;
   if (d == NULL || mem == NULL || ((uintptr_t)mem % ALIGN) != 0)
-    return say(why, why_cap, ECC_ERR_INVALID, "directory: NULL or misaligned memory");
+    return errtext_fail(why, why_cap, ECC_ERR_INVALID, "directory: NULL or misaligned memory");
   memset(d, 0, sizeof(*d));
   if (!params_resolve(p, &r))
-    return say(why, why_cap, ECC_ERR_INVALID, "directory: bad parameters");
+    return errtext_fail(why, why_cap, ECC_ERR_INVALID, "directory: bad parameters");
   if (layout_of(&r, &l) > bytes)
-    return say(why, why_cap, ECC_ERR_REGION, "directory: %zu bytes mapped, %llu needed", bytes,
-               (unsigned long long)l.total);
+    return errtext_fail(why, why_cap, ECC_ERR_REGION, "directory: %zu bytes mapped, %llu needed",
+                        bytes, (unsigned long long)l.total);
   atomic_thread_fence(memory_order_acquire);
   int rc = header_matches(mem, &r, &l, why, why_cap);
   if (rc != ECC_OK)
@@ -993,13 +984,13 @@ struct request {
 static int check_key(const char *key, size_t *len, char *why, size_t cap)
 {
   if (key == NULL)
-    return say(why, cap, ECC_ERR_INVALID, "directory: NULL key");
+    return errtext_fail(why, cap, ECC_ERR_INVALID, "directory: NULL key");
   *len = strnlen(key, DIR_KEY_MAX + 1);
   if (*len == 0)
-    return say(why, cap, ECC_ERR_INVALID, "directory: empty key");
+    return errtext_fail(why, cap, ECC_ERR_INVALID, "directory: empty key");
   if (*len > DIR_KEY_MAX)
-    return say(why, cap, ECC_ERR_INVALID, "directory: key '%.32s...' longer than %d bytes", key,
-               DIR_KEY_MAX);
+    return errtext_fail(why, cap, ECC_ERR_INVALID, "directory: key '%.32s...' longer than %d bytes",
+                        key, DIR_KEY_MAX);
   return ECC_OK;
 }
 
@@ -1068,17 +1059,18 @@ static int plan_blocks(struct dir *d, const struct request *q, struct dir_run *r
   runs[0].count = q->n_blocks;
   if (!sweep_window(d, q->n_blocks, q->now, &runs[0].first) &&
       !gather_runs(sh, q->n_blocks, runs, n_runs))
-    return say(why, cap, ECC_ERR_BUSY,
-               "directory: no room for key '%s' (%u blocks) even after eviction: the rest is "
-               "reserved or pinned",
-               q->key, q->n_blocks);
+    return errtext_fail(
+        why, cap, ECC_ERR_BUSY,
+        "directory: no room for key '%s' (%u blocks) even after eviction: the rest is "
+        "reserved or pinned",
+        q->key, q->n_blocks);
   *victim = NO_SLOT;
   if (sh->entries == sh->max_entries && !runs_cover_entry(sh, runs, *n_runs)) {
     *victim = pick_victim(d, q->now);
     if (*victim == NO_SLOT && sh->entries == sh->max_entries)
-      return say(why, cap, ECC_ERR_BUSY,
-                 "directory: no entry slot for key '%s': all %u are reserved or pinned", q->key,
-                 sh->max_entries);
+      return errtext_fail(why, cap, ECC_ERR_BUSY,
+                          "directory: no entry slot for key '%s': all %u are reserved or pinned",
+                          q->key, sh->max_entries);
   }
   return ECC_OK;
 }
@@ -1096,8 +1088,9 @@ static int reserve_locked(struct dir *d, struct request *q, int *outcome,
   /* The size matters only once the key is known to be absent. */
   uint64_t n = (q->nbytes - 1) / sh->block_size + 1;
   if (n > sh->num_blocks)
-    return say(why, cap, ECC_ERR_RANGE, "directory: key '%s' needs %llu blocks, the region has %u",
-               q->key, (unsigned long long)n, sh->num_blocks);
+    return errtext_fail(why, cap, ECC_ERR_RANGE,
+                        "directory: key '%s' needs %llu blocks, the region has %u", q->key,
+                        (unsigned long long)n, sh->num_blocks);
   q->n_blocks = (uint32_t)n;
   int rc = plan_blocks(d, q, runs, &n_runs, &victim, why, cap);
   if (rc != ECC_OK) {
@@ -1127,8 +1120,8 @@ int dir_reserve(struct dir *d, const char *key, uint64_t nbytes, int *outcome,
   if (rc != ECC_OK)
     return rc;
   if (outcome == NULL || nbytes == 0)
-    return say(why, why_cap, ECC_ERR_INVALID, "directory: key '%s': %s", key,
-               nbytes == 0 ? "zero bytes" : "NULL outcome");
+    return errtext_fail(why, why_cap, ECC_ERR_INVALID, "directory: key '%s': %s", key,
+                        nbytes == 0 ? "zero bytes" : "NULL outcome");
   if ((rc = dir_lock(d, why, why_cap)) != ECC_OK)
     return rc;
   q.hash = key_hash(key, q.len);
@@ -1146,15 +1139,16 @@ static struct dir_slot *ref_entry(struct dir *d, struct dir_ref ref, char *why, 
 {
   struct dir_shared *sh = d->sh;
   if (ref.slot >= sh->max_entries) {
-    say(why, cap, ECC_ERR_CLOSED, "directory: slot %u past the table (%u)", ref.slot,
-        sh->max_entries);
+    errtext_fail(why, cap, ECC_ERR_CLOSED, "directory: slot %u past the table (%u)", ref.slot,
+                 sh->max_entries);
     return NULL;
   }
   struct dir_slot *e = slot_at(sh, ref.slot);
   uint64_t w = atomic_load_explicit(&e->word, memory_order_acquire);
   if (word_state(w) == DIR_STATE_FREE || word_gen(w) != ref.gen) {
-    say(why, cap, ECC_ERR_CLOSED, "directory: slot %u generation %u is gone (now %u, %s)", ref.slot,
-        ref.gen, word_gen(w), word_state(w) == DIR_STATE_FREE ? "free" : "reused");
+    errtext_fail(why, cap, ECC_ERR_CLOSED, "directory: slot %u generation %u is gone (now %u, %s)",
+                 ref.slot, ref.gen, word_gen(w),
+                 word_state(w) == DIR_STATE_FREE ? "free" : "reused");
     return NULL;
   }
   return e;
@@ -1171,12 +1165,12 @@ static int finish_reservation(struct dir *d, struct dir_ref ref, bool abort_it, 
   if (e == NULL) {
     rc = ECC_ERR_CLOSED;
   } else if (slot_state(e) != DIR_STATE_RESERVED) {
-    rc = say(why, cap, ECC_ERR_INVALID, "directory: key '%s' (slot %u) is already published",
-             e->key, ref.slot);
+    rc = errtext_fail(why, cap, ECC_ERR_INVALID,
+                      "directory: key '%s' (slot %u) is already published", e->key, ref.slot);
   } else if (e->claimed) {
-    rc = say(why, cap, ECC_ERR_BUSY,
-             "directory: key '%s' (slot %u) is being saved; its completion settles it", e->key,
-             ref.slot);
+    rc = errtext_fail(why, cap, ECC_ERR_BUSY,
+                      "directory: key '%s' (slot %u) is being saved; its completion settles it",
+                      e->key, ref.slot);
   } else if (abort_it) {
     entry_free(d->sh, ref.slot);
   } else {
@@ -1208,12 +1202,13 @@ int dir_remove(struct dir *d, const char *key, char *why, size_t why_cap)
   uint32_t s = index_find(sh, key, key_hash(key, len));
   struct dir_slot *e = s != NO_SLOT ? slot_at(sh, s) : NULL;
   if (e == NULL)
-    rc = say(why, why_cap, ECC_ERR_RANGE, "directory: key '%s' is not there", key);
+    rc = errtext_fail(why, why_cap, ECC_ERR_RANGE, "directory: key '%s' is not there", key);
   else if (slot_state(e) != DIR_STATE_READY)
-    rc = say(why, why_cap, ECC_ERR_BUSY, "directory: key '%s' (slot %u) is being written", key, s);
+    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY, "directory: key '%s' (slot %u) is being written",
+                      key, s);
   else if (e->pins > 0)
-    rc = say(why, why_cap, ECC_ERR_BUSY, "directory: key '%s' (slot %u) has %u pins", key, s,
-             e->pins);
+    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY, "directory: key '%s' (slot %u) has %u pins", key,
+                      s, e->pins);
   if (rc == ECC_OK) {
     entry_free(sh, s);
     sh->removals++;
@@ -1262,9 +1257,9 @@ static int pins_available(struct dir *d, const char *const *keys, size_t n, char
   if (sh->pins_live + need > sh->max_pins)
     reclaim_all(d, ecc_now_ns(), true);
   if (sh->pins_live + need > sh->max_pins)
-    return say(why, cap, ECC_ERR_BUSY, "directory: %llu pins needed, %llu of %u free",
-               (unsigned long long)need, (unsigned long long)(sh->max_pins - sh->pins_live),
-               sh->max_pins);
+    return errtext_fail(why, cap, ECC_ERR_BUSY, "directory: %llu pins needed, %llu of %u free",
+                        (unsigned long long)need,
+                        (unsigned long long)(sh->max_pins - sh->pins_live), sh->max_pins);
   return ECC_OK;
 }
 
@@ -1297,8 +1292,8 @@ int dir_lookup(struct dir *d, const char *const *keys, size_t n, uint32_t ranks,
   if (n == 0)
     return ECC_OK;
   if (keys == NULL || found == NULL || pins == NULL || ranks == 0)
-    return say(why, why_cap, ECC_ERR_INVALID, "directory: lookup of %zu keys: %s", n,
-               ranks == 0 ? "zero ranks" : "NULL array");
+    return errtext_fail(why, why_cap, ECC_ERR_INVALID, "directory: lookup of %zu keys: %s", n,
+                        ranks == 0 ? "zero ranks" : "NULL array");
   for (size_t i = 0; i < n; i++) {
     int rc = check_key(keys[i], &len, why, why_cap);
     if (rc != ECC_OK)
@@ -1319,15 +1314,15 @@ static struct dir_pin *pin_ref_live(struct dir *d, struct dir_pin_ref ref, char 
 {
   struct dir_shared *sh = d->sh;
   if (ref.slot >= sh->max_pins) {
-    say(why, cap, ECC_ERR_CLOSED, "directory: pin slot %u past the table (%u)", ref.slot,
-        sh->max_pins);
+    errtext_fail(why, cap, ECC_ERR_CLOSED, "directory: pin slot %u past the table (%u)", ref.slot,
+                 sh->max_pins);
     return NULL;
   }
   struct dir_pin *pin = pin_at(sh, ref.slot);
   uint64_t w = atomic_load_explicit(&pin->word, memory_order_acquire);
   if (word_state(w) != PIN_LIVE || word_gen(w) != ref.gen) {
-    say(why, cap, ECC_ERR_CLOSED, "directory: pin slot %u generation %u is gone (now %u)", ref.slot,
-        ref.gen, word_gen(w));
+    errtext_fail(why, cap, ECC_ERR_CLOSED, "directory: pin slot %u generation %u is gone (now %u)",
+                 ref.slot, ref.gen, word_gen(w));
     return NULL;
   }
   return pin;
@@ -1355,11 +1350,11 @@ static int range_in_runs(const struct dir_slot *e, uint32_t first, uint32_t coun
   uint64_t end = (uint64_t)first + count;
   uint32_t stop;
   if (count == 0)
-    return say(why, cap, ECC_ERR_RANGE, "directory: empty range at block %u", first);
+    return errtext_fail(why, cap, ECC_ERR_RANGE, "directory: empty range at block %u", first);
   for (uint64_t b = first; b < end; b = stop) {
     if (b >= UINT32_MAX || !in_run(e, (uint32_t)b, &stop))
-      return say(why, cap, ECC_ERR_RANGE, "directory: block %llu is not in key '%s'",
-                 (unsigned long long)b, e->key);
+      return errtext_fail(why, cap, ECC_ERR_RANGE, "directory: block %llu is not in key '%s'",
+                          (unsigned long long)b, e->key);
   }
   return ECC_OK;
 }
@@ -1472,7 +1467,7 @@ int dir_reclaim(struct dir *d, uint32_t *freed, char *why, size_t why_cap)
 
 /* ---- the checker --------------------------------------------------------------- */
 
-#define BROKEN(...) say(why, cap, ECC_ERR_REGION, "directory check: " __VA_ARGS__)
+#define BROKEN(...) errtext_fail(why, cap, ECC_ERR_REGION, "directory check: " __VA_ARGS__)
 
 /* One live entry: its fields whole, its blocks its own in the map, its key
  * found at its slot through the index. */
@@ -1682,11 +1677,11 @@ int dir_claim(struct dir *d, struct dir_ref ref, struct dir_entry_info *info, ch
   if (e == NULL)
     rc = ECC_ERR_CLOSED;
   else if (slot_state(e) != DIR_STATE_RESERVED)
-    rc = say(why, why_cap, ECC_ERR_CLOSED, "directory: key '%s' (slot %u) is no reservation now",
-             e->key, ref.slot);
+    rc = errtext_fail(why, why_cap, ECC_ERR_CLOSED,
+                      "directory: key '%s' (slot %u) is no reservation now", e->key, ref.slot);
   else if (e->claimed)
-    rc = say(why, why_cap, ECC_ERR_BUSY, "directory: key '%s' (slot %u) is being saved already",
-             e->key, ref.slot);
+    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY,
+                      "directory: key '%s' (slot %u) is being saved already", e->key, ref.slot);
   if (rc == ECC_OK) {
     /* The writer first, then the flag: a reader that sees the flag sees
      * the writer (both under the lock; a rebuild reads them together). */
@@ -1715,9 +1710,9 @@ int dir_settle(struct dir *d, struct dir_ref ref, bool ok, char *why, size_t why
     return rc;
   struct dir_slot *e = ref_entry(d, ref, why, why_cap);
   if (e == NULL || slot_state(e) != DIR_STATE_RESERVED || !e->claimed) {
-    rc =
-        say(why, why_cap, ECC_ERR_CLOSED,
-            "directory: slot %u generation %u holds no reservation being saved", ref.slot, ref.gen);
+    rc = errtext_fail(why, why_cap, ECC_ERR_CLOSED,
+                      "directory: slot %u generation %u holds no reservation being saved", ref.slot,
+                      ref.gen);
   } else if (!ok) {
     entry_free(d->sh, ref.slot);
   } else {
@@ -1742,8 +1737,8 @@ int dir_pinned(struct dir *d, struct dir_pin_ref pin, struct dir_entry_info *inf
     struct dir_ref ref = {p->entry_slot, p->entry_gen};
     struct dir_slot *e = ref_entry(d, ref, why, why_cap);
     if (e == NULL || slot_state(e) != DIR_STATE_READY)
-      rc = say(why, why_cap, ECC_ERR_CLOSED, "directory: pin slot %u names no ready entry",
-               pin.slot);
+      rc = errtext_fail(why, why_cap, ECC_ERR_CLOSED, "directory: pin slot %u names no ready entry",
+                        pin.slot);
     else
       fill_info(d->sh, ref.slot, info);
   }
