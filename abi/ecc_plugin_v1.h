@@ -255,6 +255,17 @@ typedef struct ecc_dir_stats_v1 {
  * process that needs the room. On a region with a directory, save and load
  * by block ids are accepted only for blocks of a live reservation (save)
  * or a pinned entry (load); any other block is ECC_ERR_RANGE naming it.
+ *
+ * Lifetimes: keys, key arrays and entry arrays passed to these functions
+ * are read during the call only; `out` arrays are written before the call
+ * returns and not after. save_reserved's sources and load_pinned's
+ * destinations follow save's and load's rules (valid until the completion
+ * is polled).
+ *
+ * Threading: save_reserved and load_pinned are serialised with save, flush
+ * and load, as those are with each other. reserve, abort_reserved, lookup,
+ * unpin, remove and list may run concurrently with anything: they take the
+ * directory's own lock, which every process attached to the region shares.
  */
 
 /* Runs of blocks one entry may have (one when the directory can). */
