@@ -97,7 +97,7 @@ strerror-shifted @@ host-shim/*.c @@ {name, #name ": " text}, @@ {name - 1, #nam
 info-pinned @@ host-shim/cli/*.c @@ info.pinned ? "yes" : "no" @@ info.save_rank ? "yes" : "no"
 info-max-inflight @@ host-shim/cli/*.c @@ info.max_inflight); @@ info.num_blocks);
 demo-stats-direction @@ host-shim/cli/*.c @@ dir == ECC_DIR_SAVE ? &st.save : &st.load @@ &st.save
-dir-claim-not-exclusive @@ plugin/shm/directory.c @@ else if (e->claimed)\n    rc = say(why, why_cap, ECC_ERR_BUSY, @@ else if (false)\n    rc = say(why, why_cap, ECC_ERR_BUSY,
+dir-claim-not-exclusive @@ plugin/shm/directory.c @@ else if (e->claimed)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY, @@ else if (false)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY,
 dir-blocks-unchecked @@ plugin/shm/dir_calls.c @@ if (dir_blocks_held(&c->dir, ids, n, dir == ECC_DIR_LOAD, &bad) == ECC_OK) @@ if (true)
 dir-load-keeps-its-pin @@ plugin/shm/dir_calls.c @@ rc = dir_unpin(&c->dir, pin, NULL, 0);\n  } @@ rc = ECC_OK;\n  }
 dir-new-entry-unmarked @@ plugin/shm/directory.c @@ hand passes it once before it may be evicted. */\n  e->marked = 1; @@ hand passes it once before it may be evicted. */\n  e->marked = 0;
