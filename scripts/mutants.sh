@@ -100,6 +100,8 @@ demo-stats-direction @@ host-shim/cli/*.c @@ dir == ECC_DIR_SAVE ? &st.save : &s
 dir-claim-not-exclusive @@ plugin/shm/directory.c @@ else if (e->claimed)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY, @@ else if (false)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY,
 dir-blocks-unchecked @@ plugin/shm/dir_calls.c @@ if (dir_blocks_held(&c->dir, ids, n, dir == ECC_DIR_LOAD, &bad) == ECC_OK) @@ if (true)
 dir-load-keeps-its-pin @@ plugin/shm/dir_calls.c @@ rc = dir_unpin(&c->dir, pin, NULL, 0);\n  } @@ rc = ECC_OK;\n  }
+dir-gaps-not-used @@ plugin/shm/directory.c @@ *in_gap = gap_take(sh, q->n_blocks, &runs[0].first); @@ *in_gap = false;
+dir-sweep-forgets-passed-runs @@ plugin/shm/directory.c @@ for (uint32_t i = 0; i < w->n; i++)\n    gap_note(sh, w->free[i].first, w->free[i].count); @@ for (uint32_t i = 0; i < w->n; i++)\n    (void)sh;
 dir-new-entry-unmarked @@ plugin/shm/directory.c @@ hand passes it once before it may be evicted. */\n  e->marked = 1; @@ hand passes it once before it may be evicted. */\n  e->marked = 0;
 EOF
 }

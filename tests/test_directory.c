@@ -419,6 +419,56 @@ Test(directory, second_chance_spares_a_used_entry)
   check(&f.d);
 }
 
+/* A removed entry's blocks lie behind the hand: a reservation they hold
+ * fills them instead of evicting the unmarked entry at the hand. */
+Test(directory, freed_blocks_behind_the_hand_are_filled_before_evicting)
+{
+  struct fx f;
+  fx_open(&f, 16, 64, 0, 0, 0);
+  put(&f.d, "a", 256);
+  put(&f.d, "b", 256);
+  put(&f.d, "c", 256);
+  put(&f.d, "d", 256);
+  /* The first turn clears every mark, the second evicts a: the hand is at
+   * block 4 and b, c, d are unmarked. */
+  cr_expect_eq(put(&f.d, "e", 256).runs[0].first, 0);
+  cr_assert_eq(dir_remove(&f.d, "c", why, sizeof(why)), ECC_OK, "%s", why);
+  struct dir_counters before = counters(&f.d);
+  cr_expect_eq(put(&f.d, "x", 128).runs[0].first, 8, "x should fill c's blocks");
+  cr_expect_eq(put(&f.d, "y", 128).runs[0].first, 10, "y should fill the rest of them");
+  cr_expect_eq(counters(&f.d).evictions, before.evictions, "nothing evicted while a gap held it");
+  cr_expect(present(&f.d, "b") && present(&f.d, "d"));
+  /* No gap is left: the hand (still at 4) takes b's blocks. */
+  cr_expect_eq(put(&f.d, "z", 128).runs[0].first, 4);
+  cr_expect(!present(&f.d, "b"));
+  check(&f.d);
+}
+
+/* The sweep leaves a free run shorter than its request behind it (here in
+ * front of a pinned entry); a later reservation it holds fills it rather
+ * than evicting the entry at the hand. */
+Test(directory, free_runs_the_sweep_passes_are_filled_later)
+{
+  struct fx f;
+  fx_open(&f, 12, 64, 0, 0, 0);
+  put(&f.d, "g", 128);
+  put(&f.d, "m", 256);
+  put(&f.d, "e", 256);
+  put(&f.d, "f", 128);
+  struct dir_pin_ref pin = pin_key(&f.d, "m", 1, NULL);
+  cr_assert_eq(dir_remove(&f.d, "g", why, sizeof(why)), ECC_OK, "%s", why);
+  /* A rebuild forgets what removals noted: only the sweep can find the run. */
+  cr_assert_eq(dir_rebuild(&f.d, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_expect_eq(put(&f.d, "x", 256).runs[0].first, 6, "x should take e's blocks");
+  cr_expect(present(&f.d, "f"));
+  struct dir_counters before = counters(&f.d);
+  cr_expect_eq(put(&f.d, "y", 128).runs[0].first, 0, "y should fill the run before m");
+  cr_expect_eq(counters(&f.d).evictions, before.evictions);
+  cr_expect(present(&f.d, "f"), "f, at the hand, was evicted although a gap held y");
+  cr_assert_eq(dir_unpin(&f.d, pin, why, sizeof(why)), ECC_OK);
+  check(&f.d);
+}
+
 Test(directory, pinned_and_reserved_entries_are_never_evicted)
 {
   struct fx f;

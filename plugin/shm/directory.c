@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,6 +32,8 @@
  * note it left. */
 #define ALIVE_NOTES 8u
 #define ALIVE_TTL_NS 10000000ull
+/* Gap hints kept (the longest win a place when the list is full). */
+#define DIR_GAPS 32u
 
 /* ---- the shared layout ------------------------------------------------- */
 
@@ -100,6 +103,11 @@ struct dir_shared {
   } alive[ALIVE_NOTES];
   uint32_t alive_next, unused2;
   uint64_t pins_scanned_ns; /* when sweeps last looked for stale pins */
+  /* Free runs the hand has passed without using, so that a reservation
+   * they fit fills them instead of evicting in front of the hand. Hints
+   * only: checked against the block map before use, cleared by rebuilds. */
+  struct dir_run gaps[DIR_GAPS];
+  uint32_t n_gaps, unused3;
 };
 
 struct layout {
@@ -367,17 +375,106 @@ static void slot_retire(struct dir_slot *e)
   atomic_store_explicit(&e->word, word_make(DIR_STATE_FREE, word_gen(w) + 1), memory_order_release);
 }
 
+/* The run is copied out first: a store to the map could otherwise change
+ * e->runs as far as the compiler knows, and the loop would reload it per
+ * block (most of a reservation's time, before). */
 static void map_set(struct dir_shared *sh, const struct dir_slot *e, uint32_t v)
 {
   uint32_t *map = block_map(sh);
-  for (uint32_t r = 0; r < e->n_runs; r++)
-    for (uint32_t b = 0; b < e->runs[r].count; b++)
-      map[e->runs[r].first + b] = v;
+  for (uint32_t r = 0; r < e->n_runs && r < DIR_MAX_RUNS; r++) {
+    uint32_t *at = map + e->runs[r].first, count = e->runs[r].count;
+    if (v == 0) {
+      memset(at, 0, (size_t)count * sizeof(*at));
+      continue;
+    }
+    for (uint32_t b = 0; b < count; b++)
+      at[b] = v;
+  }
 }
+
+/* ---- gap hints ------------------------------------------------------------- */
+
+/* Remembers a free run; when the list is full, it replaces the shortest
+ * hint if it is longer. A hint naming the same first block is updated. */
+static void gap_note(struct dir_shared *sh, uint32_t first, uint32_t count)
+{
+  if (count == 0)
+    return;
+  uint32_t shortest = 0;
+  for (uint32_t i = 0; i < sh->n_gaps; i++) {
+    if (sh->gaps[i].first == first) {
+      sh->gaps[i].count = count;
+      return;
+    }
+    if (sh->gaps[i].count < sh->gaps[shortest].count)
+      shortest = i;
+  }
+  if (sh->n_gaps < DIR_GAPS)
+    sh->gaps[sh->n_gaps++] = (struct dir_run){first, count};
+  else if (sh->gaps[shortest].count < count)
+    sh->gaps[shortest] = (struct dir_run){first, count};
+}
+
+static void gap_drop(struct dir_shared *sh, uint32_t i)
+{
+  sh->gaps[i] = sh->gaps[--sh->n_gaps];
+}
+
+/* Blocks of hint i that are really free, counted from its first (a sweep
+ * may have allocated over it since it was noted). */
+static uint32_t gap_free_prefix(const struct dir_shared *sh, uint32_t i, uint32_t want)
+{
+  const uint32_t *map = block_map(sh);
+  struct dir_run g = sh->gaps[i];
+  if (g.first >= sh->num_blocks || g.count > sh->num_blocks - g.first)
+    return 0;
+  uint32_t len = 0, stop = g.count < want ? g.count : want;
+  while (len < stop && map[g.first + len] == 0)
+    len++;
+  return len;
+}
+
+/* Best fit among the hints: the shortest that holds n free blocks. Hints
+ * found stale on the way are shortened or dropped. */
+static bool gap_take(struct dir_shared *sh, uint32_t n, uint32_t *first)
+{
+  for (;;) {
+    uint32_t best = NO_SLOT;
+    for (uint32_t i = 0; i < sh->n_gaps; i++)
+      if (sh->gaps[i].count >= n && (best == NO_SLOT || sh->gaps[i].count < sh->gaps[best].count))
+        best = i;
+    if (best == NO_SLOT)
+      return false;
+    uint32_t have = gap_free_prefix(sh, best, n);
+    if (have == n) {
+      *first = sh->gaps[best].first;
+      return true;
+    }
+    if (have == 0)
+      gap_drop(sh, best);
+    else
+      sh->gaps[best].count = have;
+  }
+}
+
+/* The hint the new entry at [first, first + n) came from loses those blocks. */
+static void gap_used(struct dir_shared *sh, uint32_t first, uint32_t n)
+{
+  for (uint32_t i = 0; i < sh->n_gaps; i++)
+    if (sh->gaps[i].first == first) {
+      if (sh->gaps[i].count <= n)
+        gap_drop(sh, i);
+      else
+        sh->gaps[i] = (struct dir_run){first + n, sh->gaps[i].count - n};
+      return;
+    }
+}
+
+/* ---- slots: freeing ---------------------------------------------------------- */
 
 /* The table first, then the derived parts: a death in between leaves a
  * free slot that the rebuild drops from the map and the index. */
-static void entry_free(struct dir_shared *sh, uint32_t s)
+static void entry_drop(struct dir_shared *sh, uint32_t s)
 {
   struct dir_slot *e = slot_at(sh, s);
   slot_retire(e);
@@ -385,6 +482,16 @@ static void entry_free(struct dir_shared *sh, uint32_t s)
   index_delete(sh, s);
   sh->entries--;
   sh->blocks_used -= e->n_blocks;
+}
+
+/* An entry freed anywhere but in front of the hand leaves its runs as
+ * gaps for later reservations. */
+static void entry_free(struct dir_shared *sh, uint32_t s)
+{
+  struct dir_slot *e = slot_at(sh, s);
+  for (uint32_t r = 0; r < e->n_runs && r < DIR_MAX_RUNS; r++)
+    gap_note(sh, e->runs[r].first, e->runs[r].count);
+  entry_drop(sh, s);
 }
 
 /* As entry_free: the pin's word first, then the entry's derived count. */
@@ -599,6 +706,7 @@ static void recover(struct dir *d)
   rebuild_entries(sh);
   rebuild_pins(sh);
   sh->hand %= sh->num_blocks;
+  sh->n_gaps = 0;
   sh->slot_cursor %= sh->max_entries;
   sh->pin_cursor %= sh->max_pins;
   /* The derived parts are whole again: the dead holder's reservations and
@@ -633,11 +741,46 @@ static void take_identity(struct dir *d)
  * identity before it reserves or pins anything. A holder's death is
  * repaired before the lock is marked consistent, so a death during the
  * repair makes the next locker repair again (the repair is idempotent). */
+static inline void cpu_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* A holder keeps the lock a microsecond or so, and a waiter put to sleep in
+ * the kernel is woken 50-100 us after the unlock on a VM (a halted vCPU
+ * must be re-entered): a waiter first retries for up to LOCK_SPIN_NS,
+ * backing off, and yields its CPU between the later tries so that a holder
+ * descheduled on a crowded machine can finish. */
+#define LOCK_SPIN_NS 30000ull
+#define LOCK_SPINS 64u
+
+static int lock_acquire(pthread_mutex_t *m)
+{
+  int rc = pthread_mutex_trylock(m);
+  if (rc != EBUSY)
+    return rc;
+  uint64_t until = ecc_now_ns() + LOCK_SPIN_NS;
+  for (unsigned round = 0; ecc_now_ns() < until; round++) {
+    if (round < LOCK_SPINS)
+      for (unsigned i = 0; i < (4u << (round < 4 ? round : 4)); i++)
+        cpu_pause();
+    else
+      sched_yield();
+    if ((rc = pthread_mutex_trylock(m)) != EBUSY)
+      return rc;
+  }
+  return pthread_mutex_lock(m);
+}
+
 static int dir_lock(struct dir *d, char *why, size_t cap)
 {
   if (d == NULL || d->sh == NULL)
     return errtext_fail(why, cap, ECC_ERR_INVALID, "directory: not attached");
-  int rc = pthread_mutex_lock(&d->sh->lock);
+  int rc = lock_acquire(&d->sh->lock);
   /* Under the lock, so that threads sharing d take turns writing self. */
   if ((rc == 0 || rc == EOWNERDEAD) &&
       d->forks != atomic_load_explicit(&forks_seen, memory_order_relaxed))
@@ -825,6 +968,39 @@ static enum occupant occupant_of(struct dir *d, uint32_t b, uint64_t now)
   return e->marked ? OCC_MARKED : OCC_EVICTABLE;
 }
 
+/* The end of the run of free blocks at p, or of its first `enough` blocks:
+ * one tight loop over the map, where the sweep would otherwise take a free
+ * block per step (a miss met some 700 of them). The limit keeps a nearly
+ * empty region from costing a scan of all its free blocks per reserve. */
+static uint32_t free_run_end(const struct dir_shared *sh, uint32_t p, uint32_t enough)
+{
+  const uint32_t *map = block_map(sh);
+  uint32_t end = p + 1, stop = sh->num_blocks - p > enough ? p + enough : sh->num_blocks;
+  while (end < stop && map[end] == 0)
+    end++;
+  return end;
+}
+
+/* The free runs of a window that the sweep abandons are left behind the
+ * hand: they become gap hints. */
+struct passed {
+  struct dir_run free[4];
+  uint32_t n;
+};
+
+static void passed_keep(struct passed *w, uint32_t first, uint32_t count)
+{
+  if (w->n < 4)
+    w->free[w->n++] = (struct dir_run){first, count};
+}
+
+static void passed_note(struct dir_shared *sh, struct passed *w)
+{
+  for (uint32_t i = 0; i < w->n; i++)
+    gap_note(sh, w->free[i].first, w->free[i].count);
+  w->n = 0;
+}
+
 /* The clock sweep: from the hand, the first window of n blocks that are
  * free or held by evictable entries. A marked entry in the way loses its
  * mark and is passed, as is a held one; the window restarts past them.
@@ -832,39 +1008,32 @@ static enum occupant occupant_of(struct dir *d, uint32_t b, uint64_t now)
  * every mark met is cleared. Marks cleared stay cleared even if the sweep
  * fails, as does what it reclaimed from dead owners: the only changes a
  * refused reservation makes (neither evicts a live process's entry). */
-/* The end of the run of free blocks at p: one tight loop over the map,
- * where the sweep would otherwise take a free block per step (a miss met
- * some 700 of them). */
-static uint32_t free_run_end(const struct dir_shared *sh, uint32_t p)
-{
-  const uint32_t *map = block_map(sh);
-  uint32_t end = p + 1;
-  while (end < sh->num_blocks && map[end] == 0)
-    end++;
-  return end;
-}
-
 static bool sweep_window(struct dir *d, uint32_t n, uint64_t now, uint32_t *first)
 {
   struct dir_shared *sh = d->sh;
   uint32_t nb = sh->num_blocks, p = sh->hand % nb, start = p, len = 0;
+  struct passed w = {.n = 0};
   for (uint64_t budget = 2ull * nb + n; budget > 0;) {
     if (p >= nb) {
+      passed_note(sh, &w);
       p = start = 0;
       len = 0;
     }
     enum occupant occ = occupant_of(d, p, now);
     uint32_t o = block_map(sh)[p];
-    uint32_t end = occ == OCC_FREE ? free_run_end(sh, p) : run_end(slot_at(sh, o - 1), p);
+    uint32_t end = occ == OCC_FREE ? free_run_end(sh, p, n - len) : run_end(slot_at(sh, o - 1), p);
     if (occ == OCC_FREE || occ == OCC_EVICTABLE) {
       if (len + (end - p) >= n) {
         *first = start;
         return true;
       }
+      if (occ == OCC_FREE)
+        passed_keep(&w, p, end - p);
       len += end - p;
     } else {
       if (occ == OCC_MARKED)
         slot_at(sh, o - 1)->marked = 0;
+      passed_note(sh, &w);
       start = end;
       len = 0;
     }
@@ -959,15 +1128,34 @@ static uint32_t pick_victim(struct dir *d, uint64_t now)
   return NO_SLOT;
 }
 
+/* The blocks of evicted entry e before the window w (the window starts
+ * inside it) are left behind the hand; those after it lie at the hand. */
+static void note_outside(struct dir_shared *sh, const struct dir_slot *e, struct dir_run w)
+{
+  for (uint32_t r = 0; r < e->n_runs && r < DIR_MAX_RUNS; r++)
+    if (e->runs[r].first < w.first) {
+      uint32_t end = e->runs[r].first + e->runs[r].count;
+      gap_note(sh, e->runs[r].first, (end < w.first ? end : w.first) - e->runs[r].first);
+    }
+}
+
 static void evict_runs(struct dir_shared *sh, const struct dir_run *runs, uint32_t n_runs)
 {
-  uint32_t *map = block_map(sh);
-  for (uint32_t r = 0; r < n_runs; r++)
-    for (uint32_t b = runs[r].first; b < runs[r].first + runs[r].count; b++)
-      if (map[b] != 0) {
-        entry_free(sh, map[b] - 1);
-        sh->evictions++;
-      }
+  const uint32_t *map = block_map(sh);
+  for (uint32_t r = 0; r < n_runs; r++) {
+    struct dir_run w = runs[r];
+    for (uint32_t b = w.first; b < w.first + w.count; b++) {
+      if (map[b] == 0)
+        continue;
+      uint32_t s = map[b] - 1;
+      const struct dir_slot *e = slot_at(sh, s);
+      uint32_t end = run_end(e, b);
+      note_outside(sh, e, w);
+      entry_drop(sh, s);
+      sh->evictions++;
+      b = end - 1;
+    }
+  }
 }
 
 /* ---- reserve ----------------------------------------------------------------- */
@@ -1052,12 +1240,13 @@ static bool dedup(struct dir *d, uint32_t s, const struct request *q, int *outco
 /* Chooses the blocks and, if the entry table is full and they free no
  * slot, the entry that gives its slot up; evicts nothing. */
 static int plan_blocks(struct dir *d, const struct request *q, struct dir_run *runs,
-                       uint32_t *n_runs, uint32_t *victim, char *why, size_t cap)
+                       uint32_t *n_runs, bool *in_gap, uint32_t *victim, char *why, size_t cap)
 {
   struct dir_shared *sh = d->sh;
   *n_runs = 1;
   runs[0].count = q->n_blocks;
-  if (!sweep_window(d, q->n_blocks, q->now, &runs[0].first) &&
+  *in_gap = gap_take(sh, q->n_blocks, &runs[0].first);
+  if (!*in_gap && !sweep_window(d, q->n_blocks, q->now, &runs[0].first) &&
       !gather_runs(sh, q->n_blocks, runs, n_runs))
     return errtext_fail(
         why, cap, ECC_ERR_BUSY,
@@ -1081,6 +1270,7 @@ static int reserve_locked(struct dir *d, struct request *q, int *outcome,
   struct dir_shared *sh = d->sh;
   struct dir_run runs[DIR_MAX_RUNS];
   uint32_t n_runs, victim, s = index_find(sh, q->key, q->hash);
+  bool in_gap;
   if (s != NO_SLOT && dedup(d, s, q, outcome)) {
     fill_info(sh, s, info);
     return ECC_OK;
@@ -1092,7 +1282,7 @@ static int reserve_locked(struct dir *d, struct request *q, int *outcome,
                         "directory: key '%s' needs %llu blocks, the region has %u", q->key,
                         (unsigned long long)n, sh->num_blocks);
   q->n_blocks = (uint32_t)n;
-  int rc = plan_blocks(d, q, runs, &n_runs, &victim, why, cap);
+  int rc = plan_blocks(d, q, runs, &n_runs, &in_gap, &victim, why, cap);
   if (rc != ECC_OK) {
     sh->full++;
     return rc;
@@ -1106,7 +1296,11 @@ static int reserve_locked(struct dir *d, struct request *q, int *outcome,
   }
   s = entry_create(d, q, runs, n_runs);
   sh->reservations++;
-  sh->hand = (runs[n_runs - 1].first + runs[n_runs - 1].count) % sh->num_blocks;
+  /* A gap lies behind the hand, which stays where it was. */
+  if (in_gap)
+    gap_used(sh, runs[0].first, runs[0].count);
+  else
+    sh->hand = (runs[n_runs - 1].first + runs[n_runs - 1].count) % sh->num_blocks;
   *outcome = DIR_RESERVED;
   fill_info(sh, s, info);
   return ECC_OK;
@@ -1649,6 +1843,13 @@ static int check_header(const struct dir_shared *sh, size_t bytes, char *why, si
       sh->pin_cursor >= sh->max_pins)
     return BROKEN("hand %u or cursors %u, %u out of range", sh->hand, sh->slot_cursor,
                   sh->pin_cursor);
+  if (sh->n_gaps > DIR_GAPS)
+    return BROKEN("%u gap hints, at most %u", sh->n_gaps, DIR_GAPS);
+  for (uint32_t i = 0; i < sh->n_gaps; i++)
+    if (sh->gaps[i].count == 0 || sh->gaps[i].first >= sh->num_blocks ||
+        sh->gaps[i].count > sh->num_blocks - sh->gaps[i].first)
+      return BROKEN("gap hint %u (%u+%u) outside the %u blocks", i, sh->gaps[i].first,
+                    sh->gaps[i].count, sh->num_blocks);
   return ECC_OK;
 }
 

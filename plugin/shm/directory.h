@@ -36,7 +36,7 @@
 #include "ecc_common.h"
 
 #define DIR_MAGIC "ECCDIR01"
-#define DIR_LAYOUT_VERSION 1
+#define DIR_LAYOUT_VERSION 2
 /* Runs an entry may have when no single window could be found. */
 #define DIR_MAX_RUNS 8
 /* Longest key, terminating NUL excluded (the ABI's ECC_KEY_MAX). */
