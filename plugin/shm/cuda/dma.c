@@ -59,7 +59,36 @@ static int copy_each(const uint64_t *src, const uint64_t *dst, const uint64_t *l
 }
 
 #ifdef HAVE_BATCH_TYPES
-static int copy_batch(const struct dma_api *api, const uint64_t *src, const uint64_t *dst,
+/* The copy engine starts on a batched call's copies only when the call
+ * returns, and the call costs the host 0.6-0.7 us per descriptor on the
+ * lent H200 (41 us for 64; bench/lab/dma_chunk_lab.cu). So a step goes in
+ * growing calls: a first one of DMA_LEAD_BYTES, then each at least twice
+ * as long as the one before and holding up to one descriptor per
+ * DMA_UNIT_BYTES of it, which the engine moves in about the time the host
+ * takes to enqueue that descriptor. Both ways at once, 64 MiB each: 3.6 ->
+ * 9.5 GB/s with 4 KiB descriptors, 60 -> 74 with 64 KiB, 98 -> 100 with
+ * 1 MiB, against one call per step. */
+#define DMA_LEAD_BYTES (256ull << 10)
+#define DMA_UNIT_BYTES (64ull << 10)
+
+static uint64_t bytes_of(const uint64_t *len, size_t n)
+{
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; i++)
+    sum += len[i];
+  return sum;
+}
+
+static size_t lead_count(const uint64_t *len, size_t count)
+{
+  uint64_t bytes = 0;
+  size_t k = 0;
+  while (k < count && bytes < DMA_LEAD_BYTES)
+    bytes += len[k++];
+  return k;
+}
+
+static int batch_call(const struct dma_api *api, const uint64_t *src, const uint64_t *dst,
                       const uint64_t *len, size_t count, int to_host, cudaStream_t stream,
                       const char **err_text)
 {
@@ -89,6 +118,22 @@ static int copy_batch(const struct dma_api *api, const uint64_t *src, const uint
     return (int)rc;
   }
   return 0;
+}
+
+static int copy_batch(const struct dma_api *api, const uint64_t *src, const uint64_t *dst,
+                      const uint64_t *len, size_t count, int to_host, cudaStream_t stream,
+                      const char **err_text)
+{
+  size_t at = 0, k = lead_count(len, count);
+  for (;;) {
+    int rc = batch_call(api, src + at, dst + at, len + at, k, to_host, stream, err_text);
+    uint64_t bytes = bytes_of(len + at, k);
+    at += k;
+    if (rc != 0 || at == count)
+      return rc;
+    size_t next = bytes / DMA_UNIT_BYTES > 2 * k ? (size_t)(bytes / DMA_UNIT_BYTES) : 2 * k;
+    k = next < count - at ? next : count - at;
+  }
 }
 #endif
 
