@@ -9,9 +9,10 @@
  * block positions; a window of the size asked for is taken where every
  * entry in it is ready, unpinned and not recently used, and those entries
  * are evicted (a recently used one loses its mark and the hand passes it:
- * its second chance). Only when no window exists does an entry get several
- * runs (at most DIR_MAX_RUNS). Nothing is evicted by a reservation that
- * fails.
+ * its second chance). Free runs left behind the hand are kept as hints and
+ * filled first, best fit, by reservations they hold. Only when no window
+ * exists does an entry get several runs (at most DIR_MAX_RUNS). Nothing is
+ * evicted by a reservation that fails.
  *
  * Crash safety: the entry and pin tables are the truth; the block map, the
  * key index and the counters derive from them. Each table slot changes
