@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * net.h - the UCX layer of the cross-host plugin: one UCP context and
+ * worker per connector, a progress thread that owns the worker, a listener
+ * (server role) or one endpoint (client role), messages both ways, RMA gets
+ * from the peer's registered region, and notice of a failed peer. It knows
+ * nothing of the wire format: a message is bytes.
+ *
+ * Threading: callbacks run on the progress thread, one at a time, and must
+ * not block; net_send and net_get may be called from any thread, also from
+ * a callback. UCX's own log goes to the connector's log (net_create installs
+ * the handler once per process; UCX prints nothing to stderr after that).
+ */
+#ifndef ECC_UCX_NET_H
+#define ECC_UCX_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+
+struct net;
+struct net_peer;
+
+struct net_callbacks {
+  void *user;
+  /* A server's new peer, before any of its messages. */
+  void (*on_connect)(void *user, struct net_peer *p);
+  /* A message from p; buf lives for the call only. */
+  void (*on_message)(void *user, struct net_peer *p, const uint8_t *buf, size_t len);
+  /* p failed (killed, unreachable, closed): nothing more comes from it, and
+   * its gets in flight complete with an error. Called once per peer. */
+  void (*on_peer_error)(void *user, struct net_peer *p, int code, const char *why);
+};
+
+struct net_params {
+  int server;              /* 1: listen on addr:port; 0: connect to addr:port */
+  const char *addr;        /* numeric IPv4 or IPv6 address */
+  uint16_t port;           /* > 0 */
+  const char *transports;  /* UCX transports (UCX_TLS), e.g. "tcp" */
+  const char *net_devices; /* UCX_NET_DEVICES, or NULL for all */
+  void *region;            /* memory registered for RMA: the server's is read by */
+  size_t region_bytes;     /* its peers, the client's is where gets land */
+  struct ecc_log *log;
+  struct net_callbacks cb;
+};
+
+/* Starts the layer. A client's endpoint is made at once and connects in the
+ * background: a server that cannot be reached shows as on_peer_error, and
+ * as ECC_ERR_TRANSFER from later sends (the caller's handshake waits for
+ * its answer). Errors:
+ * ECC_ERR_CONFIG for a bad address or transport, ECC_ERR_SYSTEM when UCX
+ * cannot start; nothing is left behind. *out is set before the first
+ * callback can run. */
+int net_create(const struct net_params *p, struct net **out, char *why, size_t why_cap);
+
+/* The client's only peer (NULL for a server). */
+struct net_peer *net_server_peer(struct net *n);
+
+/* Queues a copy of buf for p. ECC_ERR_TRANSFER if p has failed. */
+int net_send(struct net *n, struct net_peer *p, const void *buf, size_t len);
+
+/* The packed remote key of this side's region, for the peer's gets
+ * (valid until net_destroy), and its base address. */
+int net_region_key(struct net *n, const void **rkey, size_t *len, uint64_t *base);
+
+/* Accepts p's packed key and base, so that net_get can read its region. */
+int net_peer_region(struct net *n, struct net_peer *p, const void *rkey, size_t len, uint64_t base);
+
+/* Reads len bytes at offset `off` of p's region into `local` (inside this
+ * side's region). done(arg, ECC_OK or ECC_ERR_TRANSFER) runs exactly once,
+ * on the progress thread or, if the get completes at once, before net_get
+ * returns. A refused call (p failed, no key, range outside) returns the
+ * error and never calls done. */
+int net_get(struct net *n, struct net_peer *p, void *local, size_t len, uint64_t off,
+            void (*done)(void *arg, int status), void *arg);
+
+/* Stops the progress thread, closes every endpoint (gets in flight complete
+ * with ECC_ERR_TRANSFER), unregisters the region, frees everything. */
+void net_destroy(struct net *n);
+
+#endif
