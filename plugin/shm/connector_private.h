@@ -41,6 +41,8 @@ struct conn {
   struct transfer *free_list;
   ecc_stats_v1_t stats;
   bool region_dead; /* a poll found the region removed, replaced or truncated */
+
+  void *ext; /* a plugin built on this connector (ucx/) keeps its own state here */
 };
 
 /* Every connector lock is taken through these, so that nothing is logged to
@@ -90,6 +92,12 @@ int conn_engine_submit(struct conn *c, struct transfer *t, void *stream);
 int conn_queue_load(struct conn *c, struct transfer *t, void *stream);
 
 /* ---- dir_calls.c ---- */
+
+/* Publishes a reservation whose blocks were written outside save_reserved
+ * (the ucx plugin's gets land in them): as the completion of a save would.
+ * ECC_ERR_CLOSED for a token that names no live reservation, ECC_ERR_BUSY
+ * for one being saved. */
+int conn_publish_written(struct conn *c, uint64_t token);
 
 /* A polled record's directory work: a saved reservation published (or
  * freed when its copy failed), a pinned load's rank released. Returns the

@@ -116,6 +116,20 @@ int conn_reserve(struct conn *c, const char *key, uint64_t nbytes, ecc_entry_v1_
   return ECC_OK;
 }
 
+int conn_publish_written(struct conn *c, uint64_t token)
+{
+  int rc = need_directory(c, "publish");
+  if (rc != ECC_OK)
+    return rc;
+  struct dir_ref ref;
+  char why[256] = "";
+  rc = ref_of(token, &ref) ? dir_publish(&c->dir, ref, why, sizeof(why)) : ECC_ERR_CLOSED;
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "publish: token 0x%" PRIx64 ": %s", token,
+                    why[0] != '\0' ? why : "names no reservation");
+  return ECC_OK;
+}
+
 int conn_abort_reserved(struct conn *c, uint64_t token)
 {
   int rc = need_directory(c, "abort_reserved");

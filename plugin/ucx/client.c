@@ -1,0 +1,730 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * client.c - the consumer host's side (client.h): the handshake, lookups
+ * waited for with a deadline, the remote pins this process holds, pulls
+ * (gets into a local reservation, then the local load), and failed pulls
+ * reported as completions.
+ */
+#include "client.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "connector_private.h"
+#include "errtext.h"
+#include "net.h"
+#include "wire.h"
+
+/* A server pin this process holds: what the server said of its entry. */
+struct rpin {
+  uint64_t token; /* the server's */
+  uint64_t nbytes;
+  uint32_t left; /* releases due */
+  uint32_t n_runs;
+  struct wire_run runs[WIRE_MAX_RUNS];
+  char key[ECC_KEY_MAX + 1];
+};
+
+/* One entry being pulled: its gets, then its local load. */
+struct pull {
+  struct ucx_client *cl;
+  struct pull *next;
+  uint64_t transfer_id, dst, dst_capacity;
+  uint64_t local_token; /* the local reservation the gets fill */
+  uint64_t remote_token;
+  uint64_t nbytes;
+  uint64_t started_ns;
+  atomic_uint gets_left; /* gets in flight, plus one while they are being issued */
+  atomic_bool failed;
+  char key[ECC_KEY_MAX + 1];
+};
+
+/* A LOOKUP waiting for its FOUND. */
+struct waiter {
+  struct waiter *next;
+  uint64_t req_id;
+  bool done;
+  int status;
+  uint32_t n;
+  struct wire_found_entry *entries; /* n of them, copied from the reply */
+};
+
+enum { LINK_CONNECTING, LINK_UP, LINK_DOWN };
+
+struct ucx_client {
+  struct conn *conn;
+  struct ecc_log *log;
+  struct ucx_config cfg;
+  struct net *net;
+  struct net_peer *peer;
+  uint64_t client_id;
+  atomic_uint_fast64_t seq;
+  pthread_mutex_t lock; /* everything below */
+  pthread_cond_t cond;
+  int link; /* LINK_* */
+  int refused_code;
+  char link_why[256];
+  uint64_t server_id;
+  uint64_t next_req;
+  struct waiter *waiters;
+  struct rpin *pins;
+  size_t n_pins, cap_pins;
+  struct pull *pulls;
+  size_t n_pulls;
+  ecc_completion_v1_t *failed; /* completions of pulls that failed, for poll */
+  size_t n_failed, cap_failed;
+};
+
+static uint64_t deadline_after(uint32_t ms)
+{
+  return ecc_now_ns() + (uint64_t)ms * 1000000ull;
+}
+
+static void wait_until(struct ucx_client *cl, uint64_t deadline_ns)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t now = ecc_now_ns(), left = deadline_ns > now ? deadline_ns - now : 0;
+  if (left > 20000000ull)
+    left = 20000000ull; /* wake now and then to look at the clock again */
+  uint64_t ns = (uint64_t)ts.tv_nsec + left;
+  ts.tv_sec += (time_t)(ns / 1000000000ull);
+  ts.tv_nsec = (long)(ns % 1000000000ull);
+  pthread_cond_timedwait(&cl->cond, &cl->lock, &ts);
+}
+
+/* ---- messages from the server ------------------------------------------ */
+
+static void took_welcome(struct ucx_client *cl, const struct wire_welcome *w)
+{
+  int rc = w->block_size == cl->conn->region.block_size
+               ? net_peer_region(cl->net, cl->peer, w->rkey, w->rkey_len, w->region_base)
+               : ECC_ERR_INCOMPATIBLE;
+  pthread_mutex_lock(&cl->lock);
+  if (rc == ECC_OK) {
+    cl->link = LINK_UP;
+    cl->server_id = w->server_id;
+  } else {
+    cl->link = LINK_DOWN;
+    cl->refused_code = rc;
+    snprintf(cl->link_why, sizeof(cl->link_why), "the server's region is not usable (block size %" PRIu64 ")",
+             w->block_size);
+  }
+  pthread_cond_broadcast(&cl->cond);
+  pthread_mutex_unlock(&cl->lock);
+}
+
+static void took_refuse(struct ucx_client *cl, const struct wire_refuse *r)
+{
+  pthread_mutex_lock(&cl->lock);
+  cl->link = LINK_DOWN;
+  cl->refused_code = r->code;
+  snprintf(cl->link_why, sizeof(cl->link_why), "refused by the server: %.*s", (int)r->reason_len,
+           r->reason);
+  pthread_cond_broadcast(&cl->cond);
+  pthread_mutex_unlock(&cl->lock);
+  log_msg(cl->log, ECC_LOG_ERROR, "ucx: %s", cl->link_why);
+}
+
+static void took_found(struct ucx_client *cl, const struct wire_msg *m)
+{
+  const struct wire_found *f = &m->u.found;
+  struct wire_found_entry *copy = f->n > 0 ? calloc(f->n, sizeof(*copy)) : NULL;
+  for (uint32_t i = 0; copy != NULL && i < f->n; i++)
+    wire_found_entry(m, i, &copy[i]);
+  pthread_mutex_lock(&cl->lock);
+  struct waiter *w = cl->waiters;
+  while (w != NULL && w->req_id != f->req_id)
+    w = w->next;
+  if (w != NULL && !w->done) {
+    w->done = true;
+    w->status = f->n > 0 && copy == NULL ? ECC_ERR_NOMEM : f->status;
+    w->n = copy != NULL ? f->n : 0;
+    w->entries = copy;
+    copy = NULL;
+    pthread_cond_broadcast(&cl->cond);
+  }
+  pthread_mutex_unlock(&cl->lock);
+  /* An answer nobody waits for any more (its deadline passed): the pins it
+   * took are given back at once. */
+  if (copy != NULL) {
+    uint64_t tokens[WIRE_MAX_KEYS];
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < f->n; i++)
+      if (copy[i].found)
+        tokens[k++] = copy[i].token;
+    uint8_t buf[WIRE_HEADER_BYTES + 8 + 8 * WIRE_MAX_KEYS];
+    size_t len = k > 0 ? wire_encode_release(buf, sizeof(buf), atomic_fetch_add(&cl->seq, 1),
+                                             tokens, k)
+                       : 0;
+    if (len > 0)
+      net_send(cl->net, cl->peer, buf, len);
+    free(copy);
+  }
+}
+
+static void on_message(void *user, struct net_peer *p, const uint8_t *buf, size_t len)
+{
+  (void)p;
+  struct ucx_client *cl = user;
+  struct wire_msg m;
+  char why[256];
+  if (wire_decode(buf, len, &m, why, sizeof(why)) != ECC_OK) {
+    log_msg(cl->log, ECC_LOG_WARN, "ucx: a message from the server dropped: %s", why);
+    return;
+  }
+  switch (m.h.type) {
+  case WIRE_WELCOME:
+    took_welcome(cl, &m.u.welcome);
+    break;
+  case WIRE_REFUSE:
+    took_refuse(cl, &m.u.refuse);
+    break;
+  case WIRE_FOUND:
+    took_found(cl, &m);
+    break;
+  case WIRE_PONG:
+    break;
+  default:
+    log_msg(cl->log, ECC_LOG_WARN, "ucx: the server sent %s, which only a client sends: ignored",
+            wire_type_name(m.h.type));
+  }
+}
+
+static void on_peer_error(void *user, struct net_peer *p, int code, const char *why)
+{
+  (void)p;
+  (void)code;
+  struct ucx_client *cl = user;
+  pthread_mutex_lock(&cl->lock);
+  cl->link = LINK_DOWN;
+  cl->refused_code = ECC_ERR_TRANSFER;
+  snprintf(cl->link_why, sizeof(cl->link_why), "the server at %s port %u failed: %s",
+           cl->cfg.addr, cl->cfg.port, why);
+  pthread_cond_broadcast(&cl->cond);
+  pthread_mutex_unlock(&cl->lock);
+  log_msg(cl->log, ECC_LOG_ERROR, "ucx: %s", cl->link_why);
+}
+
+/* ---- the link ----------------------------------------------------------- */
+
+static int link_error(struct ucx_client *cl)
+{
+  return log_fail(cl->log, cl->refused_code != 0 ? cl->refused_code : ECC_ERR_TRANSFER, "ucx: %s",
+                  cl->link_why[0] ? cl->link_why : "no link to the server");
+}
+
+static int send_to_server(struct ucx_client *cl, const uint8_t *buf, size_t len)
+{
+  if (len == 0)
+    return log_fail(cl->log, ECC_ERR_INVALID, "ucx: a message could not be encoded");
+  return net_send(cl->net, cl->peer, buf, len);
+}
+
+static int handshake(struct ucx_client *cl, char *err, size_t err_cap)
+{
+  struct wire_hello h = {.layout_hash = wire_layout_hash(cl->conn->region.block_size),
+                         .client_id = cl->client_id,
+                         .tp_rank = cl->conn->cfg.tp_rank};
+  uint8_t buf[WIRE_HEADER_BYTES + 32];
+  int rc = send_to_server(cl, buf, wire_encode_hello(buf, sizeof(buf), 0, &h));
+  uint64_t deadline = deadline_after(cl->cfg.connect_ms);
+  pthread_mutex_lock(&cl->lock);
+  while (rc == ECC_OK && cl->link == LINK_CONNECTING && ecc_now_ns() < deadline)
+    wait_until(cl, deadline);
+  if (rc == ECC_OK && cl->link == LINK_CONNECTING) {
+    cl->link = LINK_DOWN;
+    snprintf(cl->link_why, sizeof(cl->link_why), "no answer from %s port %u within %u ms",
+             cl->cfg.addr, cl->cfg.port, cl->cfg.connect_ms);
+  }
+  if (rc == ECC_OK && cl->link != LINK_UP)
+    rc = cl->refused_code != 0 ? cl->refused_code : ECC_ERR_TRANSFER;
+  if (rc != ECC_OK)
+    errtext_fail(err, err_cap, rc, "ucx: %s", cl->link_why[0] ? cl->link_why : "cannot send");
+  pthread_mutex_unlock(&cl->lock);
+  return rc;
+}
+
+static uint64_t random_id(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32;
+  x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ull;
+  return x ^ (x >> 29);
+}
+
+int ucx_client_start(struct conn *conn, const struct ucx_config *cfg, char *err, size_t err_cap,
+                     struct ucx_client **out)
+{
+  *out = NULL;
+  if (conn->cfg.engine == ENGINE_CUDA)
+    return errtext_fail(err, err_cap, ECC_ERR_CONFIG,
+                        "config: engine.type = cuda: the ucx plugin's client copies with the host "
+                        "engine only in this version (a pulled entry is copied when it arrives, "
+                        "which a stream cannot be ordered after)");
+  struct ucx_client *cl = calloc(1, sizeof(*cl));
+  if (cl == NULL)
+    return errtext_fail(err, err_cap, ECC_ERR_NOMEM, "ucx: out of memory");
+  cl->conn = conn;
+  cl->log = &conn->log;
+  cl->cfg = *cfg;
+  cl->client_id = random_id();
+  pthread_mutex_init(&cl->lock, NULL);
+  pthread_cond_init(&cl->cond, NULL);
+  struct net_params np = {.server = 0,
+                          .addr = cfg->addr,
+                          .port = cfg->port,
+                          .transports = cfg->transports,
+                          .net_devices = cfg->net_devices[0] ? cfg->net_devices : NULL,
+                          .region = conn->region.blocks,
+                          .region_bytes = conn->region.block_size * conn->region.num_blocks,
+                          .log = cl->log,
+                          .cb = {cl, NULL, on_message, on_peer_error}};
+  int rc = net_create(&np, &cl->net, err, err_cap);
+  if (rc == ECC_OK) {
+    cl->peer = net_server_peer(cl->net);
+    rc = handshake(cl, err, err_cap);
+  }
+  if (rc != ECC_OK) {
+    net_destroy(cl->net);
+    pthread_cond_destroy(&cl->cond);
+    pthread_mutex_destroy(&cl->lock);
+    free(cl);
+    return rc;
+  }
+  log_msg(cl->log, ECC_LOG_INFO, "ucx: connected to %s port %u (server %016" PRIx64 ")",
+          cfg->addr, cfg->port, cl->server_id);
+  *out = cl;
+  return ECC_OK;
+}
+
+/* ---- remote pins (lock held) ------------------------------------------------ */
+
+static struct rpin *pin_find(struct ucx_client *cl, uint64_t token)
+{
+  for (size_t i = 0; i < cl->n_pins; i++)
+    if (cl->pins[i].token == token)
+      return &cl->pins[i];
+  return NULL;
+}
+
+static bool pin_add(struct ucx_client *cl, const struct wire_found_entry *f, const char *key,
+                    uint32_t ranks)
+{
+  struct rpin *p = pin_find(cl, f->token);
+  if (p != NULL) {
+    p->left += ranks;
+    return true;
+  }
+  if (cl->n_pins == cl->cap_pins) {
+    size_t cap = cl->cap_pins ? 2 * cl->cap_pins : 64;
+    struct rpin *np = realloc(cl->pins, cap * sizeof(*np));
+    if (np == NULL)
+      return false;
+    cl->pins = np;
+    cl->cap_pins = cap;
+  }
+  p = &cl->pins[cl->n_pins++];
+  memset(p, 0, sizeof(*p));
+  p->token = f->token;
+  p->nbytes = f->nbytes;
+  p->left = ranks;
+  p->n_runs = f->n_runs;
+  memcpy(p->runs, f->runs, sizeof(p->runs));
+  snprintf(p->key, sizeof(p->key), "%s", key);
+  return true;
+}
+
+/* One release of the pin taken here; false if this process holds none. */
+static bool pin_take_one(struct ucx_client *cl, uint64_t token)
+{
+  struct rpin *p = pin_find(cl, token);
+  if (p == NULL)
+    return false;
+  if (--p->left == 0)
+    *p = cl->pins[--cl->n_pins];
+  return true;
+}
+
+static void release_remote(struct ucx_client *cl, const uint64_t *tokens, uint32_t n)
+{
+  uint8_t buf[WIRE_HEADER_BYTES + 8 + 8 * WIRE_MAX_KEYS];
+  for (uint32_t done = 0; done < n;) {
+    uint32_t k = n - done < WIRE_MAX_KEYS ? n - done : WIRE_MAX_KEYS;
+    size_t len =
+        wire_encode_release(buf, sizeof(buf), atomic_fetch_add(&cl->seq, 1), tokens + done, k);
+    if (len == 0 || net_send(cl->net, cl->peer, buf, len) != ECC_OK)
+      log_msg(cl->log, ECC_LOG_WARN, "ucx: %u releases not sent (the server drops a gone "
+              "client's pins itself)", k);
+    done += k;
+  }
+}
+
+/* ---- lookup ------------------------------------------------------------- */
+
+static int wait_found(struct ucx_client *cl, struct waiter *w)
+{
+  uint64_t deadline = deadline_after(cl->cfg.deadline_ms);
+  while (!w->done && cl->link == LINK_UP && ecc_now_ns() < deadline)
+    wait_until(cl, deadline);
+  struct waiter **at = &cl->waiters;
+  while (*at != w)
+    at = &(*at)->next;
+  *at = w->next;
+  if (w->done)
+    return w->status;
+  if (cl->link != LINK_UP)
+    return ECC_ERR_TRANSFER;
+  snprintf(cl->link_why, sizeof(cl->link_why), "no answer to a lookup within %u ms",
+           cl->cfg.deadline_ms);
+  return ECC_ERR_TRANSFER;
+}
+
+/* One LOOKUP of at most WIRE_MAX_KEYS keys. */
+static int lookup_chunk(struct ucx_client *cl, const char *const *keys, uint32_t n, uint32_t ranks,
+                        ecc_entry_v1_t *out)
+{
+  static const size_t cap = WIRE_HEADER_BYTES + 16 + WIRE_MAX_KEYS * (2 + ECC_KEY_MAX);
+  uint8_t *buf = malloc(cap);
+  if (buf == NULL)
+    return log_fail(cl->log, ECC_ERR_NOMEM, "ucx: out of memory");
+  struct waiter w = {0};
+  pthread_mutex_lock(&cl->lock);
+  int rc = cl->link == LINK_UP ? ECC_OK : ECC_ERR_TRANSFER;
+  w.req_id = ++cl->next_req;
+  w.next = cl->waiters;
+  cl->waiters = &w;
+  pthread_mutex_unlock(&cl->lock);
+  size_t len = wire_encode_lookup(buf, cap, atomic_fetch_add(&cl->seq, 1), w.req_id, ranks, keys, n);
+  if (rc == ECC_OK)
+    rc = send_to_server(cl, buf, len);
+  free(buf);
+  pthread_mutex_lock(&cl->lock);
+  int got = wait_found(cl, &w);
+  rc = rc != ECC_OK ? rc : got;
+  for (uint32_t i = 0; rc == ECC_OK && i < n; i++) {
+    memset(&out[i], 0, sizeof(out[i]));
+    const struct wire_found_entry *f = i < w.n ? &w.entries[i] : NULL;
+    if (f == NULL || !f->found)
+      continue;
+    if (!pin_add(cl, f, keys[i], ranks)) {
+      rc = ECC_ERR_NOMEM;
+      break;
+    }
+    out[i].state = ECC_ENTRY_READY;
+    out[i].token = f->token;
+    out[i].nbytes = f->nbytes;
+    out[i].n_extents = f->n_runs;
+    for (uint32_t r = 0; r < f->n_runs && r < ECC_ENTRY_MAX_EXTENTS; r++)
+      out[i].extents[r] = (ecc_extent_v1_t){f->runs[r].first, f->runs[r].count};
+  }
+  int link = cl->link;
+  pthread_mutex_unlock(&cl->lock);
+  free(w.entries);
+  if (rc != ECC_OK && link != LINK_UP)
+    return link_error(cl);
+  if (rc != ECC_OK)
+    return log_fail(cl->log, rc, "ucx: lookup of %u keys: %s", n,
+                    got == ECC_ERR_TRANSFER ? cl->link_why : "the server refused it");
+  return ECC_OK;
+}
+
+int ucx_client_lookup(struct ucx_client *cl, const char *const *keys, size_t n, uint32_t ranks,
+                      ecc_entry_v1_t *out)
+{
+  if (n > 0 && (keys == NULL || out == NULL))
+    return log_fail(cl->log, ECC_ERR_INVALID, "lookup: %s is NULL", keys == NULL ? "keys" : "out");
+  if (ranks == 0)
+    return log_fail(cl->log, ECC_ERR_INVALID, "lookup: ranks is 0 (a pin needs one release)");
+  for (size_t i = 0; i < n; i++) {
+    size_t len = keys[i] != NULL ? strnlen(keys[i], ECC_KEY_MAX + 1) : 0;
+    if (len == 0 || len > ECC_KEY_MAX)
+      return log_fail(cl->log, ECC_ERR_INVALID, "lookup: key %zu is %s", i,
+                      keys[i] == NULL ? "NULL" : len == 0 ? "empty" : "longer than 127 bytes");
+  }
+  for (size_t done = 0; done < n;) {
+    uint32_t k = (uint32_t)(n - done < WIRE_MAX_KEYS ? n - done : WIRE_MAX_KEYS);
+    int rc = lookup_chunk(cl, keys + done, k, ranks, out + done);
+    if (rc != ECC_OK)
+      return rc; /* pins of earlier chunks stay held: their tokens are in out */
+    done += k;
+  }
+  return ECC_OK;
+}
+
+int ucx_client_unpin(struct ucx_client *cl, uint64_t token)
+{
+  pthread_mutex_lock(&cl->lock);
+  bool held = pin_take_one(cl, token);
+  pthread_mutex_unlock(&cl->lock);
+  if (!held)
+    return log_fail(cl->log, ECC_ERR_CLOSED, "unpin: token 0x%" PRIx64 " names no pin of this "
+                    "process", token);
+  release_remote(cl, &token, 1);
+  return ECC_OK;
+}
+
+/* ---- pulls ---------------------------------------------------------------- */
+
+static void fail_pull(struct ucx_client *cl, struct pull *p, const char *why)
+{
+  log_msg(cl->log, ECC_LOG_ERROR, "ucx: load of %s (transfer %" PRIu64 ") failed: %s", p->key,
+          p->transfer_id, why);
+  pthread_mutex_lock(&cl->lock);
+  if (cl->n_failed == cl->cap_failed) {
+    size_t cap = cl->cap_failed ? 2 * cl->cap_failed : 16;
+    ecc_completion_v1_t *f = realloc(cl->failed, cap * sizeof(*f));
+    if (f != NULL) {
+      cl->failed = f;
+      cl->cap_failed = cap;
+    }
+  }
+  if (cl->n_failed < cl->cap_failed)
+    cl->failed[cl->n_failed++] = (ecc_completion_v1_t){.direction = ECC_DIR_LOAD,
+                                                        .status = ECC_ERR_TRANSFER,
+                                                        .transfer_id = p->transfer_id,
+                                                        .nbytes = 0};
+  pthread_mutex_unlock(&cl->lock);
+}
+
+/* The local copy of a pulled entry: published, pinned, loaded. */
+static int load_local(struct ucx_client *cl, struct pull *p, bool published)
+{
+  struct conn *c = cl->conn;
+  int rc = published ? ECC_OK : conn_publish_written(c, p->local_token);
+  ecc_entry_v1_t e;
+  const char *key = p->key;
+  if (rc == ECC_OK)
+    rc = conn_lookup(c, &key, 1, 1, &e);
+  if (rc == ECC_OK && e.state != ECC_ENTRY_READY)
+    rc = ECC_ERR_BUSY; /* evicted between the two calls */
+  if (rc != ECC_OK)
+    return rc;
+  ecc_load_pinned_v1_t lp = {p->transfer_id, e.token, p->dst, p->dst_capacity};
+  rc = conn_load_pinned(c, &lp, 1, NULL);
+  if (rc != ECC_OK)
+    (void)conn_unpin(c, e.token);
+  return rc;
+}
+
+static void pull_unlink(struct ucx_client *cl, struct pull *p)
+{
+  pthread_mutex_lock(&cl->lock);
+  struct pull **at = &cl->pulls;
+  while (*at != NULL && *at != p)
+    at = &(*at)->next;
+  if (*at == p) {
+    *at = p->next;
+    cl->n_pulls--;
+  }
+  pthread_cond_broadcast(&cl->cond);
+  pthread_mutex_unlock(&cl->lock);
+}
+
+/* The last get is back: the entry is loaded from the local region, or the
+ * reservation is given up; either way the server's pin is released. */
+static void pull_finish(struct pull *p)
+{
+  struct ucx_client *cl = p->cl;
+  if (atomic_load(&p->failed)) {
+    (void)conn_abort_reserved(cl->conn, p->local_token);
+    fail_pull(cl, p, "a get from the server failed");
+  } else {
+    int rc = load_local(cl, p, false);
+    if (rc != ECC_OK)
+      fail_pull(cl, p, "the local copy could not start");
+  }
+  release_remote(cl, &p->remote_token, 1);
+  pull_unlink(cl, p);
+  free(p);
+}
+
+static void get_done(void *arg, int status)
+{
+  struct pull *p = arg;
+  if (status != ECC_OK)
+    atomic_store(&p->failed, true);
+  if (atomic_fetch_sub(&p->gets_left, 1) == 1)
+    pull_finish(p);
+}
+
+/* Gets that copy the entry's bytes from the server's runs into the local
+ * reservation's runs (the two need not be cut alike). */
+static void issue_gets(struct ucx_client *cl, struct pull *p, const struct rpin *r,
+                       const ecc_entry_v1_t *local)
+{
+  uint64_t bs = cl->conn->region.block_size, left = p->nbytes;
+  uint32_t ri = 0, li = 0;
+  uint64_t r_off = 0, l_off = 0; /* bytes into the current run of each side */
+  while (left > 0 && ri < r->n_runs && li < local->n_extents) {
+    uint64_t r_run = (uint64_t)r->runs[ri].count * bs - r_off;
+    uint64_t l_run = (uint64_t)local->extents[li].n_blocks * bs - l_off;
+    uint64_t len = left < r_run ? left : r_run;
+    len = len < l_run ? len : l_run;
+    uint8_t *to = cl->conn->region.blocks + (uint64_t)local->extents[li].first_block * bs + l_off;
+    uint64_t from = (uint64_t)r->runs[ri].first * bs + r_off;
+    atomic_fetch_add(&p->gets_left, 1);
+    if (net_get(cl->net, cl->peer, to, len, from, get_done, p) != ECC_OK) {
+      atomic_store(&p->failed, true);
+      atomic_fetch_sub(&p->gets_left, 1);
+      break;
+    }
+    left -= len;
+    r_off += len;
+    l_off += len;
+    if (r_off == (uint64_t)r->runs[ri].count * bs) {
+      ri++;
+      r_off = 0;
+    }
+    if (l_off == (uint64_t)local->extents[li].n_blocks * bs) {
+      li++;
+      l_off = 0;
+    }
+  }
+  if (left > 0)
+    atomic_store(&p->failed, true);
+}
+
+/* Checks every entry before starting any: tokens held here, room at dst. */
+static int check_loads(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, size_t n,
+                       struct rpin *copy)
+{
+  int rc = ECC_OK;
+  pthread_mutex_lock(&cl->lock);
+  for (size_t i = 0; i < n && rc == ECC_OK; i++) {
+    struct rpin *r = pin_find(cl, e[i].token);
+    if (r == NULL)
+      rc = log_fail(cl->log, ECC_ERR_CLOSED,
+                    "load_pinned: entry %zu: token 0x%" PRIx64 " names no pin of this process", i,
+                    e[i].token);
+    else if (e[i].dst == 0 || e[i].dst_capacity < r->nbytes)
+      rc = log_fail(cl->log, ECC_ERR_INVALID,
+                    "load_pinned: entry %zu (%s): destination of %" PRIu64 " bytes for %" PRIu64,
+                    i, r->key, e[i].dst_capacity, r->nbytes);
+    else
+      copy[i] = *r;
+  }
+  if (rc == ECC_OK && cl->link != LINK_UP)
+    rc = link_error(cl);
+  pthread_mutex_unlock(&cl->lock);
+  return rc;
+}
+
+static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, const struct rpin *r)
+{
+  ecc_entry_v1_t local;
+  int rc = conn_reserve(cl->conn, r->key, r->nbytes, &local);
+  if (rc != ECC_OK)
+    return rc;
+  if (local.state == ECC_ENTRY_WRITING)
+    return log_fail_at(cl->log, ECC_LOG_DEBUG, ECC_ERR_BUSY,
+                       "load_pinned: %s is being pulled by another process here", r->key);
+  struct pull *p = calloc(1, sizeof(*p));
+  if (p == NULL) {
+    if (local.state == ECC_ENTRY_RESERVED)
+      (void)conn_abort_reserved(cl->conn, local.token);
+    return log_fail(cl->log, ECC_ERR_NOMEM, "load_pinned: out of memory");
+  }
+  *p = (struct pull){.cl = cl, .transfer_id = e->transfer_id, .dst = e->dst,
+                     .dst_capacity = e->dst_capacity, .local_token = local.token,
+                     .remote_token = r->token, .nbytes = r->nbytes, .started_ns = ecc_now_ns()};
+  snprintf(p->key, sizeof(p->key), "%s", r->key);
+  pthread_mutex_lock(&cl->lock);
+  pin_take_one(cl, r->token);
+  p->next = cl->pulls;
+  cl->pulls = p;
+  cl->n_pulls++;
+  pthread_mutex_unlock(&cl->lock);
+  if (local.state == ECC_ENTRY_READY) {
+    /* Already here from an earlier pull: no bytes cross the network. */
+    if (load_local(cl, p, true) != ECC_OK)
+      fail_pull(cl, p, "the local copy could not start");
+    release_remote(cl, &p->remote_token, 1);
+    pull_unlink(cl, p);
+    free(p);
+    return ECC_OK;
+  }
+  atomic_store(&p->gets_left, 1);
+  issue_gets(cl, p, r, &local);
+  get_done(p, ECC_OK); /* the one held while issuing */
+  return ECC_OK;
+}
+
+int ucx_client_load_pinned(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, size_t n,
+                           void *stream)
+{
+  if (n > 0 && e == NULL)
+    return log_fail(cl->log, ECC_ERR_INVALID, "load_pinned: entries is NULL");
+  if (stream != NULL)
+    return log_fail(cl->log, ECC_ERR_INVALID,
+                    "load_pinned: a stream was given; the ucx client copies with the host engine");
+  struct rpin *copy = n > 0 ? calloc(n, sizeof(*copy)) : NULL;
+  if (n > 0 && copy == NULL)
+    return log_fail(cl->log, ECC_ERR_NOMEM, "load_pinned: out of memory");
+  int rc = check_loads(cl, e, n, copy);
+  for (size_t i = 0; rc == ECC_OK && i < n; i++) {
+    rc = start_pull(cl, &e[i], &copy[i]);
+    if (rc != ECC_OK && i > 0)
+      log_msg(cl->log, ECC_LOG_WARN,
+              "load_pinned: entries 0..%zu were started; their completions follow", i - 1);
+  }
+  free(copy);
+  return rc;
+}
+
+int ucx_client_poll(struct ucx_client *cl, ecc_completion_v1_t *out, size_t cap, size_t *n_out)
+{
+  if (n_out == NULL || (cap > 0 && out == NULL))
+    return log_fail(cl->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
+  size_t k = 0;
+  pthread_mutex_lock(&cl->lock);
+  while (k < cap && cl->n_failed > 0) {
+    out[k++] = cl->failed[0];
+    memmove(cl->failed, cl->failed + 1, --cl->n_failed * sizeof(*cl->failed));
+  }
+  pthread_mutex_unlock(&cl->lock);
+  size_t more = 0;
+  int rc = cap > k ? conn_poll(cl->conn, out + k, cap - k, &more) : ECC_OK;
+  *n_out = k + more;
+  return rc;
+}
+
+void ucx_client_stop(struct ucx_client *cl)
+{
+  if (cl == NULL)
+    return;
+  uint64_t deadline = deadline_after(cl->cfg.deadline_ms);
+  pthread_mutex_lock(&cl->lock);
+  while (cl->n_pulls > 0 && ecc_now_ns() < deadline)
+    wait_until(cl, deadline);
+  size_t left = cl->n_pulls, due = 0;
+  for (size_t i = 0; i < cl->n_pins; i++)
+    due += cl->pins[i].left;
+  uint64_t *tokens = calloc(due + 1, sizeof(*tokens));
+  uint32_t n = 0;
+  for (size_t i = 0; tokens != NULL && i < cl->n_pins; i++)
+    for (uint32_t k = 0; k < cl->pins[i].left; k++)
+      tokens[n++] = cl->pins[i].token;
+  pthread_mutex_unlock(&cl->lock);
+  if (left > 0)
+    log_msg(cl->log, ECC_LOG_WARN, "ucx: closing with %zu pulls in flight", left);
+  if (n > 0)
+    release_remote(cl, tokens, n);
+  free(tokens);
+  /* Closing the endpoint completes the gets still in flight, with errors. */
+  net_destroy(cl->net);
+  free(cl->pins);
+  free(cl->failed);
+  pthread_cond_destroy(&cl->cond);
+  pthread_mutex_destroy(&cl->lock);
+  free(cl);
+}

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ucx_config.h - the [ucx] keys of the cross-host plugin: its role, where
+ * it listens or connects, UCX's transports and the deadlines. Every other
+ * key is the shm connector's (config.h), for the local region each side
+ * keeps.
+ */
+#ifndef ECC_UCX_CONFIG_H
+#define ECC_UCX_CONFIG_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "ecc_plugin_v1.h"
+
+enum ucx_role { UCX_ROLE_SERVER = 1, UCX_ROLE_CLIENT };
+
+struct ucx_config {
+  int role;              /* enum ucx_role */
+  char addr[64];         /* numeric address to listen on (server) or connect to (client) */
+  uint16_t port;         /* its port */
+  char transports[64];   /* UCX_TLS */
+  char net_devices[128]; /* UCX_NET_DEVICES; "" for all */
+  uint32_t deadline_ms;  /* the longest a request waits for the peer's answer */
+  uint32_t connect_ms;   /* the longest the handshake waits */
+};
+
+/* Published keys: the shm connector's, then UCX_N_OWN of ours. */
+#define UCX_N_OWN 6
+#define UCX_N_PARAMS (CONFIG_N_PARAMS + UCX_N_OWN)
+extern ecc_param_v1_t ucx_params[UCX_N_PARAMS];
+
+/* Parses ours and hands the others to config_parse. ECC_ERR_CONFIG naming
+ * the key on error. */
+int ucx_config_parse(const ecc_kv_v1_t *kv, size_t n, struct ucx_config *ucx,
+                     struct plugin_config *local, char *err, size_t err_cap);
+
+#endif

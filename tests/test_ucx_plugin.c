@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_ucx_plugin.c - libecc-ucx.so through the host library, a server and
+ * a client over TCP on the loopback: entries of every size found by key on
+ * the server and loaded on the client, the client's local copy, the
+ * server's pins released, a layout mismatch refused by name on both sides,
+ * and a killed server turned into errors, never into wrong bytes.
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ecc_host.h"
+#include "helpers.h"
+
+TestSuite(ucx_plugin, .timeout = 120);
+
+#define BS 4096u
+
+static uint16_t free_port(void)
+{
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  cr_assert_geq(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(a);
+  cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+  cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+static const char *ucx_ini(const char *role, const char *region, uint64_t block_size,
+                           uint16_t port, const char *extra)
+{
+  return th_ini_text("[plugin]\npath = %s\nlog_level = error\n\n"
+                     "[region]\nname = %s\nblock_size = %llu\nsize = %llu\n\n"
+                     "[engine]\ntype = host\n\n[directory]\nenabled = true\n\n"
+                     "[ucx]\nrole = %s\naddress = 127.0.0.1:%u\n%s",
+                     ECC_UCX_PLUGIN_PATH, region, (unsigned long long)block_size,
+                     (unsigned long long)block_size * 2048, role, port, extra ? extra : "");
+}
+
+static ecc_connector_t *open_ok(const char *ini)
+{
+  char err[512] = "";
+  ecc_connector_t *c = NULL;
+  int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
+  cr_assert_eq(rc, ECC_OK, "ecc_open(%s): %d %s", ini, rc, err);
+  return c;
+}
+
+static uint8_t pattern(const char *key, uint64_t i)
+{
+  return (uint8_t)(key[0] * 7 + key[strlen(key) - 1] * 13 + i * 31 + (i >> 9));
+}
+
+/* The producer's side: reserve, save from host memory, wait for the save. */
+static void produce(ecc_connector_t *srv, const char *key, uint64_t nbytes)
+{
+  uint8_t *src = malloc(nbytes);
+  cr_assert_not_null(src);
+  for (uint64_t i = 0; i < nbytes; i++)
+    src[i] = pattern(key, i);
+  ecc_entry_t e;
+  cr_assert_eq(ecc_reserve(srv, key, nbytes, &e), ECC_OK);
+  cr_assert_eq(e.state, ECC_ENTRY_RESERVED, "%s: state %d", key, e.state);
+  ecc_save_reserved_t s = {e.token, (uint64_t)(uintptr_t)src, nbytes};
+  cr_assert_eq(ecc_save_reserved(srv, &s, 1), ECC_OK);
+  cr_assert_eq(ecc_flush(srv, NULL), ECC_OK);
+  ecc_completion_t done;
+  cr_assert_eq(th_poll_until(srv, &done, 1, 10000), 1u, "%s: no save completion", key);
+  cr_assert_eq(done.status, ECC_OK);
+  free(src);
+}
+
+/* The consumer's side: one entry looked up and loaded; 0 if absent. */
+static int consume(ecc_connector_t *cli, const char *key, uint64_t nbytes, int *status)
+{
+  ecc_entry_t e;
+  const char *keys[] = {key};
+  int rc = ecc_lookup(cli, keys, 1, 1, &e);
+  if (rc != ECC_OK)
+    return rc;
+  if (e.state != ECC_ENTRY_READY)
+    return 0;
+  cr_expect_eq(e.nbytes, nbytes, "%s: nbytes", key);
+  uint8_t *dst = malloc(nbytes + 64);
+  cr_assert_not_null(dst);
+  memset(dst, 0xEE, nbytes + 64);
+  ecc_load_pinned_t lp = {77, e.token, (uint64_t)(uintptr_t)dst, nbytes + 64};
+  rc = ecc_load_pinned(cli, &lp, 1, NULL);
+  if (rc != ECC_OK) {
+    free(dst);
+    return rc;
+  }
+  ecc_completion_t done;
+  cr_assert_eq(th_poll_until(cli, &done, 1, 10000), 1u, "%s: no load completion", key);
+  cr_expect_eq(done.transfer_id, 77u);
+  *status = done.status;
+  if (done.status == ECC_OK) {
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < nbytes; i++)
+      bad += dst[i] != pattern(key, i);
+    cr_expect_eq(bad, 0u, "%s: %llu of %llu bytes wrong", key, (unsigned long long)bad,
+                 (unsigned long long)nbytes);
+    cr_expect_eq(dst[nbytes], 0xEE, "%s: written past its bytes", key);
+  }
+  free(dst);
+  return 1;
+}
+
+static uint32_t pins_on(ecc_connector_t *c, const char *key)
+{
+  ecc_listed_t l[64];
+  uint64_t cursor = 0;
+  size_t n = 0;
+  uint32_t pins = UINT32_MAX;
+  do {
+    cr_assert_eq(ecc_list(c, &cursor, l, 64, &n), ECC_OK);
+    for (size_t i = 0; i < n; i++)
+      if (strcmp(l[i].key, key) == 0)
+        pins = l[i].pins;
+  } while (n > 0 && cursor != 0);
+  return pins;
+}
+
+Test(ucx_plugin, entries_of_every_size_cross_and_their_pins_are_released)
+{
+  uint16_t port = free_port();
+  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  const uint64_t sizes[] = {1, BS - 1, BS, BS + 1, 16 * BS + 7, 1u << 20, 3u << 20};
+  char key[32];
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    snprintf(key, sizeof(key), "img-%zu", i);
+    produce(srv, key, sizes[i]);
+  }
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    snprintf(key, sizeof(key), "img-%zu", i);
+    int status = -1;
+    cr_assert_eq(consume(cli, key, sizes[i], &status), 1, "%s not found", key);
+    cr_expect_eq(status, ECC_OK, "%s: load status %d", key, status);
+    /* The release follows the load's completion: give it a moment. */
+    for (int t = 0; t < 200 && pins_on(srv, key) != 0; t++)
+      usleep(5000);
+    cr_expect_eq(pins_on(srv, key), 0u, "%s: the server still holds a pin", key);
+    cr_expect_eq(pins_on(cli, key), 0u, "%s: the client's copy is pinned", key);
+  }
+  /* An absent key is reported absent, and pins nothing. */
+  int status;
+  cr_expect_eq(consume(cli, "no-such-image", 10, &status), 0);
+  /* A second load of the same key is served from the client's copy. */
+  cr_expect_eq(consume(cli, "img-5", sizes[5], &status), 1);
+  cr_expect_eq(status, ECC_OK);
+  /* A token this process never received is refused, not sent on. */
+  ecc_load_pinned_t bogus = {1, 0x12345678, 0x1000, 1 << 20};
+  cr_expect_eq(ecc_load_pinned(cli, &bogus, 1, NULL), ECC_ERR_CLOSED);
+  cr_expect_eq(ecc_unpin(cli, 0x12345678), ECC_ERR_CLOSED);
+  cr_assert_eq(ecc_close(cli), ECC_OK);
+  cr_assert_eq(ecc_close(srv), ECC_OK);
+}
+
+Test(ucx_plugin, an_unpinned_lookup_releases_the_server_pin)
+{
+  uint16_t port = free_port();
+  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  produce(srv, "k", 5 * BS);
+  const char *keys[] = {"k"};
+  ecc_entry_t e;
+  cr_assert_eq(ecc_lookup(cli, keys, 1, 2, &e), ECC_OK);
+  cr_assert_eq(e.state, ECC_ENTRY_READY);
+  cr_expect_eq(pins_on(srv, "k"), 1u);
+  cr_expect_eq(ecc_unpin(cli, e.token), ECC_OK);
+  cr_expect_eq(ecc_unpin(cli, e.token), ECC_OK, "two ranks, two releases");
+  cr_expect_eq(ecc_unpin(cli, e.token), ECC_ERR_CLOSED, "a third release");
+  for (int t = 0; t < 200 && pins_on(srv, "k") != 0; t++)
+    usleep(5000);
+  cr_expect_eq(pins_on(srv, "k"), 0u);
+  /* A client that goes away with pins held: the server drops them. */
+  cr_assert_eq(ecc_lookup(cli, keys, 1, 3, &e), ECC_OK);
+  cr_expect_eq(pins_on(srv, "k"), 1u);
+  cr_assert_eq(ecc_close(cli), ECC_OK);
+  for (int t = 0; t < 200 && pins_on(srv, "k") != 0; t++)
+    usleep(5000);
+  cr_expect_eq(pins_on(srv, "k"), 0u, "the closed client's pin is still held");
+  cr_assert_eq(ecc_close(srv), ECC_OK);
+}
+
+Test(ucx_plugin, another_block_size_is_refused_by_name_on_both_sides)
+{
+  uint16_t port = free_port();
+  const char *srv_ini = ucx_ini("server", th_region_name(), BS, port, NULL);
+  char err[512] = "";
+  ecc_connector_t *srv = NULL, *cli = NULL;
+  ecc_open_options_t opt = {.struct_size = sizeof(opt), .log = th_capture, .log_level = ECC_LOG_WARN};
+  cr_assert_eq(ecc_open(srv_ini, &opt, &srv, err, sizeof(err)), ECC_OK, "%s", err);
+  int rc = ecc_open(ucx_ini("client", th_region_name(), 2 * BS, port, NULL), NULL, &cli, err,
+                    sizeof(err));
+  cr_expect_eq(rc, ECC_ERR_INCOMPATIBLE, "%d: %s", rc, err);
+  cr_expect(strstr(err, "block_size is 4096") != NULL, "the client's error: %s", err);
+  cr_expect(strstr(th_captured, "layout differs") != NULL, "the server's log: %s", th_captured);
+  cr_expect_null(cli);
+  cr_assert_eq(ecc_close(srv), ECC_OK);
+}
+
+Test(ucx_plugin, no_server_is_a_clear_error)
+{
+  char err[512] = "";
+  ecc_connector_t *cli = NULL;
+  uint16_t port = free_port();
+  int rc = ecc_open(ucx_ini("client", th_region_name(), BS, port, "connect_timeout_ms = 500\n"),
+                    NULL, &cli, err, sizeof(err));
+  cr_expect_eq(rc, ECC_ERR_TRANSFER, "%d: %s", rc, err);
+  cr_expect(strstr(err, "127.0.0.1") != NULL, "%s", err);
+  cr_expect_null(cli);
+}
+
+/* A server process for the test below (exec'd: no thread of the test's
+ * process is copied into it). */
+__attribute__((constructor)) static void server_entry(void)
+{
+  const char *role, *ini;
+  int unused, ready;
+  if (!th_child_args(&role, &ini, &unused, &ready) || strcmp(role, "ucx-server") != 0)
+    return;
+  ecc_connector_t *srv = NULL;
+  char err[512];
+  if (ecc_open(ini, NULL, &srv, err, sizeof(err)) != ECC_OK)
+    _exit(2);
+  produce(srv, "big", 8u << 20);
+  if (write(ready, "r", 1) != 1)
+    _exit(3);
+  for (;;)
+    pause();
+}
+
+Test(ucx_plugin, a_killed_server_fails_loads_and_lookups_within_a_second)
+{
+  uint16_t port = free_port();
+  const char *srv_ini = ucx_ini("server", th_region_name(), BS, port, NULL);
+  int ready[2];
+  cr_assert_eq(pipe2(ready, O_CLOEXEC), 0);
+  pid_t pid = th_spawn_self("ucx-server", srv_ini, -1, ready[1]);
+  close(ready[1]);
+  char c;
+  cr_assert_eq(read(ready[0], &c, 1), 1, "the server did not start");
+  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  const char *keys[] = {"big"};
+  ecc_entry_t e;
+  cr_assert_eq(ecc_lookup(cli, keys, 1, 1, &e), ECC_OK);
+  cr_assert_eq(e.state, ECC_ENTRY_READY);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  uint64_t t0 = th_now_ns();
+  uint8_t *dst = malloc(8u << 20);
+  ecc_load_pinned_t lp = {5, e.token, (uint64_t)(uintptr_t)dst, 8u << 20};
+  int rc = ecc_load_pinned(cli, &lp, 1, NULL);
+  if (rc == ECC_OK) {
+    ecc_completion_t done;
+    cr_assert_eq(th_poll_until(cli, &done, 1, 5000), 1u, "the load never completed");
+    cr_expect_eq(done.status, ECC_ERR_TRANSFER, "a load from a dead server said %d", done.status);
+  } else {
+    cr_expect_eq(rc, ECC_ERR_TRANSFER);
+  }
+  double ms = (double)(th_now_ns() - t0) / 1e6;
+  cr_expect_lt(ms, 1000.0, "the failure took %.0f ms", ms);
+  cr_expect_eq(ecc_lookup(cli, keys, 1, 1, &e), ECC_ERR_TRANSFER);
+  free(dst);
+  cr_assert_eq(ecc_close(cli), ECC_OK);
+}
