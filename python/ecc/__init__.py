@@ -2,7 +2,7 @@
 """ecc: the encoder-cache connector from Python, through ctypes over
 libecc-host.so. This file is the public surface: the names it exports are the API."""
 
-from . import _abi, _lib
+from . import _lib
 from ._abi import (ENTRY_MAX_EXTENTS, HIST_BOUNDS, HIST_BUCKETS, KEY_MAX, EntryState, LogLevel,
                    Status)
 from ._lib import LibraryNotFound
