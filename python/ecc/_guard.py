@@ -11,13 +11,12 @@ from .errors import closed
 class Guard:
     """Brackets each C call on one connector (enter/leave) against its close."""
 
-    __slots__ = ("_cond", "_inside", "_closing", "_closed")
+    __slots__ = ("_cond", "_inside", "_closing")
 
     def __init__(self):
         self._cond = threading.Condition(threading.Lock())
         self._inside = 0
         self._closing = False
-        self._closed = False
 
     @property
     def closed(self):
