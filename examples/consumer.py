@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """A consumer through the region's directory: for each "key nbytes crc32" line on
-stdin, looks the key up, loads the pinned entry and checks its bytes. Usage:
+stdin, looks the key up, loads the pinned entry and checks its bytes.
+
     examples/producer.py [CONFIG] [section.key=value ...] | examples/consumer.py [same]"""
 
 import sys

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""A producer through the region's directory: reserves each encoder output by
-key, saves it, and prints "key nbytes crc32" once it is published. Usage:
+"""A producer through the region's directory: reserves each encoder output by key,
+saves it, and prints "key nbytes crc32" once it is published.
+
     examples/producer.py [CONFIG] [section.key=value ...] | examples/consumer.py [same]
+
 CONFIG defaults to conf/default.ini; the host engine is used unless overridden."""
 
 import sys

@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """A consumer's load step on the GPU: images of 880 rows x 1536 bf16 (3 KiB rows)
-from a pinned region into CUDA tensors, in scattered and contiguous block layouts,
-by ecc's load against the PyTorch a user would write instead; GB/s and ratios in
-one run, every byte checked, the table printed last.
+in scattered and contiguous layouts, loaded by ecc and by the PyTorch a user would
+write instead; GB/s and ratios in one run, every byte checked, the table last.
 
     ECC_HOST_LIBRARY=build/lib/libecc-host.so python3 python/bench.py [--images N]
 

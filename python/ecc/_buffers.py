@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Save sources and load destinations as the C calls take them (an address and a
-byte size), from torch tensors, numpy and CuPy arrays, __cuda_array_interface__,
-__array_interface__, DLPack and the buffer protocol, with contiguity, size,
-writability and the memory's kind checked; nothing is copied and torch/CuPy are
-never imported (an object is recognised by the module of its type)."""
+"""Save sources and load destinations as the C calls take them (address and size)
+from torch, numpy, CuPy, __cuda_array_interface__, __array_interface__, DLPack
+or buffers, checked for contiguity, size, writability and the kind of memory.
+
+Nothing is copied, and torch or CuPy is never imported: an object is recognised
+by the module of its type."""
 
 import ctypes
 import sys

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The adapters on their own: stream objects to cudaStream_t values, foreign
-array interfaces and DLPack to addresses (checked against numpy's own), and the
-memory-kind rule of each engine. Library types are stood in for by classes
-whose __module__ names the library, which is how the adapters recognise them."""
+"""The adapters on their own: stream objects to cudaStream_t values, foreign array
+interfaces and DLPack to addresses (checked against numpy's own), and the kinds
+of memory each engine reaches.
+
+Library types are stood in for by classes whose __module__ names the library,
+which is how the adapters recognise them."""
 
 import ctypes
 import sys

@@ -1,8 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The directory calls of ABI 1.1 through the client: an entry's whole life
-(reserve, save_reserved, publish on poll, lookup and pin, load_pinned, release),
-dedup, abort, unpin, remove, list, eviction, a full region, stale tokens, and a
-token reserved by another connector of the region."""
+"""The directory calls of ABI 1.1: an entry's whole life (reserve, save_reserved,
+lookup, load_pinned, release), dedup, abort, unpin, remove, list, eviction, a
+full region, stale tokens, and a token reserved by another connector."""
 
 import numpy as np
 import pytest

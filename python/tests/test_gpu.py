@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The client with the CUDA engine, PyTorch and CuPy: bf16 round trips; a
-producer kernel still running when flush is called and a consumer kernel queued
-right after load, on torch's default stream and on a side stream; a source
-dropped after flush while the caching allocator hands out memory of its size;
-pinned host tensors; CuPy arrays and streams. Skips without a GPU, or fails
-instead with ECC_GPU_REQUIRED=1 (python/gpu-check.sh sets it)."""
+"""The client with the CUDA engine, PyTorch and CuPy: round trips, the ordering of
+producer and consumer kernels around flush and load on default and side streams,
+a source dropped while the caching allocator hands out memory of its size.
+
+Skips without a GPU, or fails instead with ECC_GPU_REQUIRED=1, which
+python/gpu-check.sh sets."""
 
 import contextlib
 import os

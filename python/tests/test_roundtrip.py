@@ -1,8 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Round trips through the host engine: bytes saved by block ids come back from
-the same blocks, whatever kind of buffer and block-id sequence carries them;
-what poll reports (once each, FIFO, batch numbers, sizes); stats, describe, the
-log callback and the shipped configuration."""
+"""Round trips through the host engine with every kind of buffer and of block-id
+sequence; what poll reports (once each, FIFO, batch numbers, sizes); stats,
+describe, the log callback and the shipped configuration."""
 
 import array
 import os
