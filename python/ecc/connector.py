@@ -17,7 +17,7 @@ from ._buffers import check_reachable, memory_of
 from ._guard import Guard
 from ._pending import Pending
 from ._streams import stream_value
-from .errors import error, invalid
+from .errors import EccError, error, invalid
 from .records import Completion, Entry, Info, Listed, Stats
 
 U32_MAX, U64_MAX = (1 << 32) - 1, (1 << 64) - 1
@@ -161,8 +161,8 @@ class Connector:
     def _learn_engine(self):
         try:
             info = self.describe()
-        except Exception as e:  # a plugin without describe: no checks of the memory kind
-            if getattr(e, "code", None) != Status.ECC_ERR_UNSUPPORTED:
+        except EccError as e:  # a plugin without describe: no checks of the memory kind
+            if e.code != Status.ECC_ERR_UNSUPPORTED:
                 raise
             return
         core = self._core
