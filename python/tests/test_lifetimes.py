@@ -126,3 +126,18 @@ def test_a_forgotten_connector_is_closed_by_the_collector(ini, region_dir):
     del c, src
     gc.collect()
     assert watch() is None and not region.exists(), "the connector was not shut down"
+
+
+def test_close_waits_for_the_transfers_in_flight(open_connector):
+    kw = dict(name="closing", block_size=64 * 1024, blocks=512)
+    saver, reader = open_connector(**kw), open_connector(**kw)  # reader keeps the region
+    src = pattern(16 * MIB, seed=6)
+    expected = src.copy()
+    saver.save("big", src, range(256))
+    saver.flush()
+    del src
+    saver.close()  # the source goes only once the copy is over
+    dst = np.zeros(16 * MIB, np.uint8)
+    reader.load(1, range(256), dst)
+    poll_until(reader, 1)
+    assert np.array_equal(dst, expected)
