@@ -4,7 +4,8 @@
 # Extra package names given as arguments are installed too.
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config libinih-dev libcriterion-dev libucx-dev binutils "$@")
+packages=(build-essential cmake pkg-config libinih-dev libcriterion-dev libucx-dev binutils
+  python3-pytest python3-numpy "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,32 @@
+# SPDX-License-Identifier: Apache-2.0
+"""ecc: the encoder-cache connector from Python, through ctypes over
+libecc-host.so. This file is the public surface: the names it exports are the API."""
+
+from . import _lib
+from ._abi import (ENTRY_MAX_EXTENTS, HIST_BOUNDS, HIST_BUCKETS, KEY_MAX, EntryState, LogLevel,
+                   Status)
+from ._lib import LibraryNotFound
+from .connector import Connector
+from .errors import Busy, EccError
+from .records import Completion, DirectoryStats, DirStats, Entry, Info, Listed, Stats
+
+__version__ = "1.0.0"
+
+# ecc.ECC_OK, ecc.ECC_ERR_BUSY, ...: the codes under their C names.
+globals().update({member.name: member for member in Status})
+
+
+def library_path():
+    """The path of the libecc-host.so in use (loading it on first use)."""
+    return _lib.path()
+
+
+def library_version():
+    """The loaded library's version, "MAJOR.MINOR.PATCH"."""
+    return _lib.load().ecc_version().decode()
+
+
+__all__ = ["Connector", "EccError", "Busy", "Status", "LogLevel", "EntryState", "Completion",
+           "Entry", "Listed", "Stats", "DirStats", "DirectoryStats", "Info", "LibraryNotFound",
+           "KEY_MAX", "ENTRY_MAX_EXTENTS", "HIST_BOUNDS", "HIST_BUCKETS", "library_path",
+           "library_version"] + [member.name for member in Status]

@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The references that keep every save source and load destination alive until
+poll has reported its completion (the caching allocator of torch would otherwise
+hand the memory to the next tensor while the copy still reads or writes it)."""
+
+import threading
+from collections import deque
+
+
+class Pending:
+    """Saves in submission order (completions come FIFO and name the key; the key
+    is None for a token reserved elsewhere), loads by transfer id (a batch's
+    completions need not come in the order its entries were given)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._saves = deque()  # (key bytes or None, owners)
+        self._loads = {}  # transfer id -> deque of owners
+
+    def __len__(self):
+        with self._lock:
+            return len(self._saves) + sum(len(d) for d in self._loads.values())
+
+    def add_saves(self, items):
+        with self._lock:
+            self._saves.extend(items)
+
+    def drop_last_saves(self, n):
+        """Undo add_saves of a call the C library refused (the submit lock is
+        held, so they are still the newest)."""
+        with self._lock:
+            for _ in range(n):
+                self._saves.pop()
+
+    def add_loads(self, items):
+        with self._lock:
+            for transfer_id, owners in items:
+                self._loads.setdefault(transfer_id, deque()).append(owners)
+
+    def drop_last_loads(self, items):
+        with self._lock:
+            for transfer_id, _ in reversed(items):
+                queue = self._loads[transfer_id]
+                queue.pop()
+                if not queue:
+                    del self._loads[transfer_id]
+
+    def _take_save(self, key):
+        if self._saves and self._saves[0][0] in (key, None):
+            return self._saves.popleft()[1]
+        for i, (k, owners) in enumerate(self._saves):
+            if k == key:
+                del self._saves[i]
+                return owners
+        return None
+
+    def _take_load(self, transfer_id):
+        queue = self._loads.get(transfer_id)
+        if not queue:
+            return None
+        owners = queue.popleft()
+        if not queue:
+            del self._loads[transfer_id]
+        return owners
+
+    def release(self, records, save_dir):
+        """Take the owners of polled completions; the caller drops them outside
+        the lock (freeing a tensor may run arbitrary code)."""
+        with self._lock:
+            return [self._take_save(r.key) if r.direction == save_dir
+                    else self._take_load(r.transfer_id) for r in records]
+
+    def clear(self):
+        with self._lock:
+            saves, loads = self._saves, self._loads
+            self._saves, self._loads = deque(), {}
+        return saves, loads

@@ -1,0 +1,56 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The compute stream of flush and load as the C call takes it (a cudaStream_t
+value): from None, an int, a torch or CuPy stream or any object with
+__cuda_stream__; and the default, torch's current stream under the CUDA engine."""
+
+import sys
+
+from .errors import invalid
+
+U64_MAX = (1 << 64) - 1
+
+
+def _module(obj):
+    return type(obj).__module__.split(".", 1)[0]
+
+
+def _protocol_handle(stream, what):
+    proto = stream.__cuda_stream__
+    value = proto() if callable(proto) else proto
+    if not (isinstance(value, tuple) and len(value) == 2):
+        raise invalid(f"{what}: {type(stream).__name__}.__cuda_stream__ gave {value!r}, "
+                      "not a (version, handle) pair")
+    return value[1]
+
+
+def _handle(stream, what):
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):
+        return _protocol_handle(stream, what)
+    kind = _module(stream)
+    if kind == "torch" and hasattr(stream, "cuda_stream"):
+        return stream.cuda_stream
+    if kind == "cupy" and hasattr(stream, "ptr"):
+        return stream.ptr
+    raise TypeError(f"{what}: stream must be None, an int (cudaStream_t), a torch or CuPy stream "
+                    f"or an object with __cuda_stream__, not {type(stream).__name__}")
+
+
+def _torch_current():
+    """torch's current stream where torch has initialised CUDA; else None, since
+    then no torch work can be queued that the copy would have to follow."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.current_stream().cuda_stream
+
+
+def stream_value(stream, engine, what):
+    """The cudaStream_t value for a C call (None for NULL)."""
+    if stream is None:
+        return _torch_current() if engine == "cuda" else None
+    handle = _handle(stream, what)
+    if not isinstance(handle, int) or isinstance(handle, bool) or not 0 <= handle <= U64_MAX:
+        raise invalid(f"{what}: stream handle {handle!r} is not a cudaStream_t value")
+    return handle or None

@@ -1,0 +1,441 @@
+# SPDX-License-Identifier: Apache-2.0
+"""ecc.Connector: one connector opened from an INI file, every call of ecc_host.h
+(the six operations, stats, describe and the directory of ABI 1.1) with its
+arguments checked, its errors raised, and its buffers kept alive until polled."""
+
+import ctypes
+import os
+import re
+import threading
+import weakref
+from ctypes import byref, c_char_p, c_size_t, c_uint64, c_void_p, sizeof
+
+from . import _abi, _lib
+from ._abi import EntryState, Status
+from ._blocks import blocks_of
+from ._buffers import check_reachable, memory_of
+from ._guard import Guard
+from ._pending import Pending
+from ._streams import stream_value
+from .errors import EccError, error, invalid
+from .records import Completion, Entry, Info, Listed, Stats
+
+U32_MAX, U64_MAX = (1 << 32) - 1, (1 << 64) - 1
+POLL_DEFAULT = 256
+LIST_PAGE = 256
+
+
+def _nothing():
+    pass
+
+
+def _uint(value, limit, what, low=0):
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    value = value.__index__()
+    if not low <= value <= limit:
+        raise invalid(f"{what} is {value}, not in {low}..{limit}")
+    return value
+
+
+def _token(token, what):
+    if isinstance(token, Entry):
+        token = token.token
+    return _uint(token, U64_MAX, f"{what}: token")
+
+
+def _key(key, what):
+    if isinstance(key, str):
+        key = key.encode("utf-8", "surrogateescape")
+    elif not isinstance(key, bytes):
+        raise TypeError(f"{what}: a key must be str or bytes, not {type(key).__name__}")
+    if b"\0" in key:
+        raise invalid(f"{what}: key {key!r} contains a NUL byte")
+    return key
+
+
+def _entries(entries, what, shape):
+    """The tuples of a *_many call, each checked to have the documented shape."""
+    if isinstance(entries, (str, bytes)) or not hasattr(entries, "__iter__"):
+        raise TypeError(f"{what}: entries must be a sequence of {shape} tuples")
+    items = list(entries)
+    width = shape.count(",") + 1
+    for i, e in enumerate(items):
+        if not isinstance(e, (tuple, list)) or len(e) != width:
+            raise TypeError(f"{what}: entry {i} is not a {shape} tuple")
+    return items
+
+
+def _overrides(overrides):
+    if overrides is None:
+        return []
+    if not hasattr(overrides, "items"):
+        raise TypeError("overrides must be a dict of 'section.key': 'value'")
+    pairs = []
+    for k, v in overrides.items():
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        elif isinstance(v, int):
+            v = str(v)
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"override {k!r}: keys and values must be str, not "
+                            f"{type(k).__name__}: {type(v).__name__}")
+        if "\0" in k or "\0" in v:
+            raise invalid(f"override {k!r} contains a NUL character")
+        pairs.append((k.encode(), v.encode()))
+    return pairs
+
+
+def _log_function(log):
+    """The C log callback for a Python callable (level, message); None logs to stderr."""
+    if log is None:
+        return None
+    if not callable(log):
+        raise TypeError(f"log must be a callable (level, message), not {type(log).__name__}")
+
+    def forward(_user, level, msg):
+        log(_abi.LogLevel(level) if 0 <= level <= 3 else level,
+            msg.decode("utf-8", "replace") if msg else "")
+
+    return _abi.LogFunction(forward)
+
+
+def _open(lib, config_path, pairs, log_fn):
+    kv = (_abi.KeyValue * max(1, len(pairs)))(*[_abi.KeyValue(k, v) for k, v in pairs])
+    opts = _abi.OpenOptions(struct_size=sizeof(_abi.OpenOptions),
+                            overrides=ctypes.cast(kv, ctypes.POINTER(_abi.KeyValue)),
+                            n_overrides=len(pairs), log=log_fn or _abi.LogFunction(),
+                            log_level=-1)
+    handle = c_void_p()
+    err = ctypes.create_string_buffer(4096)
+    rc = lib.ecc_open(os.fsencode(config_path), byref(opts), byref(handle), err, len(err))
+    if rc != 0:
+        raise error(rc, err.value.decode("utf-8", "replace"))
+    return handle.value
+
+
+class _Core:
+    """What close needs, apart from the Connector so that the finalizer that closes
+    a forgotten connector does not keep it alive."""
+
+    def __init__(self, lib, handle, log_fn):
+        self.lib, self.handle, self.log_fn = lib, handle, log_fn
+        self.guard = Guard()
+        self.pending = Pending()
+        # Ties the order of the references to the order of the C calls: save,
+        # flush and load are serialised by the library anyway.
+        self.submit = threading.RLock()
+        self.reserved = {}  # token -> key, for reservations made through this connector
+        self.engine, self.device, self.save_rank = None, None, True
+
+    def close(self):
+        if not self.guard.begin_close():
+            return 0
+        rc = self.lib.ecc_close(self.handle)
+        # ecc_close has waited for every transfer: nothing reads or writes the
+        # buffers any more, and no plugin thread calls the log function.
+        self.handle = None
+        self.pending.clear()
+        self.reserved.clear()
+        self.log_fn = None
+        return rc
+
+
+class Connector:
+    """A connector opened from an INI file (see the README's Configuration).
+
+    overrides: a dict of "section.key": "value" replacing or adding to the file's.
+    log: a callable (level, message), called from any thread, that must not close
+    the connector; None logs to stderr. Use as a context manager, or call close().
+    """
+
+    def __init__(self, config_path, overrides=None, log=None):
+        path = os.fspath(config_path)
+        pairs = _overrides(overrides)
+        log_fn = _log_function(log)
+        lib = _lib.load()
+        self._core = _Core(lib, _open(lib, path, pairs, log_fn), log_fn)
+        self._finalizer = weakref.finalize(self, self._core.close)
+        self._learn_engine()
+
+    def _learn_engine(self):
+        try:
+            info = self.describe()
+        except EccError as e:  # a plugin without describe: no checks of the memory kind
+            if e.code != Status.ECC_ERR_UNSUPPORTED:
+                raise
+            return
+        core = self._core
+        core.engine, core.save_rank = info.engine, info.save_rank
+        found = re.match(r"device (\d+)\b", info.engine_detail)
+        core.device = int(found.group(1)) if info.engine == "cuda" and found else None
+
+    # ---- life ----
+
+    def close(self):
+        """Wait for calls in progress and every transfer in flight, then shut down;
+        idempotent. Completions not yet polled are dropped."""
+        rc = self._finalizer()
+        if rc:
+            raise error(rc, "close: the plugin's shutdown failed")
+
+    @property
+    def closed(self):
+        return self._core.guard.closed
+
+    @property
+    def pending(self):
+        """How many save sources and load destinations are held until polled."""
+        return len(self._core.pending)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"engine={self._core.engine}"
+        return f"<ecc.Connector {state}>"
+
+    # ---- plumbing ----
+
+    def _fail(self, what, rc):
+        text = _lib.last_error(self._core.lib, self._core.handle)
+        return error(rc, text or f"{what}: {_lib.strerror(self._core.lib, rc)}")
+
+    def _call(self, what, name, *args):
+        core = self._core
+        core.guard.enter(what)
+        try:
+            rc = getattr(core.lib, name)(core.handle, *args)
+            if rc != 0:
+                raise self._fail(what, rc)
+        finally:
+            core.guard.leave()
+
+    def _submit(self, what, name, args, add, undo):
+        """A C call that starts copies: the references are taken before it, so a
+        completion polled at once on another thread finds them, and given back if
+        the call is refused (a refused call changes nothing)."""
+        core = self._core
+        core.guard.enter(what)
+        try:
+            with core.submit:
+                add()
+                rc = getattr(core.lib, name)(core.handle, *args)
+                if rc != 0:
+                    undo()
+                    raise self._fail(what, rc)
+        finally:
+            core.guard.leave()
+
+    def _memory(self, obj, what, writable):
+        mem = memory_of(obj, what, writable)
+        check_reachable(mem, self._core.engine, self._core.device, what)
+        return mem
+
+    def _stream(self, stream, what):
+        return stream_value(stream, self._core.engine, what)
+
+    def _keep_saves(self, keyed):
+        """add/undo for save-like calls; a rank that does not save reads nothing."""
+        pending = self._core.pending
+        if not self._core.save_rank:
+            return _nothing, _nothing
+        return (lambda: pending.add_saves(keyed)), (lambda: pending.drop_last_saves(len(keyed)))
+
+    def _keep_loads(self, by_id):
+        pending = self._core.pending
+        return (lambda: pending.add_loads(by_id)), (lambda: pending.drop_last_loads(by_id))
+
+    # ---- the six operations ----
+
+    def save(self, key, src, block_ids):
+        """Queue `src` (all its bytes) for `block_ids` until the next flush."""
+        self.save_many([(key, src, block_ids)])
+
+    def save_many(self, entries):
+        """Queue [(key, src, block_ids), ...] in one C call."""
+        self._core.guard.check("save")
+        items = [self._save_item(e) for e in _entries(entries, "save_many",
+                                                      "(key, src, block_ids)")]
+        if not items:
+            return
+        arr = (_abi.SaveEntry * len(items))()
+        for rec, (key, mem, blocks) in zip(arr, items):
+            rec.key, rec.src, rec.nbytes = key, mem.address, mem.nbytes
+            rec.block_ids, rec.n_blocks = blocks.address, blocks.count
+        add, undo = self._keep_saves([(key, mem.owners) for key, mem, _ in items])
+        self._submit("save", "ecc_save", (arr, len(items)), add, undo)
+
+    def _save_item(self, entry):
+        key, src, block_ids = entry
+        kb = _key(key, "save")
+        what = f"save {kb.decode('utf-8', 'replace')!r}"
+        return kb, self._memory(src, f"{what}: src", False), blocks_of(block_ids, what)
+
+    def flush(self, stream=None):
+        """Submit the queued saves as one transfer, after the work queued on
+        `stream` (default: torch's current stream with the CUDA engine)."""
+        self._core.guard.check("flush")
+        handle = self._stream(stream, "flush")
+        self._submit("flush", "ecc_flush", (handle,), _nothing, _nothing)
+
+    def load(self, transfer_id, block_ids, dst, stream=None):
+        """Copy `block_ids` into `dst` (up to its size); poll reports transfer_id."""
+        self.load_many([(transfer_id, block_ids, dst)], stream)
+
+    def load_many(self, entries, stream=None):
+        """Copy [(transfer_id, block_ids, dst), ...] in one batched transfer."""
+        self._core.guard.check("load")
+        items = [self._load_item(e) for e in _entries(entries, "load_many",
+                                                      "(transfer_id, block_ids, dst)")]
+        handle = self._stream(stream, "load")
+        if not items:
+            return
+        arr = (_abi.LoadEntry * len(items))()
+        for rec, (tid, blocks, mem) in zip(arr, items):
+            rec.transfer_id, rec.block_ids, rec.n_blocks = tid, blocks.address, blocks.count
+            rec.dst, rec.dst_capacity = mem.address, mem.nbytes
+        add, undo = self._keep_loads([(tid, mem.owners) for tid, _, mem in items])
+        self._submit("load", "ecc_load", (arr, len(items), handle), add, undo)
+
+    def _load_item(self, entry):
+        transfer_id, block_ids, dst = entry
+        tid = _uint(transfer_id, U64_MAX, "load: transfer_id")
+        what = f"load {tid}"
+        return tid, blocks_of(block_ids, what), self._memory(dst, f"{what}: dst", True)
+
+    def poll(self, max_items=POLL_DEFAULT):
+        """Finished saves then loads, each once, in FIFO order per direction; never
+        blocks. Their sources and destinations are released."""
+        self._core.guard.check("poll")
+        cap = _uint(max_items, 1 << 20, "poll: max_items", low=1)
+        out = (_abi.CompletionRecord * cap)()
+        got = c_size_t()
+        self._call("poll", "ecc_poll", out, cap, byref(got))
+        records = out[:got.value]
+        released = self._core.pending.release(records, _abi.DIR_SAVE)
+        done = [Completion.from_record(r) for r in records]
+        del released  # the buffers go now, after the copies that used them
+        return done
+
+    def stats(self):
+        """The connector's counters (and its region's directory's)."""
+        out = _abi.StatsRecord(struct_size=sizeof(_abi.StatsRecord))
+        self._call("stats", "ecc_get_stats", byref(out))
+        return Stats.from_record(out)
+
+    def describe(self):
+        """The region and engine in use."""
+        out = _abi.InfoRecord(struct_size=sizeof(_abi.InfoRecord))
+        self._call("describe", "ecc_describe", byref(out))
+        return Info.from_record(out)
+
+    # ---- the directory (ABI 1.1) ----
+
+    def reserve(self, key, nbytes):
+        """Blocks for a new entry (RESERVED, with a token) or the entry already
+        there (READY or WRITING: nothing to write)."""
+        self._core.guard.check("reserve")
+        kb = _key(key, "reserve")
+        size = _uint(nbytes, U64_MAX, "reserve: nbytes")
+        out = _abi.EntryRecord()
+        self._call("reserve", "ecc_reserve", kb, size, byref(out))
+        entry = Entry.from_record(out)
+        if entry.state == EntryState.RESERVED:
+            self._core.reserved[entry.token] = kb
+        return entry
+
+    def save_reserved(self, token, src):
+        """Queue `src` (exactly the reserved size) for a reservation until flush."""
+        self.save_reserved_many([(token, src)])
+
+    def save_reserved_many(self, entries):
+        """Queue [(token, src), ...] in one C call; a token may be an Entry."""
+        self._core.guard.check("save_reserved")
+        items = [self._reserved_item(e) for e in _entries(entries, "save_reserved_many",
+                                                          "(token, src)")]
+        if not items:
+            return
+        arr = (_abi.SaveReserved * len(items))()
+        for rec, (token, mem) in zip(arr, items):
+            rec.token, rec.src, rec.nbytes = token, mem.address, mem.nbytes
+        reserved = self._core.reserved
+        add, undo = self._keep_saves([(reserved.get(t), mem.owners) for t, mem in items])
+        self._submit("save_reserved", "ecc_save_reserved", (arr, len(items)), add, undo)
+        for token, _ in items:
+            reserved.pop(token, None)
+
+    def _reserved_item(self, entry):
+        token = _token(entry[0], "save_reserved")
+        return token, self._memory(entry[1], f"save_reserved {token}: src", False)
+
+    def abort_reserved(self, token):
+        """Give a reservation up before it is saved."""
+        self._core.guard.check("abort_reserved")
+        token = _token(token, "abort_reserved")
+        self._call("abort_reserved", "ecc_abort_reserved", token)
+        self._core.reserved.pop(token, None)
+
+    def lookup(self, keys, ranks=1):
+        """One Entry per key (a str is one key): READY ones are pinned for `ranks`
+        releases (load_pinned completions polled, or unpin)."""
+        self._core.guard.check("lookup")
+        if isinstance(keys, (str, bytes)):
+            keys = [keys]
+        kbs = [_key(k, "lookup") for k in keys]
+        ranks = _uint(ranks, U32_MAX, "lookup: ranks")
+        if not kbs:
+            return []
+        out = (_abi.EntryRecord * len(kbs))()
+        self._call("lookup", "ecc_lookup", (c_char_p * len(kbs))(*kbs), len(kbs), ranks, out)
+        return [Entry.from_record(r) for r in out]
+
+    def load_pinned(self, transfer_id, token, dst, stream=None):
+        """Copy a pinned entry into `dst` (at least its size); poll reports transfer_id."""
+        self.load_pinned_many([(transfer_id, token, dst)], stream)
+
+    def load_pinned_many(self, entries, stream=None):
+        """Copy [(transfer_id, token, dst), ...] in one batched transfer."""
+        self._core.guard.check("load_pinned")
+        items = [self._pinned_item(e) for e in _entries(entries, "load_pinned_many",
+                                                        "(transfer_id, token, dst)")]
+        handle = self._stream(stream, "load_pinned")
+        if not items:
+            return
+        arr = (_abi.LoadPinned * len(items))()
+        for rec, (tid, token, mem) in zip(arr, items):
+            rec.transfer_id, rec.token, rec.dst, rec.dst_capacity = tid, token, mem.address, \
+                mem.nbytes
+        add, undo = self._keep_loads([(tid, mem.owners) for tid, _, mem in items])
+        self._submit("load_pinned", "ecc_load_pinned", (arr, len(items), handle), add, undo)
+
+    def _pinned_item(self, entry):
+        tid = _uint(entry[0], U64_MAX, "load_pinned: transfer_id")
+        token = _token(entry[1], "load_pinned")
+        return tid, token, self._memory(entry[2], f"load_pinned {tid}: dst", True)
+
+    def unpin(self, token):
+        """Release one rank of a pin without loading."""
+        self._core.guard.check("unpin")
+        self._call("unpin", "ecc_unpin", _token(token, "unpin"))
+
+    def remove(self, key):
+        """Drop a ready, unpinned entry by key."""
+        self._core.guard.check("remove")
+        self._call("remove", "ecc_remove", _key(key, "remove"))
+
+    def list(self):
+        """Every live entry (Listed), read a page at a time; entries may come and
+        go between pages."""
+        self._core.guard.check("list")
+        cursor, got = c_uint64(0), c_size_t()
+        out = (_abi.ListedRecord * LIST_PAGE)()
+        found = []
+        while True:
+            self._call("list", "ecc_list", byref(cursor), out, LIST_PAGE, byref(got))
+            if got.value == 0:
+                return found
+            found.extend(Listed.from_record(r) for r in out[:got.value])

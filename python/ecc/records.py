@@ -1,0 +1,161 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the connector reports, as plain dataclasses built from the C records:
+completions, directory entries and listings, counters (stats) and the
+description of the region and engine in use."""
+
+from dataclasses import dataclass, fields
+from typing import Tuple
+
+from . import _abi
+from ._abi import EntryState, Status, status_of
+
+
+def _text(raw):
+    return raw.decode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One finished save (key) or load (transfer_id), as poll reports it once."""
+
+    direction: str  # "save" or "load"
+    status: Status  # ECC_OK, or why the copy's bytes are not to be trusted
+    key: str  # saves: the key; loads: ""
+    transfer_id: int  # loads: the id given to load; saves: 0
+    nbytes: int  # bytes of this entry the copy moved
+    elapsed_ns: int  # duration of the whole batched transfer
+    batch: int  # the batched transfer's sequence number in its direction, from 1
+
+    @property
+    def ok(self):
+        return self.status == Status.ECC_OK
+
+    @classmethod
+    def from_record(cls, r):
+        return cls(_abi.DIRECTION_NAME.get(r.direction, str(r.direction)), status_of(r.status),
+                   _text(r.key), r.transfer_id, r.nbytes, r.elapsed_ns, r.batch)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A directory entry as reserve and lookup report it."""
+
+    state: EntryState
+    token: int  # reserve RESERVED: the reservation; lookup READY: the pin; else 0
+    nbytes: int
+    extents: Tuple[Tuple[int, int], ...]  # (first_block, n_blocks) runs, in entry order
+
+    @property
+    def n_blocks(self):
+        return sum(n for _, n in self.extents)
+
+    @property
+    def block_ids(self):
+        """The entry's blocks in order, as a list."""
+        return [b for first, n in self.extents for b in range(first, first + n)]
+
+    @classmethod
+    def from_record(cls, r):
+        extents = tuple((e.first_block, e.n_blocks) for e in r.extents[:r.n_extents])
+        return cls(EntryState(r.state), r.token, r.nbytes, extents)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A live directory entry as list reports it."""
+
+    key: str
+    state: EntryState  # RESERVED or READY
+    pins: int
+    nbytes: int
+    n_blocks: int
+    n_extents: int
+    age_ns: int
+    idle_ns: int
+
+    @classmethod
+    def from_record(cls, r):
+        return cls(_text(r.key), EntryState(r.state), r.pins, r.nbytes, r.n_blocks, r.n_extents,
+                   r.age_ns, r.idle_ns)
+
+
+@dataclass(frozen=True)
+class DirStats:
+    """Counters of one direction; hist counts transfers by size (see HIST_BOUNDS)."""
+
+    transfers: int
+    entries: int
+    descriptors: int
+    bytes: int
+    busy_ns: int
+    failed: int
+    hist: Tuple[int, ...]
+
+    @classmethod
+    def from_record(cls, r):
+        return cls(*(getattr(r, name) for name in _abi.DIR_STATS_FIELDS), tuple(r.hist))
+
+
+@dataclass(frozen=True)
+class DirectoryStats:
+    """The region's directory counters (all 0 without a directory): the first five
+    are levels, the rest count since the region was made."""
+
+    entries: int
+    blocks_used: int
+    blocks_free: int
+    largest_free_run: int
+    pins_live: int
+    reservations: int
+    dedup_hits: int
+    lookups: int
+    hits: int
+    misses: int
+    evictions: int
+    removals: int
+    pins: int
+    reclaimed: int
+    full: int
+
+    @classmethod
+    def from_record(cls, r):
+        return cls(*(getattr(r, f.name) for f in fields(cls)))
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A connector's counters since it was opened, and its region's directory."""
+
+    save: DirStats
+    load: DirStats
+    saves_skipped: int
+    pin_ns: int
+    directory: DirectoryStats
+
+    @classmethod
+    def from_record(cls, r):
+        return cls(DirStats.from_record(r.save), DirStats.from_record(r.load), r.saves_skipped,
+                   r.pin_ns, DirectoryStats.from_record(r.directory))
+
+
+@dataclass(frozen=True)
+class Info:
+    """The region and engine a connector uses."""
+
+    region_path: str
+    creator: bool  # this connector created the region
+    block_size: int
+    num_blocks: int
+    region_bytes: int
+    engine: str  # "host" or "cuda"
+    engine_detail: str
+    role: str  # "producer", "consumer" or "both"
+    save_rank: bool  # saves are performed on this rank
+    pinned: bool  # the region is registered with the GPU driver
+    max_inflight: int
+
+    @classmethod
+    def from_record(cls, r):
+        return cls(_text(r.region_path), bool(r.creator), r.block_size, r.num_blocks,
+                   r.region_bytes, _text(r.engine), _text(r.engine_detail), _text(r.role),
+                   bool(r.save_rank), bool(r.pinned), r.max_inflight)
