@@ -3,24 +3,35 @@
  * fuzz_directory.c - libFuzzer target: a small directory (plugin/shm/
  * directory.c) formatted in an exact-size heap block, driven by a program of
  * reserve, publish, abort, lookup, unpin, check_pinned, remove, attach,
- * reclaim and rebuild calls, with keys from a small alphabet and often stale
- * or forged refs and pins, and now and then a thread that dies inside
- * dir_list holding the lock (this process, alive, must keep what it holds).
+ * reclaim and rebuild calls and those the connector's copies make (claim,
+ * unclaim and settle of a reservation, pinned, blocks_held), with keys from
+ * a small alphabet and often stale or forged refs and pins, and now and
+ * then a thread that dies inside dir_list holding the lock (this process,
+ * alive, must keep what it holds).
  *
  * Input: five bytes of parameters (blocks, block size, entry and pin slots
  * and timeouts, the byte the memory holds before it is formatted), then up
- * to MAX_OPS operations; exhausted input reads as zeros. A timeout is off,
- * an hour, or 1 ns: then every reservation or pin may be reclaimed by any
- * call after the one that made it, and the model learns which were (from
- * the listing and by asking dir_check_pinned of each pin).
+ * to MAX_OPS operations, each a byte that picks the call (modulo 26: 0-3
+ * reserve, 4-5 publish, 6 abort, 7-9 lookup, 10-11 unpin, 12 check_pinned,
+ * 13 remove, 14 attach, 15 identity, 16 reclaim, 17 thread death, 18
+ * rebuild, 19-20 claim, 21 unclaim, 22-23 settle, 24 pinned, 25
+ * blocks_held) and then the bytes its arguments take (the pick_* functions
+ * say which); exhausted input reads as zeros. A timeout is off, an hour,
+ * or 1 ns: then every reservation or pin may be reclaimed by any call after
+ * the one that made it, and the model learns which were (from the listing
+ * and by asking dir_check_pinned of each pin). A claimed reservation is
+ * the exception: it stays while its writer, this process, lives, and the
+ * model checks after every call that each claim it holds is still held.
  * A model in plain memory knows which keys exist in which state, their
- * blocks, refs and pins, and the counters. Every return code is checked
- * against what directory.h says where it decides; where it leaves a choice
- * (which entries are evicted, which blocks are taken) the model learns the
- * outcome from dir_list and checks it was allowed: only ready, unpinned
- * entries are evicted, and only by a reservation that succeeds. After every
- * operation dir_check must pass and dir_list and the counters must agree
- * with the model. A broken rule aborts with its name on stderr.
+ * blocks, refs, claims and pins, and the counters. Every return code is
+ * checked against what directory.h says where it decides; where it leaves
+ * a choice (which entries are evicted, which blocks are taken) the model
+ * learns the outcome from dir_list and checks it was allowed: only ready,
+ * unpinned entries are evicted, and only by a reservation that succeeds.
+ * After every operation dir_check must pass and dir_list and the counters
+ * must agree with the model; a call that changes nothing (dir_pinned,
+ * dir_unclaim of a stale ref) must leave the listing and the counters as
+ * they were. A broken rule aborts with its name on stderr.
  *
  * FUZZ_DIR_TRACE=1 prints each call and its result on stderr, to read a
  * crashing input as a sequence of calls.
@@ -131,6 +142,7 @@ struct mentry {
   uint32_t pins;
   uint64_t reserved_ns, used_ns;
   uint64_t used_lo, used_hi; /* used_ns may have moved into this window (hi 0: no) */
+  bool claimed;              /* a reservation dir_claim took: only dir_settle ends it */
 };
 
 struct mpin {
@@ -165,6 +177,7 @@ struct model {
   uint32_t reclaims_now;   /* reclaims learned since the operation began */
   bool check_freed;        /* dir_reclaim ran: what it freed is what was learned */
   bool thread_died;        /* a thread died holding the lock, this process lives on */
+  bool self_dead;          /* thread-death relaxed: this process may count as dead */
   uint32_t freed;
   struct dir_ref refs[RING]; /* refs handed out, live or not */
   size_t n_refs;
@@ -245,6 +258,14 @@ static bool evictable(const struct mentry *e)
   return e->live && e->state == DIR_STATE_READY && e->pins == 0;
 }
 
+/* Whether any call may reclaim this reservation: its 1 ns timeout has
+ * passed and no claim holds it (a claim goes only with its writer, this
+ * live process), or this process may be taken for dead. */
+static bool may_time_out(const struct mentry *e)
+{
+  return e->live && e->state == DIR_STATE_RESERVED && (m.self_dead || (m.tiny_res && !e->claimed));
+}
+
 /* Whether the entry's blocks can become free in this call: evictable, or
  * (with `reclaiming`) a reservation or pins that have timed out. */
 static bool can_go(const struct mentry *e, bool reclaiming)
@@ -252,7 +273,7 @@ static bool can_go(const struct mentry *e, bool reclaiming)
   if (!reclaiming || !e->live)
     return evictable(e);
   if (e->state == DIR_STATE_RESERVED)
-    return m.tiny_res;
+    return may_time_out(e);
   return e->pins == 0 || m.tiny_pin;
 }
 
@@ -467,6 +488,10 @@ static void reclaimed_entry(int k)
          "reservation of '%.16s' freed, this process lives (a thread of it died holding the "
          "lock earlier)",
          keys[k]);
+  CHECK("claim-kept", !m.e[k].claimed || m.self_dead,
+        "claimed reservation of '%.16s' freed: a claim goes only with its writer, this live "
+        "process, never by a timeout",
+        keys[k]);
   CHECK("reclaim", m.tiny_res && m.e[k].state == DIR_STATE_RESERVED,
         "'%.16s' (state %d) vanished, no reservation timed out", keys[k], m.e[k].state);
   TRACE("  reservation of '%.16s' (slot %u) reclaimed", keys[k], m.e[k].ref.slot);
@@ -561,6 +586,23 @@ static void check_counters(void)
   }
 }
 
+/* Every claim the model holds is still held, whatever the call was (a
+ * rebuild, a reclaim, a timeout): a second claim of it is BUSY and changes
+ * nothing. Last, so that whatever it did is learned after the next call. */
+static void check_claims(void)
+{
+  struct dir_entry_info e;
+  for (int k = 0; k < NKEYS && !m.self_dead; k++) {
+    if (!m.e[k].live || !m.e[k].claimed)
+      continue;
+    why_reset();
+    int rc = dir_claim(&d, m.e[k].ref, &e, why, why_cap);
+    why_after("dir_claim", rc);
+    CHECK("claim-kept", rc == ECC_ERR_BUSY, "claimed '%.16s' (ref %u/%u) claimed again: %d, BUSY",
+          keys[k], m.e[k].ref.slot, m.e[k].ref.gen, rc);
+  }
+}
+
 static void verify(void)
 {
   why_reset();
@@ -577,6 +619,7 @@ static void verify(void)
   CHECK("reclaim", !m.check_freed || m.freed == m.reclaims_now,
         "dir_reclaim says it freed %u, %u reservations and pins went", m.freed, m.reclaims_now);
   m.check_freed = false;
+  check_claims();
 }
 
 /* ---- picking arguments ------------------------------------------------- */
@@ -772,8 +815,6 @@ static void learn_reservation(int k, uint64_t nbytes, const struct dir_entry_inf
   CHECK("reserve", strcmp(e->key, keys[k]) == 0, "new entry named '%.16s'", e->key);
   CHECK("reserve", e->owner.pid == getpid(), "new entry owned by %d", e->owner.pid);
   check_new_runs(e, n);
-  CHECK("room", hi->runs && hi->slot, "'%.16s' (%llu blocks) reserved with no room", keys[k],
-        (unsigned long long)n);
   CHECK("one-run", e->n_runs == 1 || !lo->free_window,
         "'%.16s' got %u runs while %llu free blocks in a row existed", keys[k], e->n_runs,
         (unsigned long long)n);
@@ -782,6 +823,9 @@ static void learn_reservation(int k, uint64_t nbytes, const struct dir_entry_inf
              e->n_runs);
   check_fresh_ref(e->ref.slot, e->ref.gen, m.max_entries, m.entry_seen, m.entry_gen, "entry");
   learn_evictions(k, e);
+  /* After what went is learned, so that a claim taken for room says so. */
+  CHECK("room", hi->runs && hi->slot, "'%.16s' (%llu blocks) reserved with no room", keys[k],
+        (unsigned long long)n);
   struct mentry *x = &m.e[k];
   memset(x, 0, sizeof(*x));
   x->live = true;
@@ -841,7 +885,7 @@ static void reserve_existing(int k, uint64_t nbytes, int rc, int outcome,
                              const struct room *hi)
 {
   uint64_t n = ceil_blocks(nbytes);
-  if (!m.tiny_res || m.e[k].state != DIR_STATE_RESERVED) {
+  if (!may_time_out(&m.e[k])) {
     reserve_found(k, rc, outcome, e);
   } else if (rc == ECC_OK && outcome == DIR_RESERVED) {
     reclaimed_entry(k); /* its writer's time ran out: reserved anew */
@@ -900,16 +944,24 @@ static void op_reserve(struct input *in)
 
 /* ---- publish, abort ------------------------------------------------------ */
 
-/* A call on a reservation said CLOSED where reservations time out at
- * once: then it must be gone (it may have been reclaimed meanwhile). */
+/* A call on a reservation said CLOSED where it may time out (at once, no
+ * claim holding it): then it must be gone (reclaimed meanwhile). */
 static bool timed_out(int k, int rc)
 {
   int key_of[LIST_CAP];
-  if (!m.tiny_res || rc != ECC_ERR_CLOSED)
+  if (!may_time_out(&m.e[k]) || rc != ECC_ERR_CLOSED)
     return false;
   take_listing(key_of);
   CHECK("reclaim", !listed_key[k], "'%.16s' refused CLOSED but still listed", keys[k]);
   return true;
+}
+
+/* A copy is writing into a claimed reservation's blocks: only dir_settle
+ * may end it, so publish and abort are refused and change nothing. */
+static void claimed_refused(const char *call, int k, int rc)
+{
+  CHECK("claimed-finish", rc == ECC_ERR_BUSY, "%s of claimed '%.16s': %d, BUSY documented", call,
+        keys[k], rc);
 }
 
 static void op_publish(struct input *in)
@@ -925,6 +977,8 @@ static void op_publish(struct input *in)
           rc);
   } else if (m.e[k].state == DIR_STATE_RESERVED && timed_out(k, rc)) {
     return; /* the listing after the call learns it is gone */
+  } else if (m.e[k].claimed) {
+    claimed_refused("publish", k, rc);
   } else if (m.e[k].state == DIR_STATE_RESERVED) {
     CHECK("publish", rc == ECC_OK, "publish of reserved '%.16s': %d (%s)", keys[k], rc, why);
     m.e[k].state = DIR_STATE_READY;
@@ -947,6 +1001,8 @@ static void op_abort(struct input *in)
     CHECK("stale-ref", rc == ECC_ERR_CLOSED, "abort of stale ref %u/%u: %d", ref.slot, ref.gen, rc);
   } else if (m.e[k].state == DIR_STATE_RESERVED && timed_out(k, rc)) {
     return;
+  } else if (m.e[k].claimed) {
+    claimed_refused("abort", k, rc);
   } else if (m.e[k].state == DIR_STATE_RESERVED) {
     CHECK("abort", rc == ECC_OK, "abort of reserved '%.16s': %d (%s)", keys[k], rc, why);
     drop_entry(k);
@@ -955,6 +1011,119 @@ static void op_abort(struct input *in)
     CHECK("abort-ready", rc != ECC_OK, "abort freed published '%.16s'", keys[k]);
     CHECK("abort-ready", rc == ECC_ERR_INVALID,
           "abort of published '%.16s': %d, INVALID documented", keys[k], rc);
+  }
+}
+
+/* ---- claims: the connector's copies into reservations ------------------ */
+
+/* What a call that "changes nothing" must leave as it found: the listing
+ * (times, pins and runs of every entry) and all the counters. */
+struct snapshot {
+  struct listing l;
+  struct dir_counters c;
+};
+
+static struct snapshot snap_before, snap_after;
+
+static void take_snapshot(struct snapshot *s)
+{
+  memset(s, 0, sizeof(*s));
+  CHECK("list", dir_list(&d, list_one, &s->l) == ECC_OK, "dir_list failed");
+  dir_get_counters(&d, &s->c);
+}
+
+/* Field by field: struct copies need not keep the padding after state. */
+static bool same_info(const struct dir_entry_info *a, const struct dir_entry_info *b)
+{
+  return a->ref.slot == b->ref.slot && a->ref.gen == b->ref.gen && a->state == b->state &&
+         a->nbytes == b->nbytes && a->n_blocks == b->n_blocks && a->n_runs == b->n_runs &&
+         memcmp(a->runs, b->runs, sizeof(a->runs)) == 0 && a->pins == b->pins &&
+         a->owner.pid == b->owner.pid && a->owner.start_ticks == b->owner.start_ticks &&
+         a->reserved_ns == b->reserved_ns && a->used_ns == b->used_ns &&
+         memcmp(a->key, b->key, sizeof(a->key)) == 0;
+}
+
+static void check_unchanged(const char *call)
+{
+  take_snapshot(&snap_after);
+  CHECK("unchanged", memcmp(&snap_before.c, &snap_after.c, sizeof(snap_after.c)) == 0,
+        "%s changed the counters", call);
+  CHECK("unchanged", snap_before.l.n == snap_after.l.n, "%s changed the listing: %zu entries, %zu",
+        call, snap_before.l.n, snap_after.l.n);
+  for (size_t i = 0; i < snap_after.l.n; i++)
+    CHECK("unchanged", same_info(&snap_before.l.e[i], &snap_after.l.e[i]),
+          "%s changed listed '%.16s'", call, snap_after.l.e[i].key);
+}
+
+static void op_claim(struct input *in)
+{
+  struct dir_ref ref = pick_ref(in);
+  int k = entry_by_ref(ref);
+  struct dir_entry_info e;
+  memset(&e, 0xa5, sizeof(e));
+  why_reset();
+  int rc = dir_claim(&d, ref, &e, why, why_cap);
+  why_after("dir_claim", rc);
+  TRACE("claim %u/%u ('%.16s'): %d", ref.slot, ref.gen, k >= 0 ? keys[k] : "stale", rc);
+  if (k < 0) {
+    CHECK("stale-ref", rc == ECC_ERR_CLOSED, "claim of stale ref %u/%u: %d", ref.slot, ref.gen, rc);
+  } else if (m.e[k].state == DIR_STATE_READY) {
+    CHECK("claim-ready", rc == ECC_ERR_CLOSED, "claim of published '%.16s': %d, CLOSED documented",
+          keys[k], rc);
+  } else if (timed_out(k, rc)) {
+    return;
+  } else if (m.e[k].claimed) {
+    CHECK("claim-twice", rc == ECC_ERR_BUSY, "second claim of '%.16s': %d, BUSY documented",
+          keys[k], rc);
+  } else {
+    CHECK("claim", rc == ECC_OK, "claim of reserved '%.16s': %d (%s)", keys[k], rc, why);
+    check_info("claimed", &e, k);
+    CHECK("pins", e.pins == 0, "claimed reservation '%.16s' with %u pins", keys[k], e.pins);
+    m.e[k].claimed = true;
+  }
+}
+
+/* Gives the claim back: the reservation is an ordinary one again (and may
+ * time out). A stale ref names nothing to change. */
+static void op_unclaim(struct input *in)
+{
+  struct dir_ref ref = pick_ref(in);
+  int k = entry_by_ref(ref);
+  if (k < 0)
+    take_snapshot(&snap_before);
+  dir_unclaim(&d, ref);
+  TRACE("unclaim %u/%u ('%.16s')", ref.slot, ref.gen, k >= 0 ? keys[k] : "stale");
+  if (k < 0)
+    check_unchanged("dir_unclaim of a stale ref");
+  else if (m.e[k].state == DIR_STATE_RESERVED)
+    m.e[k].claimed = false;
+}
+
+/* The copy into a claimed reservation completed (ok) or failed: published
+ * or freed. Nothing but a claimed live reservation can be settled. */
+static void op_settle(struct input *in)
+{
+  struct dir_ref ref = pick_ref(in);
+  bool ok = u8(in) % 2 == 1;
+  int k = entry_by_ref(ref);
+  why_reset();
+  int rc = dir_settle(&d, ref, ok, why, why_cap);
+  why_after("dir_settle", rc);
+  TRACE("settle %u/%u ('%.16s'), copy %s: %d", ref.slot, ref.gen, k >= 0 ? keys[k] : "stale",
+        ok ? "done" : "failed", rc);
+  if (k < 0) {
+    CHECK("stale-ref", rc == ECC_ERR_CLOSED, "settle of stale ref %u/%u: %d", ref.slot, ref.gen,
+          rc);
+  } else if (!m.e[k].claimed) {
+    CHECK("settle-unclaimed", rc == ECC_ERR_CLOSED, "settle of %s '%.16s': %d, CLOSED documented",
+          m.e[k].state == DIR_STATE_READY ? "published" : "unclaimed", keys[k], rc);
+  } else if (!timed_out(k, rc)) {
+    CHECK("settle", rc == ECC_OK, "settle of claimed '%.16s': %d (%s)", keys[k], rc, why);
+    m.e[k].claimed = false;
+    if (ok)
+      m.e[k].state = DIR_STATE_READY; /* lookups find it from now on */
+    else
+      drop_entry(k);
   }
 }
 
@@ -1179,6 +1348,180 @@ static void op_check_pinned(struct input *in)
   }
 }
 
+/* ---- pinned, blocks_held: what a load and a copy ask of the directory ---- */
+
+/* The entry a live pin holds, for a load: told without changing anything
+ * (not even the used time a lookup sets). */
+static void op_pinned(struct input *in)
+{
+  struct dir_pin_ref pin = pick_pin(in);
+  int i = pin_by_ref(pin);
+  struct dir_entry_info e;
+  memset(&e, 0xa5, sizeof(e));
+  take_snapshot(&snap_before);
+  why_reset();
+  int rc = dir_pinned(&d, pin, &e, why, why_cap);
+  why_after("dir_pinned", rc);
+  TRACE("pinned %u/%u ('%.16s'): %d", pin.slot, pin.gen, i >= 0 ? keys[m.pins[i].key] : "stale",
+        rc);
+  check_unchanged("dir_pinned");
+  if (i < 0) {
+    CHECK("stale-pin", rc == ECC_ERR_CLOSED, "dir_pinned of stale pin %u/%u: %d", pin.slot, pin.gen,
+          rc);
+    return;
+  }
+  int k = m.pins[i].key;
+  /* Nothing reclaims between the check after the last call and this one,
+   * and it changes nothing: the pin the model holds is live. */
+  CHECK("pinned", rc == ECC_OK, "dir_pinned of live pin %u/%u on '%.16s': %d (%s)", pin.slot,
+        pin.gen, keys[k], rc, why);
+  check_info("pinned", &e, k);
+  CHECK("pinned", e.pins == m.e[k].pins, "dir_pinned: '%.16s' with %u pins, model %u", keys[k],
+        e.pins, m.e[k].pins);
+}
+
+#define MAX_IDS 12
+
+struct held_call {
+  uint32_t ids[MAX_IDS];
+  uint32_t n;
+  bool pinned;
+};
+
+/* Whether entry k holds its blocks as `pinned` asks: a live reservation
+ * (claimed or not), or a ready entry with a live pin. */
+static bool holds(int k, bool pinned)
+{
+  if (k < 0 || !m.e[k].live)
+    return false;
+  if (pinned)
+    return m.e[k].state == DIR_STATE_READY && m.e[k].pins > 0;
+  return m.e[k].state == DIR_STATE_RESERVED;
+}
+
+/* A live key at or after v (cyclically) other than `skip`, or -1. */
+static int live_key_from(uint8_t v, int skip)
+{
+  for (int i = 0; i < NKEYS; i++) {
+    int k = (v + i) % NKEYS;
+    if (m.e[k].live && k != skip)
+      return k;
+  }
+  return -1;
+}
+
+static uint32_t block_of(struct input *in, int k)
+{
+  const struct dir_run *run = &m.e[k].runs[u8(in) % m.e[k].n_runs];
+  return run->first + u8(in) % run->count;
+}
+
+/* A free block at or after a picked one, or the picked one if none is. */
+static uint32_t free_block(struct input *in, const int *owner)
+{
+  uint32_t b0 = u8(in) % m.p.num_blocks;
+  for (uint32_t i = 0; i < m.p.num_blocks; i++)
+    if (owner[(b0 + i) % m.p.num_blocks] < 0)
+      return (b0 + i) % m.p.num_blocks;
+  return b0;
+}
+
+/* Mostly blocks of one entry, asked as its state suggests, mixed with free
+ * blocks, blocks of other entries and ids past the region. */
+static void pick_held(struct input *in, struct held_call *c)
+{
+  int owner[MAX_BLOCKS];
+  owner_map(owner);
+  int k = live_key_from(u8(in), -1);
+  uint8_t mode = u8(in);
+  c->pinned = mode % 4 == 0 ? mode / 4 % 2 == 1 : k >= 0 && m.e[k].state == DIR_STATE_READY;
+  c->n = u8(in) % (MAX_IDS + 1);
+  for (uint32_t i = 0; i < c->n; i++) {
+    uint8_t what = u8(in) % 8;
+    int other = what == 6 ? live_key_from(u8(in), k) : -1;
+    if (what < 5 && k >= 0)
+      c->ids[i] = block_of(in, k);
+    else if (other >= 0)
+      c->ids[i] = block_of(in, other);
+    else if (what == 7)
+      c->ids[i] = u8(in) % 2 ? m.p.num_blocks + u8(in) : UINT32_MAX - u8(in);
+    else
+      c->ids[i] = free_block(in, owner);
+  }
+}
+
+/* The index of the first id the model says is not held, or -1. */
+static int first_not_held(const struct held_call *c)
+{
+  int owner[MAX_BLOCKS];
+  owner_map(owner);
+  for (uint32_t i = 0; i < c->n; i++)
+    if (c->ids[i] >= m.p.num_blocks || !holds(owner[c->ids[i]], c->pinned))
+      return (int)i;
+  return -1;
+}
+
+/* The call named as not held an id before the model's first (of all, if
+ * the model has none): right only if what held it may have gone before
+ * the call looked, a reservation timed out or all the pins of a ready
+ * entry, and has. */
+static bool hold_went(const struct held_call *c, int want, uint32_t bad)
+{
+  int owner[MAX_BLOCKS], key_of[LIST_CAP];
+  uint32_t end = want < 0 ? c->n : (uint32_t)want, j = 0;
+  while (j < end && c->ids[j] != bad)
+    j++;
+  if (j == end)
+    return false; /* not an id before the model's first */
+  owner_map(owner);
+  int k = owner[bad];
+  if (!c->pinned) {
+    if (!may_time_out(&m.e[k]))
+      return false;
+    take_listing(key_of);
+    return !listed_key[k]; /* the listing after the call learns it */
+  }
+  if (!m.tiny_pin)
+    return false;
+  for (uint32_t i = 0; i < MODEL_PINS; i++)
+    if (m.pins[i].live && m.pins[i].key == k && pin_alive(i))
+      return false;
+  return true;
+}
+
+static void trace_ids(const struct held_call *c, int rc, uint32_t bad)
+{
+  char list[MAX_IDS * 12 + 1] = "";
+  size_t len = 0;
+  if (!tracing)
+    return;
+  for (uint32_t i = 0; i < c->n; i++)
+    len += (size_t)snprintf(list + len, sizeof(list) - len, " %u", c->ids[i]);
+  TRACE("blocks_held%s (%s): %d, bad %u", list, c->pinned ? "pinned" : "reserved", rc,
+        rc == ECC_OK ? 0u : bad);
+}
+
+static void op_blocks_held(struct input *in)
+{
+  struct held_call c;
+  uint32_t bad = 0xa5a5a5a5u;
+  pick_held(in, &c);
+  int want = first_not_held(&c);
+  int rc = dir_blocks_held(&d, c.ids, c.n, c.pinned, &bad);
+  trace_ids(&c, rc, bad);
+  if (rc == ECC_OK && want < 0)
+    return;
+  if (rc == ECC_ERR_RANGE && want >= 0 && bad == c.ids[want])
+    return;
+  if (rc == ECC_ERR_RANGE && hold_went(&c, want, bad))
+    return;
+  if (want < 0)
+    FAIL("blocks-held", "%u ids asked %s, all held in the model: %d, bad %u", c.n,
+         c.pinned ? "pinned" : "reserved", rc, bad);
+  FAIL("blocks-held", "%u ids asked %s: %d, bad %u; the model's first not held is id %u (#%d)", c.n,
+       c.pinned ? "pinned" : "reserved", rc, rc == ECC_OK ? 0u : bad, c.ids[want], want);
+}
+
 /* ---- remove, attach, identity ------------------------------------------- */
 
 /* Where timeouts pass at once, a reservation may be gone (RANGE), and a
@@ -1187,7 +1530,7 @@ static bool removed_late(int k, int rc)
 {
   int key_of[LIST_CAP];
   const struct mentry *x = &m.e[k];
-  if (rc == ECC_ERR_RANGE && x->state == DIR_STATE_RESERVED && m.tiny_res) {
+  if (rc == ECC_ERR_RANGE && may_time_out(x)) {
     take_listing(key_of);
     return !listed_key[k];
   }
@@ -1305,7 +1648,7 @@ static void op_thread_death(void)
   if (relaxed("thread-death")) {
     /* The process may count as dead from now on, as if every timeout were
      * 1 ns: the listing after this call learns what went. */
-    m.tiny_res = m.tiny_pin = true;
+    m.tiny_res = m.tiny_pin = m.self_dead = true;
     return;
   }
   m.thread_died = true;
@@ -1427,7 +1770,7 @@ static void start(struct input *in)
 
 static void run_op(struct input *in)
 {
-  uint8_t op = u8(in) % 19;
+  uint8_t op = u8(in) % 26;
   if (op < 4)
     op_reserve(in);
   else if (op < 6)
@@ -1450,8 +1793,18 @@ static void run_op(struct input *in)
     op_reclaim();
   else if (op == 17)
     op_thread_death();
-  else
+  else if (op == 18)
     op_rebuild();
+  else if (op < 21)
+    op_claim(in);
+  else if (op < 22)
+    op_unclaim(in);
+  else if (op < 24)
+    op_settle(in);
+  else if (op < 25)
+    op_pinned(in);
+  else
+    op_blocks_held(in);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
