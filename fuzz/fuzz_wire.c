@@ -147,6 +147,10 @@ static void model_body(const struct wire_msg *m, const uint8_t *buf, size_t len)
     for (uint32_t i = 0; i < m->u.release.n; i++)
       (void)wire_release_token(m, i);
     break;
+  case WIRE_PULLED:
+    REQUIRE(m->u.pulled.status >= ECC_STATUS_MIN && m->u.pulled.status <= -1,
+            "PULLED status %d decoded", m->u.pulled.status);
+    break;
   default:
     break;
   }
@@ -218,6 +222,10 @@ static size_t encode_again(const struct wire_msg *m, uint8_t *out, size_t cap)
     return encode_found(m, out, cap);
   case WIRE_RELEASE:
     return encode_release(m, out, cap);
+  case WIRE_PULL:
+    return wire_encode_pull(out, cap, m->h.seq, m->u.pull.req_id, m->u.pull.token);
+  case WIRE_PULLED:
+    return wire_encode_pulled(out, cap, m->h.seq, m->u.pulled.req_id, m->u.pulled.status);
   default:
     return wire_encode_ping(out, cap, m->h.seq, m->h.type == WIRE_PONG, m->u.ping.nonce);
   }
@@ -337,9 +345,22 @@ static void put32(uint8_t *p, uint32_t v)
     p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* A data message's header: one that decodes is re-encoded to the same bytes. */
+static void check_data_header(const uint8_t *data, size_t size)
+{
+  struct wire_data d;
+  if (wire_decode_data(data, size, &d, NULL, 0) != ECC_OK)
+    return;
+  uint8_t again[WIRE_DATA_HEADER_BYTES];
+  wire_encode_data(again, d.req_id, d.offset);
+  REQUIRE(size == WIRE_DATA_HEADER_BYTES && memcmp(again, data, size) == 0,
+          "a data header of %zu bytes decoded but encodes otherwise", size);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
   check(data, size);
+  check_data_header(data, size < WIRE_DATA_HEADER_BYTES ? size : WIRE_DATA_HEADER_BYTES);
   if (size < WIRE_HEADER_BYTES || size - WIRE_HEADER_BYTES > WIRE_MAX_BODY)
     return 0;
   uint8_t *fixed = malloc(size);
@@ -349,7 +370,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   put32(fixed, WIRE_MAGIC);
   fixed[4] = (uint8_t)WIRE_VERSION;
   fixed[5] = (uint8_t)(WIRE_VERSION >> 8);
-  fixed[6] = (uint8_t)(1 + (fixed[6] | fixed[7] << 8) % WIRE_PONG); /* types are 1..8 */
+  fixed[6] = (uint8_t)(1 + (fixed[6] | fixed[7] << 8) % WIRE_PULLED); /* types are 1..10 */
   fixed[7] = 0;
   put32(fixed + 8, (uint32_t)(size - WIRE_HEADER_BYTES));
   put32(fixed + 12, 0);

@@ -37,8 +37,8 @@ static uint16_t free_port(void)
   return ntohs(a.sin_port);
 }
 
-static const char *ucx_ini(const char *role, const char *region, uint64_t block_size,
-                           uint16_t port, const char *extra)
+static const char *ucx_ini(const char *role, const char *region, uint64_t block_size, uint16_t port,
+                           const char *extra)
 {
   return th_ini_text("[plugin]\npath = %s\nlog_level = error\n\n"
                      "[region]\nname = %s\nblock_size = %llu\nsize = %llu\n\n"
@@ -201,7 +201,8 @@ Test(ucx_plugin, another_block_size_is_refused_by_name_on_both_sides)
   const char *srv_ini = ucx_ini("server", th_region_name(), BS, port, NULL);
   char err[512] = "";
   ecc_connector_t *srv = NULL, *cli = NULL;
-  ecc_open_options_t opt = {.struct_size = sizeof(opt), .log = th_capture, .log_level = ECC_LOG_WARN};
+  ecc_open_options_t opt = {
+      .struct_size = sizeof(opt), .log = th_capture, .log_level = ECC_LOG_WARN};
   cr_assert_eq(ecc_open(srv_ini, &opt, &srv, err, sizeof(err)), ECC_OK, "%s", err);
   int rc = ecc_open(ucx_ini("client", th_region_name(), 2 * BS, port, NULL), NULL, &cli, err,
                     sizeof(err));
@@ -224,8 +225,8 @@ Test(ucx_plugin, no_server_is_a_clear_error)
   cr_expect_null(cli);
 }
 
-/* A server process for the test below (exec'd: no thread of the test's
- * process is copied into it). */
+/* A server process for the tests below (exec'd: no thread of the test's
+ * process is copied into it), holding "big". */
 __attribute__((constructor)) static void server_entry(void)
 {
   const char *role, *ini;
@@ -234,7 +235,12 @@ __attribute__((constructor)) static void server_entry(void)
     return;
   ecc_connector_t *srv = NULL;
   char err[512];
-  if (ecc_open(ini, NULL, &srv, err, sizeof(err)) != ECC_OK)
+  int rc = ECC_ERR_TRANSFER;
+  /* A restarted server may find its port in TIME_WAIT for a moment. */
+  for (int t = 0; t < 50 && rc != ECC_OK; t++)
+    if ((rc = ecc_open(ini, NULL, &srv, err, sizeof(err))) != ECC_OK)
+      usleep(100000);
+  if (rc != ECC_OK)
     _exit(2);
   produce(srv, "big", 8u << 20);
   if (write(ready, "r", 1) != 1)
@@ -243,16 +249,91 @@ __attribute__((constructor)) static void server_entry(void)
     pause();
 }
 
-Test(ucx_plugin, a_killed_server_fails_loads_and_lookups_within_a_second)
+static pid_t start_server(const char *ini)
 {
-  uint16_t port = free_port();
-  const char *srv_ini = ucx_ini("server", th_region_name(), BS, port, NULL);
   int ready[2];
   cr_assert_eq(pipe2(ready, O_CLOEXEC), 0);
-  pid_t pid = th_spawn_self("ucx-server", srv_ini, -1, ready[1]);
+  pid_t pid = th_spawn_self("ucx-server", ini, -1, ready[1]);
   close(ready[1]);
   char c;
   cr_assert_eq(read(ready[0], &c, 1), 1, "the server did not start");
+  close(ready[0]);
+  return pid;
+}
+
+static int load_status(ecc_connector_t *cli, uint64_t token, uint64_t nbytes, uint8_t *dst)
+{
+  ecc_load_pinned_t lp = {9, token, (uint64_t)(uintptr_t)dst, nbytes};
+  int rc = ecc_load_pinned(cli, &lp, 1, NULL);
+  if (rc != ECC_OK)
+    return rc;
+  ecc_completion_t done;
+  cr_assert_eq(th_poll_until(cli, &done, 1, 5000), 1u, "the load never completed");
+  return done.status;
+}
+
+Test(ucx_plugin, a_stopped_server_is_given_up_after_the_deadline_and_reconnected)
+{
+  uint16_t port = free_port();
+  pid_t pid = start_server(ucx_ini("server", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli =
+      open_ok(ucx_ini("client", th_region_name(), BS, port, "deadline_ms = 300\n"));
+  const char *keys[] = {"big"};
+  ecc_entry_t e;
+  cr_assert_eq(ecc_lookup(cli, keys, 1, 1, &e), ECC_OK);
+  cr_assert_eq(e.state, ECC_ENTRY_READY);
+  kill(pid, SIGSTOP);
+  uint8_t *dst = malloc(8u << 20);
+  uint64_t t0 = th_now_ns();
+  int st = load_status(cli, e.token, 8u << 20, dst);
+  double ms = (double)(th_now_ns() - t0) / 1e6;
+  cr_expect_eq(st, ECC_ERR_TRANSFER, "a load from a stopped server said %d", st);
+  cr_expect_lt(ms, 1500.0, "given up after %.0f ms (deadline 300)", ms);
+  t0 = th_now_ns();
+  cr_expect_eq(ecc_lookup(cli, keys, 1, 1, &e), ECC_ERR_TRANSFER);
+  cr_expect_lt((double)(th_now_ns() - t0) / 1e6, 1500.0);
+  kill(pid, SIGCONT);
+  /* The server is back: the next lookup makes a new link. */
+  cr_assert_eq(ecc_lookup(cli, keys, 1, 1, &e), ECC_OK);
+  cr_assert_eq(e.state, ECC_ENTRY_READY);
+  cr_expect_eq(load_status(cli, e.token, 8u << 20, dst), ECC_OK);
+  free(dst);
+  cr_assert_eq(ecc_close(cli), ECC_OK);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+Test(ucx_plugin, a_restarted_server_is_reconnected_and_old_tokens_refused)
+{
+  uint16_t port = free_port();
+  pid_t pid = start_server(ucx_ini("server", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  const char *keys[] = {"big"};
+  ecc_entry_t old, e;
+  cr_assert_eq(ecc_lookup(cli, keys, 1, 1, &old), ECC_OK);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  pid = start_server(ucx_ini("server", th_region_name(), BS, port, NULL));
+  /* The first call after the death may only learn of it. */
+  int rc = ecc_lookup(cli, keys, 1, 1, &e);
+  if (rc != ECC_OK)
+    rc = ecc_lookup(cli, keys, 1, 1, &e);
+  cr_assert_eq(rc, ECC_OK, "no new link to the restarted server");
+  cr_assert_eq(e.state, ECC_ENTRY_READY);
+  uint8_t *dst = malloc(8u << 20);
+  cr_expect_eq(load_status(cli, old.token, 8u << 20, dst), ECC_ERR_CLOSED,
+               "a token of the dead server was taken");
+  cr_expect_eq(load_status(cli, e.token, 8u << 20, dst), ECC_OK);
+  free(dst);
+  cr_assert_eq(ecc_close(cli), ECC_OK);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+Test(ucx_plugin, a_killed_server_fails_loads_and_lookups_within_a_second)
+{
+  uint16_t port = free_port();
+  pid_t pid = start_server(ucx_ini("server", th_region_name(), BS, port, NULL));
   ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
   const char *keys[] = {"big"};
   ecc_entry_t e;

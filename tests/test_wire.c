@@ -385,7 +385,7 @@ Test(wire_round_trip, ping_and_pong_carry_the_nonce)
 
 Test(wire_round_trip, max_bytes_per_type_and_none_outside_the_set)
 {
-  const size_t want[] = {0, 44, 4152, 285, 33064, 21544, 8220, 32, 32, 0};
+  const size_t want[] = {0, 44, 4152, 285, 33064, 21544, 8220, 32, 32, 40, 36, 0};
   for (uint32_t t = 0; t < sizeof(want) / sizeof(want[0]); t++)
     cr_assert_eq(wire_max_bytes((enum wire_type)t), want[t], "type %u", t);
   cr_assert_eq(wire_max_bytes((enum wire_type)0xffff), 0);
@@ -397,7 +397,7 @@ Test(wire_round_trip, type_names_come_from_the_map)
   WIRE_TYPE_MAP(CHECK_NAME)
 #undef CHECK_NAME
   cr_assert_str_eq(wire_type_name(0), "?");
-  cr_assert_str_eq(wire_type_name(9), "?");
+  cr_assert_str_eq(wire_type_name(WIRE_PULLED + 1), "?");
   cr_assert_str_eq(wire_type_name(UINT32_MAX), "?");
 }
 
@@ -652,6 +652,10 @@ static size_t sample(uint32_t type, uint8_t *out, size_t cap)
     return wire_encode_found(out, cap, 5, 40, ECC_OK, e, 3);
   case WIRE_RELEASE:
     return wire_encode_release(out, cap, 6, tokens, 3);
+  case WIRE_PULL:
+    return wire_encode_pull(out, cap, 8, 41, 5);
+  case WIRE_PULLED:
+    return wire_encode_pulled(out, cap, 9, 41, ECC_ERR_TRANSFER);
   default:
     return wire_encode_ping(out, cap, 7, type == WIRE_PONG, 0xabc);
   }
@@ -699,7 +703,7 @@ Test(wire_refuse_header, nonzero_flags)
 
 Test(wire_refuse_header, length_other_than_the_bytes_that_follow)
 {
-  for (uint32_t t = WIRE_HELLO; t <= WIRE_PONG; t++) {
+  for (uint32_t t = WIRE_HELLO; t <= WIRE_PULLED; t++) {
     size_t n = sample(t, buf, sizeof(buf));
     uint32_t body = (uint32_t)(n - WIRE_HEADER_BYTES);
     set32(buf + 8, body + 1); /* says more than follows */
@@ -734,7 +738,7 @@ Test(wire_refuse_header, length_over_the_body_limit)
 
 Test(wire_refuse_header, unknown_type_names_its_value)
 {
-  const uint32_t types[] = {0, 9, 100, 0xffff};
+  const uint32_t types[] = {0, WIRE_PULLED + 1, 100, 0xffff};
   for (size_t c = 0; c < 4; c++) {
     size_t n = sample(WIRE_PING, buf, sizeof(buf));
     buf[6] = (uint8_t)types[c];
@@ -747,7 +751,7 @@ Test(wire_refuse_header, unknown_type_names_its_value)
 
 Test(wire_refuse_header, truncated_at_every_byte_of_every_type)
 {
-  for (uint32_t t = WIRE_HELLO; t <= WIRE_PONG; t++) {
+  for (uint32_t t = WIRE_HELLO; t <= WIRE_PULLED; t++) {
     size_t n = sample(t, buf, sizeof(buf));
     for (size_t cut = 0; cut < n; cut++)
       expect_refused(buf, cut, ECC_ERR_INVALID,
@@ -759,7 +763,7 @@ Test(wire_refuse_header, truncated_at_every_byte_of_every_type)
 Test(wire_refuse_header, body_cut_short_under_a_header_that_agrees)
 {
   static uint8_t cut_msg[BIG];
-  for (uint32_t t = WIRE_HELLO; t <= WIRE_PONG; t++) {
+  for (uint32_t t = WIRE_HELLO; t <= WIRE_PULLED; t++) {
     size_t n = sample(t, buf, sizeof(buf));
     for (size_t body = 0; body < n - WIRE_HEADER_BYTES; body++) {
       memcpy(cut_msg, buf, WIRE_HEADER_BYTES + body);
@@ -1098,7 +1102,7 @@ static void expect_caps_refused(uint32_t type)
 
 Test(wire_encode, every_cap_too_small_is_refused_for_every_type)
 {
-  for (uint32_t t = WIRE_HELLO; t <= WIRE_PONG; t++)
+  for (uint32_t t = WIRE_HELLO; t <= WIRE_PULLED; t++)
     expect_caps_refused(t);
 }
 
@@ -1248,6 +1252,10 @@ static size_t seed(uint32_t type, uint8_t *out, size_t cap)
     return wire_encode_found(out, cap, 2, 1, ECC_OK, e, 3);
   case WIRE_RELEASE:
     return wire_encode_release(out, cap, 3, tokens, 3);
+  case WIRE_PULL:
+    return wire_encode_pull(out, cap, 5, 9, 17);
+  case WIRE_PULLED:
+    return wire_encode_pulled(out, cap, 6, 9, ECC_ERR_CLOSED);
   default:
     return wire_encode_ping(out, cap, 4, type == WIRE_PONG, 0x1234);
   }
@@ -1256,7 +1264,7 @@ static size_t seed(uint32_t type, uint8_t *out, size_t cap)
 Test(wire_seeds, the_committed_seeds_are_the_encoders_output)
 {
   static uint8_t file[BIG];
-  for (uint32_t t = WIRE_HELLO; t <= WIRE_PONG; t++) {
+  for (uint32_t t = WIRE_HELLO; t <= WIRE_PULLED; t++) {
     char path[512];
     int at = snprintf(path, sizeof(path), "%s/", SEED_DIR);
     for (const char *c = wire_type_name(t); *c != '\0'; c++)
@@ -1278,4 +1286,70 @@ Test(wire_seeds, the_committed_seeds_are_the_encoders_output)
     decode_ok(file, got, &m);
     cr_assert_eq(m.h.type, t);
   }
+}
+
+/* --- PULL, PULLED and the header of data messages --- */
+
+Test(wire_pull, pull_and_pulled_round_trip_and_keep_their_layout)
+{
+  size_t n = wire_encode_pull(buf, sizeof(buf), 7, 0x0102030405060708ull, UINT64_MAX);
+  cr_assert_eq(n, WIRE_HEADER_BYTES + 16);
+  cr_assert_eq(n, wire_max_bytes(WIRE_PULL));
+  static const uint8_t pull_body[16] = {8,   7,   6,   5,   4,   3,   2,   1,
+                                        255, 255, 255, 255, 255, 255, 255, 255};
+  cr_assert_arr_eq(buf + WIRE_HEADER_BYTES, pull_body, 16);
+  struct wire_msg m;
+  decode_ok(buf, n, &m);
+  cr_assert_eq(m.h.type, WIRE_PULL);
+  cr_assert_eq(m.u.pull.req_id, 0x0102030405060708ull);
+  cr_assert_eq(m.u.pull.token, UINT64_MAX);
+  n = wire_encode_pulled(buf, sizeof(buf), 8, 42, ECC_ERR_TRANSFER);
+  cr_assert_eq(n, WIRE_HEADER_BYTES + 12);
+  cr_assert_eq(n, wire_max_bytes(WIRE_PULLED));
+  decode_ok(buf, n, &m);
+  cr_assert_eq(m.h.type, WIRE_PULLED);
+  cr_assert_eq(m.u.pulled.req_id, 42u);
+  cr_assert_eq(m.u.pulled.status, ECC_ERR_TRANSFER);
+  cr_assert_str_eq(wire_type_name(WIRE_PULL), "PULL");
+  cr_assert_str_eq(wire_type_name(WIRE_PULLED), "PULLED");
+}
+
+Test(wire_pull, refused_bodies_and_arguments)
+{
+  struct wire_msg m;
+  size_t n = wire_encode_pull(buf, sizeof(buf), 1, 1, 2);
+  for (size_t cut = 0; cut < n; cut++)
+    cr_assert_neq(wire_decode(buf, cut, &m, why, sizeof(why)), ECC_OK, "PULL cut at %zu", cut);
+  for (size_t cap = 0; cap < n; cap++)
+    cr_assert_eq(wire_encode_pull(buf, cap, 1, 1, 2), 0, "cap %zu", cap);
+  cr_assert_eq(wire_encode_pulled(buf, sizeof(buf), 1, 1, ECC_OK), 0, "PULLED needs an error");
+  cr_assert_eq(wire_encode_pulled(buf, sizeof(buf), 1, 1, ECC_STATUS_MIN - 1), 0);
+  n = wire_encode_pulled(buf, sizeof(buf), 1, 1, ECC_ERR_BUSY);
+  buf[WIRE_HEADER_BYTES + 8] = 0; /* status 0: not an error */
+  buf[WIRE_HEADER_BYTES + 9] = buf[WIRE_HEADER_BYTES + 10] = buf[WIRE_HEADER_BYTES + 11] = 0;
+  cr_assert_eq(wire_decode(buf, n, &m, why, sizeof(why)), ECC_ERR_INVALID);
+  cr_assert(strstr(why, "PULLED status") != NULL, "why: %s", why);
+}
+
+Test(wire_pull, data_headers_round_trip_and_are_checked)
+{
+  uint8_t h[WIRE_DATA_HEADER_BYTES];
+  wire_encode_data(h, 0x1122334455667788ull, 1u << 20);
+  static const uint8_t golden[WIRE_DATA_HEADER_BYTES] = {
+      0x45, 0x43, 0x43, 0x57, WIRE_VERSION, 0, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33,
+      0x22, 0x11, 0,    0,    0x10,         0, 0, 0, 0,    0};
+  cr_assert_arr_eq(h, golden, sizeof(h));
+  struct wire_data d;
+  cr_assert_eq(wire_decode_data(h, sizeof(h), &d, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_assert_eq(d.req_id, 0x1122334455667788ull);
+  cr_assert_eq(d.offset, 1u << 20);
+  cr_assert_eq(wire_decode_data(h, sizeof(h) - 1, &d, why, sizeof(why)), ECC_ERR_INVALID);
+  cr_assert_eq(wire_decode_data(NULL, 0, &d, why, sizeof(why)), ECC_ERR_INVALID);
+  h[4] ^= 0xff;
+  cr_assert_eq(wire_decode_data(h, sizeof(h), &d, why, sizeof(why)), ECC_ERR_INCOMPATIBLE);
+  cr_assert(strstr(why, "version") != NULL, "why: %s", why);
+  h[4] ^= 0xff;
+  h[6] = 1;
+  cr_assert_eq(wire_decode_data(h, sizeof(h), &d, why, sizeof(why)), ECC_ERR_INVALID);
+  cr_assert(strstr(why, "flags") != NULL, "why: %s", why);
 }

@@ -25,7 +25,8 @@
 
 /* A server pin this process holds: what the server said of its entry. */
 struct rpin {
-  uint64_t token; /* the server's */
+  uint64_t token;        /* the one this process handed out: never given twice */
+  uint64_t server_token; /* the server's, which a restarted server gives again */
   uint64_t nbytes;
   uint32_t left; /* releases due */
   uint32_t n_runs;
@@ -33,17 +34,21 @@ struct rpin {
   char key[ECC_KEY_MAX + 1];
 };
 
-/* One entry being pulled: its gets, then its local load. */
+/* One entry being pulled: its data messages, then its local load. Whoever
+ * takes it off the list (under lock) finishes it. */
 struct pull {
   struct ucx_client *cl;
   struct pull *next;
+  uint64_t req_id; /* the PULL's, which its data messages carry */
   uint64_t transfer_id, dst, dst_capacity;
-  uint64_t local_token; /* the local reservation the gets fill */
+  uint64_t local_token; /* the local reservation the bytes go to */
   uint64_t remote_token;
   uint64_t nbytes;
-  uint64_t started_ns;
-  atomic_uint gets_left; /* gets in flight, plus one while they are being issued */
-  atomic_bool failed;
+  uint32_t n_local;
+  ecc_extent_v1_t local[ECC_ENTRY_MAX_EXTENTS]; /* that reservation's blocks */
+  uint64_t chunks, chunks_got;
+  uint8_t *got;         /* one byte per chunk: arrived */
+  uint64_t progress_ns; /* when it started, or a chunk last arrived */
   char key[ECC_KEY_MAX + 1];
 };
 
@@ -63,6 +68,9 @@ struct ucx_client {
   struct conn *conn;
   struct ecc_log *log;
   struct ucx_config cfg;
+  /* Calls read net; a reconnect, which replaces it, writes. Callbacks of
+   * the UCX layer take neither side (a reconnect waits for none). */
+  pthread_rwlock_t net_lock;
   struct net *net;
   struct net_peer *peer;
   uint64_t client_id;
@@ -74,6 +82,7 @@ struct ucx_client {
   char link_why[256];
   uint64_t server_id;
   uint64_t next_req;
+  uint64_t next_token; /* the last token handed out */
   struct waiter *waiters;
   struct rpin *pins;
   size_t n_pins, cap_pins;
@@ -101,6 +110,11 @@ static void wait_until(struct ucx_client *cl, uint64_t deadline_ns)
   pthread_cond_timedwait(&cl->cond, &cl->lock, &ts);
 }
 
+static void on_data(void *user, struct net_peer *peer, const uint8_t *hdr, size_t hlen,
+                    const uint8_t *data, size_t len);
+static void fail_all_pulls(struct ucx_client *cl, const char *why);
+static void took_pulled(struct ucx_client *cl, const struct wire_pulled *m);
+
 /* ---- messages from the server ------------------------------------------ */
 
 static void took_welcome(struct ucx_client *cl, const struct wire_welcome *w)
@@ -115,8 +129,8 @@ static void took_welcome(struct ucx_client *cl, const struct wire_welcome *w)
   } else {
     cl->link = LINK_DOWN;
     cl->refused_code = rc;
-    snprintf(cl->link_why, sizeof(cl->link_why), "the server's region is not usable (block size %" PRIu64 ")",
-             w->block_size);
+    snprintf(cl->link_why, sizeof(cl->link_why),
+             "the server's region is not usable (block size %" PRIu64 ")", w->block_size);
   }
   pthread_cond_broadcast(&cl->cond);
   pthread_mutex_unlock(&cl->lock);
@@ -124,17 +138,18 @@ static void took_welcome(struct ucx_client *cl, const struct wire_welcome *w)
 
 static void took_refuse(struct ucx_client *cl, const struct wire_refuse *r)
 {
+  char text[sizeof(cl->link_why)];
+  snprintf(text, sizeof(text), "refused by the server: %.*s", (int)r->reason_len, r->reason);
   pthread_mutex_lock(&cl->lock);
   cl->link = LINK_DOWN;
   cl->refused_code = r->code;
-  snprintf(cl->link_why, sizeof(cl->link_why), "refused by the server: %.*s", (int)r->reason_len,
-           r->reason);
+  snprintf(cl->link_why, sizeof(cl->link_why), "%s", text);
   pthread_cond_broadcast(&cl->cond);
   pthread_mutex_unlock(&cl->lock);
-  log_msg(cl->log, ECC_LOG_ERROR, "ucx: %s", cl->link_why);
+  log_msg(cl->log, ECC_LOG_ERROR, "ucx: %s", text);
 }
 
-static void took_found(struct ucx_client *cl, const struct wire_msg *m)
+static void took_found(struct ucx_client *cl, struct net_peer *peer, const struct wire_msg *m)
 {
   const struct wire_found *f = &m->u.found;
   struct wire_found_entry *copy = f->n > 0 ? calloc(f->n, sizeof(*copy)) : NULL;
@@ -162,18 +177,16 @@ static void took_found(struct ucx_client *cl, const struct wire_msg *m)
       if (copy[i].found)
         tokens[k++] = copy[i].token;
     uint8_t buf[WIRE_HEADER_BYTES + 8 + 8 * WIRE_MAX_KEYS];
-    size_t len = k > 0 ? wire_encode_release(buf, sizeof(buf), atomic_fetch_add(&cl->seq, 1),
-                                             tokens, k)
-                       : 0;
+    size_t len =
+        k > 0 ? wire_encode_release(buf, sizeof(buf), atomic_fetch_add(&cl->seq, 1), tokens, k) : 0;
     if (len > 0)
-      net_send(cl->net, cl->peer, buf, len);
+      net_send(cl->net, peer, buf, len);
     free(copy);
   }
 }
 
 static void on_message(void *user, struct net_peer *p, const uint8_t *buf, size_t len)
 {
-  (void)p;
   struct ucx_client *cl = user;
   struct wire_msg m;
   char why[256];
@@ -189,7 +202,10 @@ static void on_message(void *user, struct net_peer *p, const uint8_t *buf, size_
     took_refuse(cl, &m.u.refuse);
     break;
   case WIRE_FOUND:
-    took_found(cl, &m);
+    took_found(cl, p, &m);
+    break;
+  case WIRE_PULLED:
+    took_pulled(cl, &m.u.pulled);
     break;
   case WIRE_PONG:
     break;
@@ -204,22 +220,30 @@ static void on_peer_error(void *user, struct net_peer *p, int code, const char *
   (void)p;
   (void)code;
   struct ucx_client *cl = user;
+  char text[sizeof(cl->link_why)];
+  snprintf(text, sizeof(text), "the server at %s port %u failed: %s", cl->cfg.addr, cl->cfg.port,
+           why);
   pthread_mutex_lock(&cl->lock);
   cl->link = LINK_DOWN;
   cl->refused_code = ECC_ERR_TRANSFER;
-  snprintf(cl->link_why, sizeof(cl->link_why), "the server at %s port %u failed: %s",
-           cl->cfg.addr, cl->cfg.port, why);
+  snprintf(cl->link_why, sizeof(cl->link_why), "%s", text);
   pthread_cond_broadcast(&cl->cond);
   pthread_mutex_unlock(&cl->lock);
-  log_msg(cl->log, ECC_LOG_ERROR, "ucx: %s", cl->link_why);
+  log_msg(cl->log, ECC_LOG_ERROR, "ucx: %s", text);
+  fail_all_pulls(cl, "the link to the server failed");
 }
 
 /* ---- the link ----------------------------------------------------------- */
 
+/* The link's failure as this call's error (lock not held). */
 static int link_error(struct ucx_client *cl)
 {
-  return log_fail(cl->log, cl->refused_code != 0 ? cl->refused_code : ECC_ERR_TRANSFER, "ucx: %s",
-                  cl->link_why[0] ? cl->link_why : "no link to the server");
+  char why[sizeof(cl->link_why)];
+  pthread_mutex_lock(&cl->lock);
+  int code = cl->refused_code != 0 ? cl->refused_code : ECC_ERR_TRANSFER;
+  snprintf(why, sizeof(why), "%s", cl->link_why[0] ? cl->link_why : "no link to the server");
+  pthread_mutex_unlock(&cl->lock);
+  return log_fail(cl->log, code, "ucx: %s", why);
 }
 
 static int send_to_server(struct ucx_client *cl, const uint8_t *buf, size_t len)
@@ -229,21 +253,21 @@ static int send_to_server(struct ucx_client *cl, const uint8_t *buf, size_t len)
   return net_send(cl->net, cl->peer, buf, len);
 }
 
-static int handshake(struct ucx_client *cl, char *err, size_t err_cap)
+static int handshake(struct ucx_client *cl, uint32_t wait_ms, char *err, size_t err_cap)
 {
   struct wire_hello h = {.layout_hash = wire_layout_hash(cl->conn->region.block_size),
                          .client_id = cl->client_id,
                          .tp_rank = cl->conn->cfg.tp_rank};
   uint8_t buf[WIRE_HEADER_BYTES + 32];
   int rc = send_to_server(cl, buf, wire_encode_hello(buf, sizeof(buf), 0, &h));
-  uint64_t deadline = deadline_after(cl->cfg.connect_ms);
+  uint64_t deadline = deadline_after(wait_ms);
   pthread_mutex_lock(&cl->lock);
   while (rc == ECC_OK && cl->link == LINK_CONNECTING && ecc_now_ns() < deadline)
     wait_until(cl, deadline);
   if (rc == ECC_OK && cl->link == LINK_CONNECTING) {
     cl->link = LINK_DOWN;
     snprintf(cl->link_why, sizeof(cl->link_why), "no answer from %s port %u within %u ms",
-             cl->cfg.addr, cl->cfg.port, cl->cfg.connect_ms);
+             cl->cfg.addr, cl->cfg.port, wait_ms);
   }
   if (rc == ECC_OK && cl->link != LINK_UP)
     rc = cl->refused_code != 0 ? cl->refused_code : ECC_ERR_TRANSFER;
@@ -260,6 +284,79 @@ static uint64_t random_id(void)
   uint64_t x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32;
   x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ull;
   return x ^ (x >> 29);
+}
+
+/* A new link; the handshake may take wait_ms. */
+static int connect_net(struct ucx_client *cl, uint32_t wait_ms, char *err, size_t err_cap)
+{
+  struct conn *conn = cl->conn;
+  struct net_params np = {.server = 0,
+                          .addr = cl->cfg.addr,
+                          .port = cl->cfg.port,
+                          .transports = cl->cfg.transports,
+                          .net_devices = cl->cfg.net_devices[0] ? cl->cfg.net_devices : NULL,
+                          .region = conn->region.blocks,
+                          .region_bytes = conn->region.block_size * conn->region.num_blocks,
+                          .log = cl->log,
+                          .cb = {cl, NULL, on_message, on_peer_error, on_data}};
+  int rc = net_create(&np, &cl->net, err, err_cap);
+  if (rc == ECC_OK) {
+    cl->peer = net_server_peer(cl->net);
+    rc = handshake(cl, wait_ms, err, err_cap);
+  }
+  return rc;
+}
+
+/* After the link failed and nothing of it is in flight: a new one, and the
+ * pins of the old one forgotten (the server drops them itself, or it is a
+ * new server that never had them). net_lock is held for writing. */
+static int reconnect(struct ucx_client *cl)
+{
+  uint64_t old_server = cl->server_id;
+  net_destroy(cl->net);
+  cl->net = NULL;
+  cl->peer = NULL;
+  pthread_mutex_lock(&cl->lock);
+  size_t dropped = cl->n_pins;
+  cl->n_pins = 0;
+  cl->link = LINK_CONNECTING;
+  cl->refused_code = 0;
+  cl->link_why[0] = '\0';
+  pthread_mutex_unlock(&cl->lock);
+  char why[256] = "";
+  /* A call is bounded by the deadline, the first connect only by its own. */
+  int rc = connect_net(cl, cl->cfg.deadline_ms, why, sizeof(why));
+  if (rc != ECC_OK) {
+    pthread_mutex_lock(&cl->lock);
+    cl->link = LINK_DOWN;
+    cl->refused_code = rc;
+    snprintf(cl->link_why, sizeof(cl->link_why), "%s", why);
+    pthread_mutex_unlock(&cl->lock);
+    return log_fail(cl->log, rc, "%s", why);
+  }
+  log_msg(cl->log, ECC_LOG_INFO,
+          "ucx: reconnected to %s port %u%s; %zu pins of the old link forgotten", cl->cfg.addr,
+          cl->cfg.port, cl->server_id != old_server ? " (a restarted server)" : "", dropped);
+  return ECC_OK;
+}
+
+/* The link, made again if it failed and nothing of it is in flight. */
+static int ensure_link(struct ucx_client *cl)
+{
+  pthread_mutex_lock(&cl->lock);
+  bool up = cl->link == LINK_UP, busy = cl->n_pulls > 0 || cl->waiters != NULL;
+  pthread_mutex_unlock(&cl->lock);
+  if (up)
+    return ECC_OK;
+  if (busy)
+    return link_error(cl);
+  pthread_rwlock_wrlock(&cl->net_lock);
+  pthread_mutex_lock(&cl->lock);
+  bool still_down = cl->link != LINK_UP && cl->n_pulls == 0 && cl->waiters == NULL;
+  pthread_mutex_unlock(&cl->lock);
+  int rc = still_down ? reconnect(cl) : ECC_OK;
+  pthread_rwlock_unlock(&cl->net_lock);
+  return rc;
 }
 
 int ucx_client_start(struct conn *conn, const struct ucx_config *cfg, char *err, size_t err_cap,
@@ -280,29 +377,18 @@ int ucx_client_start(struct conn *conn, const struct ucx_config *cfg, char *err,
   cl->client_id = random_id();
   pthread_mutex_init(&cl->lock, NULL);
   pthread_cond_init(&cl->cond, NULL);
-  struct net_params np = {.server = 0,
-                          .addr = cfg->addr,
-                          .port = cfg->port,
-                          .transports = cfg->transports,
-                          .net_devices = cfg->net_devices[0] ? cfg->net_devices : NULL,
-                          .region = conn->region.blocks,
-                          .region_bytes = conn->region.block_size * conn->region.num_blocks,
-                          .log = cl->log,
-                          .cb = {cl, NULL, on_message, on_peer_error}};
-  int rc = net_create(&np, &cl->net, err, err_cap);
-  if (rc == ECC_OK) {
-    cl->peer = net_server_peer(cl->net);
-    rc = handshake(cl, err, err_cap);
-  }
+  pthread_rwlock_init(&cl->net_lock, NULL);
+  int rc = connect_net(cl, cfg->connect_ms, err, err_cap);
   if (rc != ECC_OK) {
     net_destroy(cl->net);
+    pthread_rwlock_destroy(&cl->net_lock);
     pthread_cond_destroy(&cl->cond);
     pthread_mutex_destroy(&cl->lock);
     free(cl);
     return rc;
   }
-  log_msg(cl->log, ECC_LOG_INFO, "ucx: connected to %s port %u (server %016" PRIx64 ")",
-          cfg->addr, cfg->port, cl->server_id);
+  log_msg(cl->log, ECC_LOG_INFO, "ucx: connected to %s port %u (server %016" PRIx64 ")", cfg->addr,
+          cfg->port, cl->server_id);
   *out = cl;
   return ECC_OK;
 }
@@ -317,54 +403,64 @@ static struct rpin *pin_find(struct ucx_client *cl, uint64_t token)
   return NULL;
 }
 
-static bool pin_add(struct ucx_client *cl, const struct wire_found_entry *f, const char *key,
-                    uint32_t ranks)
+/* The token for the server's pin f, taken for `ranks` releases; 0 when out
+ * of memory. */
+static uint64_t pin_add(struct ucx_client *cl, const struct wire_found_entry *f, const char *key,
+                        uint32_t ranks)
 {
-  struct rpin *p = pin_find(cl, f->token);
-  if (p != NULL) {
-    p->left += ranks;
-    return true;
-  }
+  for (size_t i = 0; i < cl->n_pins; i++)
+    if (cl->pins[i].server_token == f->token) {
+      cl->pins[i].left += ranks;
+      return cl->pins[i].token;
+    }
+  struct rpin *p;
   if (cl->n_pins == cl->cap_pins) {
     size_t cap = cl->cap_pins ? 2 * cl->cap_pins : 64;
     struct rpin *np = realloc(cl->pins, cap * sizeof(*np));
     if (np == NULL)
-      return false;
+      return 0;
     cl->pins = np;
     cl->cap_pins = cap;
   }
   p = &cl->pins[cl->n_pins++];
   memset(p, 0, sizeof(*p));
-  p->token = f->token;
+  p->token = ++cl->next_token;
+  p->server_token = f->token;
   p->nbytes = f->nbytes;
   p->left = ranks;
   p->n_runs = f->n_runs;
   memcpy(p->runs, f->runs, sizeof(p->runs));
   snprintf(p->key, sizeof(p->key), "%s", key);
-  return true;
+  return p->token;
 }
 
-/* One release of the pin taken here; false if this process holds none. */
-static bool pin_take_one(struct ucx_client *cl, uint64_t token)
+/* One release of the pin behind `token`: its server token, or 0 if this
+ * process holds none. */
+static uint64_t pin_take_one(struct ucx_client *cl, uint64_t token)
 {
   struct rpin *p = pin_find(cl, token);
   if (p == NULL)
-    return false;
+    return 0;
+  uint64_t server_token = p->server_token;
   if (--p->left == 0)
     *p = cl->pins[--cl->n_pins];
-  return true;
+  return server_token;
 }
 
 static void release_remote(struct ucx_client *cl, const uint64_t *tokens, uint32_t n)
 {
   uint8_t buf[WIRE_HEADER_BYTES + 8 + 8 * WIRE_MAX_KEYS];
+  if (cl->net == NULL)
+    return; /* closed: the server drops a gone client's pins */
   for (uint32_t done = 0; done < n;) {
     uint32_t k = n - done < WIRE_MAX_KEYS ? n - done : WIRE_MAX_KEYS;
     size_t len =
         wire_encode_release(buf, sizeof(buf), atomic_fetch_add(&cl->seq, 1), tokens + done, k);
     if (len == 0 || net_send(cl->net, cl->peer, buf, len) != ECC_OK)
-      log_msg(cl->log, ECC_LOG_WARN, "ucx: %u releases not sent (the server drops a gone "
-              "client's pins itself)", k);
+      log_msg(cl->log, ECC_LOG_WARN,
+              "ucx: %u releases not sent (the server drops a gone "
+              "client's pins itself)",
+              k);
     done += k;
   }
 }
@@ -404,7 +500,8 @@ static int lookup_chunk(struct ucx_client *cl, const char *const *keys, uint32_t
   w.next = cl->waiters;
   cl->waiters = &w;
   pthread_mutex_unlock(&cl->lock);
-  size_t len = wire_encode_lookup(buf, cap, atomic_fetch_add(&cl->seq, 1), w.req_id, ranks, keys, n);
+  size_t len =
+      wire_encode_lookup(buf, cap, atomic_fetch_add(&cl->seq, 1), w.req_id, ranks, keys, n);
   if (rc == ECC_OK)
     rc = send_to_server(cl, buf, len);
   free(buf);
@@ -416,25 +513,35 @@ static int lookup_chunk(struct ucx_client *cl, const char *const *keys, uint32_t
     const struct wire_found_entry *f = i < w.n ? &w.entries[i] : NULL;
     if (f == NULL || !f->found)
       continue;
-    if (!pin_add(cl, f, keys[i], ranks)) {
+    uint64_t token = pin_add(cl, f, keys[i], ranks);
+    if (token == 0) {
       rc = ECC_ERR_NOMEM;
       break;
     }
     out[i].state = ECC_ENTRY_READY;
-    out[i].token = f->token;
+    out[i].token = token;
     out[i].nbytes = f->nbytes;
     out[i].n_extents = f->n_runs;
     for (uint32_t r = 0; r < f->n_runs && r < ECC_ENTRY_MAX_EXTENTS; r++)
       out[i].extents[r] = (ecc_extent_v1_t){f->runs[r].first, f->runs[r].count};
   }
   int link = cl->link;
+  bool timed_out = !w.done && link == LINK_UP;
   pthread_mutex_unlock(&cl->lock);
   free(w.entries);
+  if (timed_out) {
+    /* A stopped or cut-off server: given up now, not after TCP's minutes. */
+    char why[96];
+    snprintf(why, sizeof(why), "no answer to a lookup within %u ms", cl->cfg.deadline_ms);
+    net_peer_fail(cl->net, cl->peer, why);
+    return link_error(cl);
+  }
   if (rc != ECC_OK && link != LINK_UP)
     return link_error(cl);
+  if (rc != ECC_OK && got == ECC_ERR_TRANSFER)
+    return link_error(cl);
   if (rc != ECC_OK)
-    return log_fail(cl->log, rc, "ucx: lookup of %u keys: %s", n,
-                    got == ECC_ERR_TRANSFER ? cl->link_why : "the server refused it");
+    return log_fail(cl->log, rc, "ucx: lookup of %u keys: the server refused it", n);
   return ECC_OK;
 }
 
@@ -449,27 +556,37 @@ int ucx_client_lookup(struct ucx_client *cl, const char *const *keys, size_t n, 
     size_t len = keys[i] != NULL ? strnlen(keys[i], ECC_KEY_MAX + 1) : 0;
     if (len == 0 || len > ECC_KEY_MAX)
       return log_fail(cl->log, ECC_ERR_INVALID, "lookup: key %zu is %s", i,
-                      keys[i] == NULL ? "NULL" : len == 0 ? "empty" : "longer than 127 bytes");
+                      keys[i] == NULL ? "NULL"
+                      : len == 0      ? "empty"
+                                      : "longer than 127 bytes");
   }
-  for (size_t done = 0; done < n;) {
+  int rc = ensure_link(cl);
+  if (rc != ECC_OK)
+    return rc;
+  pthread_rwlock_rdlock(&cl->net_lock);
+  for (size_t done = 0; done < n && rc == ECC_OK;) {
     uint32_t k = (uint32_t)(n - done < WIRE_MAX_KEYS ? n - done : WIRE_MAX_KEYS);
-    int rc = lookup_chunk(cl, keys + done, k, ranks, out + done);
-    if (rc != ECC_OK)
-      return rc; /* pins of earlier chunks stay held: their tokens are in out */
+    /* On an error the pins of earlier chunks stay held: their tokens are in out. */
+    rc = lookup_chunk(cl, keys + done, k, ranks, out + done);
     done += k;
   }
-  return ECC_OK;
+  pthread_rwlock_unlock(&cl->net_lock);
+  return rc;
 }
 
 int ucx_client_unpin(struct ucx_client *cl, uint64_t token)
 {
   pthread_mutex_lock(&cl->lock);
-  bool held = pin_take_one(cl, token);
+  uint64_t server_token = pin_take_one(cl, token);
   pthread_mutex_unlock(&cl->lock);
-  if (!held)
-    return log_fail(cl->log, ECC_ERR_CLOSED, "unpin: token 0x%" PRIx64 " names no pin of this "
-                    "process", token);
-  release_remote(cl, &token, 1);
+  if (server_token == 0)
+    return log_fail(cl->log, ECC_ERR_CLOSED,
+                    "unpin: token 0x%" PRIx64 " names no pin of this "
+                    "process",
+                    token);
+  pthread_rwlock_rdlock(&cl->net_lock);
+  release_remote(cl, &server_token, 1);
+  pthread_rwlock_unlock(&cl->net_lock);
   return ECC_OK;
 }
 
@@ -490,9 +607,9 @@ static void fail_pull(struct ucx_client *cl, struct pull *p, const char *why)
   }
   if (cl->n_failed < cl->cap_failed)
     cl->failed[cl->n_failed++] = (ecc_completion_v1_t){.direction = ECC_DIR_LOAD,
-                                                        .status = ECC_ERR_TRANSFER,
-                                                        .transfer_id = p->transfer_id,
-                                                        .nbytes = 0};
+                                                       .status = ECC_ERR_TRANSFER,
+                                                       .transfer_id = p->transfer_id,
+                                                       .nbytes = 0};
   pthread_mutex_unlock(&cl->lock);
 }
 
@@ -516,82 +633,129 @@ static int load_local(struct ucx_client *cl, struct pull *p, bool published)
   return rc;
 }
 
-static void pull_unlink(struct ucx_client *cl, struct pull *p)
+/* Takes p off the list if it is still there: true if the caller now owns
+ * it (lock held). */
+static bool pull_take(struct ucx_client *cl, struct pull *p)
 {
-  pthread_mutex_lock(&cl->lock);
-  struct pull **at = &cl->pulls;
-  while (*at != NULL && *at != p)
-    at = &(*at)->next;
-  if (*at == p) {
-    *at = p->next;
-    cl->n_pulls--;
-  }
-  pthread_cond_broadcast(&cl->cond);
-  pthread_mutex_unlock(&cl->lock);
+  for (struct pull **at = &cl->pulls; *at != NULL; at = &(*at)->next)
+    if (*at == p) {
+      *at = p->next;
+      cl->n_pulls--;
+      pthread_cond_broadcast(&cl->cond);
+      return true;
+    }
+  return false;
 }
 
-/* The last get is back: the entry is loaded from the local region, or the
- * reservation is given up; either way the server's pin is released. */
-static void pull_finish(struct pull *p)
+static struct pull *pull_of(struct ucx_client *cl, uint64_t req_id)
 {
-  struct ucx_client *cl = p->cl;
-  if (atomic_load(&p->failed)) {
+  for (struct pull *p = cl->pulls; p != NULL; p = p->next)
+    if (p->req_id == req_id)
+      return p;
+  return NULL;
+}
+
+/* A pull taken off the list: loaded from the local region if all its bytes
+ * came, else its reservation given up and its failure queued for poll;
+ * either way the server's pin is released. */
+static void pull_finish(struct ucx_client *cl, struct pull *p, const char *why)
+{
+  if (why == NULL && load_local(cl, p, false) != ECC_OK)
+    why = "the local copy could not start";
+  if (why != NULL) {
     (void)conn_abort_reserved(cl->conn, p->local_token);
-    fail_pull(cl, p, "a get from the server failed");
-  } else {
-    int rc = load_local(cl, p, false);
-    if (rc != ECC_OK)
-      fail_pull(cl, p, "the local copy could not start");
+    fail_pull(cl, p, why);
   }
   release_remote(cl, &p->remote_token, 1);
-  pull_unlink(cl, p);
+  free(p->got);
   free(p);
 }
 
-static void get_done(void *arg, int status)
+/* Copies a chunk's bytes to where the entry's offset lies in the local
+ * reservation (whose runs need not be cut as the server's are). */
+static void place(struct ucx_client *cl, const struct pull *p, uint64_t off, const uint8_t *data,
+                  uint64_t len)
 {
-  struct pull *p = arg;
-  if (status != ECC_OK)
-    atomic_store(&p->failed, true);
-  if (atomic_fetch_sub(&p->gets_left, 1) == 1)
-    pull_finish(p);
+  uint64_t bs = cl->conn->region.block_size, at = 0;
+  for (uint32_t r = 0; r < p->n_local && len > 0; r++) {
+    uint64_t run = (uint64_t)p->local[r].n_blocks * bs;
+    if (off < at + run) {
+      uint64_t in = off - at, n = run - in < len ? run - in : len;
+      memcpy(cl->conn->region.blocks + (uint64_t)p->local[r].first_block * bs + in, data, n);
+      data += n;
+      off += n;
+      len -= n;
+    }
+    at += run;
+  }
 }
 
-/* Gets that copy the entry's bytes from the server's runs into the local
- * reservation's runs (the two need not be cut alike). */
-static void issue_gets(struct ucx_client *cl, struct pull *p, const struct rpin *r,
-                       const ecc_entry_v1_t *local)
+/* Why a data message cannot be taken, or NULL (lock held). */
+static const char *chunk_problem(const struct pull *p, const struct wire_data *d, size_t len)
 {
-  uint64_t bs = cl->conn->region.block_size, left = p->nbytes;
-  uint32_t ri = 0, li = 0;
-  uint64_t r_off = 0, l_off = 0; /* bytes into the current run of each side */
-  while (left > 0 && ri < r->n_runs && li < local->n_extents) {
-    uint64_t r_run = (uint64_t)r->runs[ri].count * bs - r_off;
-    uint64_t l_run = (uint64_t)local->extents[li].n_blocks * bs - l_off;
-    uint64_t len = left < r_run ? left : r_run;
-    len = len < l_run ? len : l_run;
-    uint8_t *to = cl->conn->region.blocks + (uint64_t)local->extents[li].first_block * bs + l_off;
-    uint64_t from = (uint64_t)r->runs[ri].first * bs + r_off;
-    atomic_fetch_add(&p->gets_left, 1);
-    if (net_get(cl->net, cl->peer, to, len, from, get_done, p) != ECC_OK) {
-      atomic_store(&p->failed, true);
-      atomic_fetch_sub(&p->gets_left, 1);
-      break;
-    }
-    left -= len;
-    r_off += len;
-    l_off += len;
-    if (r_off == (uint64_t)r->runs[ri].count * bs) {
-      ri++;
-      r_off = 0;
-    }
-    if (l_off == (uint64_t)local->extents[li].n_blocks * bs) {
-      li++;
-      l_off = 0;
-    }
+  if (d->offset % WIRE_DATA_CHUNK != 0 || d->offset >= p->nbytes)
+    return "the server sent bytes at an offset outside the entry";
+  uint64_t want = p->nbytes - d->offset < WIRE_DATA_CHUNK ? p->nbytes - d->offset : WIRE_DATA_CHUNK;
+  if (len != want)
+    return "the server sent a chunk of the wrong length";
+  if (p->got[d->offset / WIRE_DATA_CHUNK])
+    return "the server sent a chunk twice";
+  return NULL;
+}
+
+static void on_data(void *user, struct net_peer *peer, const uint8_t *hdr, size_t hlen,
+                    const uint8_t *data, size_t len)
+{
+  (void)peer;
+  struct ucx_client *cl = user;
+  struct wire_data d;
+  char why[160];
+  if (wire_decode_data(hdr, hlen, &d, why, sizeof(why)) != ECC_OK) {
+    log_msg(cl->log, ECC_LOG_WARN, "ucx: a data message dropped: %s", why);
+    return;
   }
-  if (left > 0)
-    atomic_store(&p->failed, true);
+  pthread_mutex_lock(&cl->lock);
+  struct pull *p = pull_of(cl, d.req_id);
+  const char *problem = p != NULL ? chunk_problem(p, &d, len) : NULL;
+  bool done = false;
+  if (p != NULL && problem == NULL) {
+    place(cl, p, d.offset, data, len);
+    p->got[d.offset / WIRE_DATA_CHUNK] = 1;
+    p->progress_ns = ecc_now_ns();
+    done = ++p->chunks_got == p->chunks;
+  }
+  bool mine = p != NULL && (done || problem != NULL) && pull_take(cl, p);
+  pthread_mutex_unlock(&cl->lock);
+  if (mine)
+    pull_finish(cl, p, problem);
+}
+
+static void took_pulled(struct ucx_client *cl, const struct wire_pulled *m)
+{
+  pthread_mutex_lock(&cl->lock);
+  struct pull *p = pull_of(cl, m->req_id);
+  bool mine = p != NULL && pull_take(cl, p);
+  pthread_mutex_unlock(&cl->lock);
+  if (mine)
+    pull_finish(cl, p,
+                m->status == ECC_ERR_CLOSED ? "the server no longer holds its pin"
+                                            : "the server could not send it");
+}
+
+/* Every pull in flight, failed: the link they depend on is gone. */
+static void fail_all_pulls(struct ucx_client *cl, const char *why)
+{
+  pthread_mutex_lock(&cl->lock);
+  struct pull *list = cl->pulls;
+  cl->pulls = NULL;
+  cl->n_pulls = 0;
+  pthread_cond_broadcast(&cl->cond);
+  pthread_mutex_unlock(&cl->lock);
+  while (list != NULL) {
+    struct pull *next = list->next;
+    pull_finish(cl, list, why);
+    list = next;
+  }
 }
 
 /* Checks every entry before starting any: tokens held here, room at dst. */
@@ -608,15 +772,14 @@ static int check_loads(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, siz
                     e[i].token);
     else if (e[i].dst == 0 || e[i].dst_capacity < r->nbytes)
       rc = log_fail(cl->log, ECC_ERR_INVALID,
-                    "load_pinned: entry %zu (%s): destination of %" PRIu64 " bytes for %" PRIu64,
-                    i, r->key, e[i].dst_capacity, r->nbytes);
+                    "load_pinned: entry %zu (%s): destination of %" PRIu64 " bytes for %" PRIu64, i,
+                    r->key, e[i].dst_capacity, r->nbytes);
     else
       copy[i] = *r;
   }
-  if (rc == ECC_OK && cl->link != LINK_UP)
-    rc = link_error(cl);
+  bool down = rc == ECC_OK && cl->link != LINK_UP;
   pthread_mutex_unlock(&cl->lock);
-  return rc;
+  return down ? link_error(cl) : rc;
 }
 
 static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, const struct rpin *r)
@@ -634,28 +797,46 @@ static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, cons
       (void)conn_abort_reserved(cl->conn, local.token);
     return log_fail(cl->log, ECC_ERR_NOMEM, "load_pinned: out of memory");
   }
-  *p = (struct pull){.cl = cl, .transfer_id = e->transfer_id, .dst = e->dst,
-                     .dst_capacity = e->dst_capacity, .local_token = local.token,
-                     .remote_token = r->token, .nbytes = r->nbytes, .started_ns = ecc_now_ns()};
+  *p = (struct pull){.cl = cl,
+                     .transfer_id = e->transfer_id,
+                     .dst = e->dst,
+                     .dst_capacity = e->dst_capacity,
+                     .local_token = local.token,
+                     .remote_token = r->server_token,
+                     .nbytes = r->nbytes,
+                     .n_local = local.n_extents,
+                     .progress_ns = ecc_now_ns()};
+  memcpy(p->local, local.extents, sizeof(p->local));
   snprintf(p->key, sizeof(p->key), "%s", r->key);
   pthread_mutex_lock(&cl->lock);
   pin_take_one(cl, r->token);
-  p->next = cl->pulls;
-  cl->pulls = p;
-  cl->n_pulls++;
   pthread_mutex_unlock(&cl->lock);
   if (local.state == ECC_ENTRY_READY) {
     /* Already here from an earlier pull: no bytes cross the network. */
     if (load_local(cl, p, true) != ECC_OK)
       fail_pull(cl, p, "the local copy could not start");
     release_remote(cl, &p->remote_token, 1);
-    pull_unlink(cl, p);
     free(p);
     return ECC_OK;
   }
-  atomic_store(&p->gets_left, 1);
-  issue_gets(cl, p, r, &local);
-  get_done(p, ECC_OK); /* the one held while issuing */
+  p->chunks = (p->nbytes + WIRE_DATA_CHUNK - 1) / WIRE_DATA_CHUNK;
+  p->got = calloc(p->chunks, 1);
+  pthread_mutex_lock(&cl->lock);
+  p->req_id = ++cl->next_req;
+  p->next = cl->pulls;
+  cl->pulls = p;
+  cl->n_pulls++;
+  pthread_mutex_unlock(&cl->lock);
+  uint8_t buf[WIRE_HEADER_BYTES + 16];
+  size_t len =
+      wire_encode_pull(buf, sizeof(buf), atomic_fetch_add(&cl->seq, 1), p->req_id, p->remote_token);
+  if (p->got == NULL || send_to_server(cl, buf, len) != ECC_OK) {
+    pthread_mutex_lock(&cl->lock);
+    bool mine = pull_take(cl, p);
+    pthread_mutex_unlock(&cl->lock);
+    if (mine)
+      pull_finish(cl, p, p->got == NULL ? "out of memory" : "the request could not be sent");
+  }
   return ECC_OK;
 }
 
@@ -670,6 +851,7 @@ int ucx_client_load_pinned(struct ucx_client *cl, const ecc_load_pinned_v1_t *e,
   struct rpin *copy = n > 0 ? calloc(n, sizeof(*copy)) : NULL;
   if (n > 0 && copy == NULL)
     return log_fail(cl->log, ECC_ERR_NOMEM, "load_pinned: out of memory");
+  pthread_rwlock_rdlock(&cl->net_lock);
   int rc = check_loads(cl, e, n, copy);
   for (size_t i = 0; rc == ECC_OK && i < n; i++) {
     rc = start_pull(cl, &e[i], &copy[i]);
@@ -677,14 +859,35 @@ int ucx_client_load_pinned(struct ucx_client *cl, const ecc_load_pinned_v1_t *e,
       log_msg(cl->log, ECC_LOG_WARN,
               "load_pinned: entries 0..%zu were started; their completions follow", i - 1);
   }
+  pthread_rwlock_unlock(&cl->net_lock);
   free(copy);
   return rc;
+}
+
+/* A pull that has not moved for the deadline means a stopped or cut-off
+ * server: the link is given up, which completes its gets with errors. */
+static void watch_pulls(struct ucx_client *cl)
+{
+  uint64_t now = ecc_now_ns(), limit = (uint64_t)cl->cfg.deadline_ms * 1000000ull;
+  bool stuck = false;
+  pthread_mutex_lock(&cl->lock);
+  for (struct pull *p = cl->pulls; p != NULL && !stuck; p = p->next)
+    stuck = p->progress_ns < now && now - p->progress_ns > limit;
+  pthread_mutex_unlock(&cl->lock);
+  if (!stuck)
+    return;
+  char why[96];
+  snprintf(why, sizeof(why), "a load made no progress for %u ms", cl->cfg.deadline_ms);
+  net_peer_fail(cl->net, cl->peer, why);
 }
 
 int ucx_client_poll(struct ucx_client *cl, ecc_completion_v1_t *out, size_t cap, size_t *n_out)
 {
   if (n_out == NULL || (cap > 0 && out == NULL))
     return log_fail(cl->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
+  pthread_rwlock_rdlock(&cl->net_lock);
+  watch_pulls(cl);
+  pthread_rwlock_unlock(&cl->net_lock);
   size_t k = 0;
   pthread_mutex_lock(&cl->lock);
   while (k < cap && cl->n_failed > 0) {
@@ -713,17 +916,19 @@ void ucx_client_stop(struct ucx_client *cl)
   uint32_t n = 0;
   for (size_t i = 0; tokens != NULL && i < cl->n_pins; i++)
     for (uint32_t k = 0; k < cl->pins[i].left; k++)
-      tokens[n++] = cl->pins[i].token;
+      tokens[n++] = cl->pins[i].server_token;
   pthread_mutex_unlock(&cl->lock);
   if (left > 0)
     log_msg(cl->log, ECC_LOG_WARN, "ucx: closing with %zu pulls in flight", left);
   if (n > 0)
     release_remote(cl, tokens, n);
   free(tokens);
-  /* Closing the endpoint completes the gets still in flight, with errors. */
   net_destroy(cl->net);
+  cl->net = NULL;
+  fail_all_pulls(cl, "the connector was closed before its bytes came");
   free(cl->pins);
   free(cl->failed);
+  pthread_rwlock_destroy(&cl->net_lock);
   pthread_cond_destroy(&cl->cond);
   pthread_mutex_destroy(&cl->lock);
   free(cl);

@@ -22,6 +22,8 @@
 #include "errtext.h"
 
 #define NET_AM_ID 17u
+#define NET_DATA_ID 18u
+#define NET_MAX_HEADER 64u
 #define NET_MAX_PEERS 64u
 /* How long the progress thread sleeps when nothing happens: the longest a
  * stop request waits, since ucp_worker_signal wakes it at once otherwise. */
@@ -33,6 +35,7 @@ struct net_peer {
   ucp_rkey_h rkey; /* the peer's region, once known */
   uint64_t base;
   atomic_bool failed;
+  atomic_bool close_pending; /* net_peer_fail asked the progress thread to close it */
 };
 
 struct net {
@@ -48,6 +51,11 @@ struct net {
   bool thread_started;
   atomic_bool stop;
   pthread_mutex_t lock; /* guards peers[] and n_peers */
+  /* Endpoints are closed only by the progress thread, holding this for
+   * writing; other threads hold it for reading while they use one. The
+   * progress thread's own calls (callbacks) take nothing: no close can run
+   * beside them, and UCX holds its worker lock around them. */
+  pthread_rwlock_t ep_lock;
   struct net_peer *peers[NET_MAX_PEERS];
   unsigned n_peers;
 };
@@ -95,6 +103,26 @@ static void log_owner_set(struct ecc_log *log, struct ecc_log *unless)
   if (unless == NULL || log_owner == unless)
     log_owner = log;
   pthread_mutex_unlock(&log_owner_lock);
+}
+
+/* The layer whose progress thread this is (each thread knows its own). */
+static __thread const struct net *progress_of;
+
+static bool on_progress_thread(const struct net *n)
+{
+  return progress_of == n;
+}
+
+static void read_lock(struct net *n)
+{
+  if (!on_progress_thread(n))
+    pthread_rwlock_rdlock(&n->ep_lock);
+}
+
+static void read_unlock(struct net *n)
+{
+  if (!on_progress_thread(n))
+    pthread_rwlock_unlock(&n->ep_lock);
 }
 
 /* ---- peers ------------------------------------------------------------------- */
@@ -200,9 +228,9 @@ static void send_done(void *req, ucs_status_t status, void *user)
   ucp_request_free(req);
 }
 
-int net_send(struct net *n, struct net_peer *p, const void *buf, size_t len)
+static int send_locked(struct net *n, struct net_peer *p, const void *buf, size_t len)
 {
-  if (p == NULL || atomic_load(&p->failed))
+  if (p == NULL || atomic_load(&p->failed) || p->ep == NULL)
     return ECC_ERR_TRANSFER;
   void *copy = malloc(len > 0 ? len : 1);
   if (copy == NULL)
@@ -226,6 +254,92 @@ int net_send(struct net *n, struct net_peer *p, const void *buf, size_t len)
   return ECC_OK;
 }
 
+int net_send(struct net *n, struct net_peer *p, const void *buf, size_t len)
+{
+  read_lock(n);
+  int rc = send_locked(n, p, buf, len);
+  read_unlock(n);
+  return rc;
+}
+
+/* ---- data messages ------------------------------------------------------------ */
+
+static ucs_status_t on_data_am(void *arg, const void *header, size_t header_len, void *data,
+                               size_t len, const ucp_am_recv_param_t *param)
+{
+  struct net *n = arg;
+  struct net_peer *peer =
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? peer_of_ep(n, param->reply_ep) : NULL;
+  if (peer == NULL || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    log_msg(n->p.log, ECC_LOG_WARN,
+            "ucx: a data message of %zu bytes from an unknown sender dropped", len);
+    return UCS_OK;
+  }
+  if (n->p.cb.on_data != NULL && !atomic_load(&peer->failed))
+    n->p.cb.on_data(n->p.cb.user, peer, header, header_len, data, len);
+  return UCS_OK;
+}
+
+struct data_req {
+  void (*done)(void *arg, int status);
+  void *arg;
+  uint8_t header[NET_MAX_HEADER]; /* UCX reads it until the send completes */
+};
+
+static void data_sent(void *req, ucs_status_t status, void *user)
+{
+  struct data_req *d = user;
+  d->done(d->arg, status == UCS_OK ? ECC_OK : ECC_ERR_TRANSFER);
+  free(d);
+  ucp_request_free(req);
+}
+
+static int send_data_locked(struct net *n, struct net_peer *p, const void *hdr, size_t hlen,
+                            const void *data, size_t len, void (*done)(void *arg, int status),
+                            void *arg)
+{
+  if (p == NULL || atomic_load(&p->failed) || p->ep == NULL)
+    return ECC_ERR_TRANSFER;
+  if (hlen > NET_MAX_HEADER)
+    return ECC_ERR_INVALID;
+  struct data_req *d = malloc(sizeof(*d));
+  if (d == NULL)
+    return ECC_ERR_NOMEM;
+  d->done = done;
+  d->arg = arg;
+  memcpy(d->header, hdr, hlen);
+  ucp_request_param_t rp = {0};
+  rp.op_attr_mask =
+      UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  /* Eager, not rendezvous: over TCP a rendezvous is served by the sender's
+   * progress, and a peer that fails while one is open can abort UCX 1.13
+   * (a get handler's fatal error); eager sends just complete with errors. */
+  rp.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+  rp.cb.send = data_sent;
+  rp.user_data = d;
+  ucs_status_ptr_t r = ucp_am_send_nbx(p->ep, NET_DATA_ID, d->header, hlen, data, len, &rp);
+  if (UCS_PTR_IS_ERR(r)) {
+    free(d);
+    return log_fail(n->p.log, ECC_ERR_TRANSFER, "ucx: a data message of %zu bytes failed: %s", len,
+                    ucs_status_string(UCS_PTR_STATUS(r)));
+  }
+  if (r == NULL) {
+    free(d);
+    done(arg, ECC_OK);
+  }
+  ucp_worker_signal(n->worker);
+  return ECC_OK;
+}
+
+int net_send_data(struct net *n, struct net_peer *p, const void *hdr, size_t hlen, const void *data,
+                  size_t len, void (*done)(void *arg, int status), void *arg)
+{
+  read_lock(n);
+  int rc = send_data_locked(n, p, hdr, hlen, data, len, done, arg);
+  read_unlock(n);
+  return rc;
+}
+
 /* ---- RMA ------------------------------------------------------------------- */
 
 struct get_req {
@@ -241,11 +355,11 @@ static void get_done(void *req, ucs_status_t status, void *user)
   ucp_request_free(req);
 }
 
-int net_get(struct net *n, struct net_peer *p, void *local, size_t len, uint64_t off,
-            void (*done)(void *arg, int status), void *arg)
+static int get_locked(struct net *n, struct net_peer *p, void *local, size_t len, uint64_t off,
+                      void (*done)(void *arg, int status), void *arg)
 {
   const uint8_t *lo = n->p.region, *hi = lo + n->p.region_bytes;
-  if (p == NULL || atomic_load(&p->failed))
+  if (p == NULL || atomic_load(&p->failed) || p->ep == NULL)
     return ECC_ERR_TRANSFER;
   if (p->rkey == NULL)
     return log_fail(n->p.log, ECC_ERR_TRANSFER, "ucx: no remote key from the peer yet");
@@ -272,6 +386,67 @@ int net_get(struct net *n, struct net_peer *p, void *local, size_t len, uint64_t
   }
   ucp_worker_signal(n->worker);
   return ECC_OK;
+}
+
+int net_get(struct net *n, struct net_peer *p, void *local, size_t len, uint64_t off,
+            void (*done)(void *arg, int status), void *arg)
+{
+  read_lock(n);
+  int rc = get_locked(n, p, local, len, off, done, arg);
+  read_unlock(n);
+  return rc;
+}
+
+void net_peer_fail(struct net *n, struct net_peer *p, const char *why)
+{
+  bool first = !atomic_exchange(&p->failed, true);
+  atomic_store(&p->close_pending, true);
+  ucp_worker_signal(n->worker);
+  if (first && n->p.cb.on_peer_error != NULL)
+    n->p.cb.on_peer_error(n->p.cb.user, p, ECC_ERR_TRANSFER, why);
+}
+
+/* Forced: the peer may never answer. Requests in flight on it complete
+ * with errors; the close itself finishes as the worker progresses. */
+static void close_forced(struct net_peer *peer)
+{
+  if (peer->rkey != NULL)
+    ucp_rkey_destroy(peer->rkey);
+  peer->rkey = NULL;
+  if (peer->ep == NULL)
+    return;
+  ucp_request_param_t rp = {0};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t r = ucp_ep_close_nbx(peer->ep, &rp);
+  if (UCS_PTR_IS_PTR(r))
+    ucp_request_free(r);
+  peer->ep = NULL;
+}
+
+/* The closes net_peer_fail asked for (progress thread). */
+static void close_pending_peers(struct net *n)
+{
+  bool any = false;
+  pthread_mutex_lock(&n->lock);
+  for (unsigned i = 0; i < n->n_peers && !any; i++)
+    any = atomic_load(&n->peers[i]->close_pending);
+  pthread_mutex_unlock(&n->lock);
+  if (!any)
+    return;
+  /* Closing takes UCX's worker lock, which UCX holds around the callbacks
+   * that take n->lock: the peers are gathered first, then closed without it. */
+  struct net_peer *closing[NET_MAX_PEERS];
+  unsigned k = 0;
+  pthread_mutex_lock(&n->lock);
+  for (unsigned i = 0; i < n->n_peers; i++)
+    if (atomic_exchange(&n->peers[i]->close_pending, false))
+      closing[k++] = n->peers[i];
+  pthread_mutex_unlock(&n->lock);
+  pthread_rwlock_wrlock(&n->ep_lock);
+  for (unsigned i = 0; i < k; i++)
+    close_forced(closing[i]);
+  pthread_rwlock_unlock(&n->ep_lock);
 }
 
 int net_region_key(struct net *n, const void **rkey, size_t *len, uint64_t *base)
@@ -308,9 +483,11 @@ struct net_peer *net_server_peer(struct net *n)
 static void *progress_main(void *arg)
 {
   struct net *n = arg;
+  progress_of = n;
   while (!atomic_load(&n->stop)) {
     while (ucp_worker_progress(n->worker) != 0)
       ;
+    close_pending_peers(n);
     ucs_status_t st = ucp_worker_arm(n->worker);
     if (st == UCS_ERR_BUSY)
       continue;
@@ -350,6 +527,11 @@ static int start_context(struct net *n, char *why, size_t cap)
     st = ucp_config_modify(cfg, "TLS", n->p.transports);
   if (st == UCS_OK && n->p.net_devices != NULL)
     st = ucp_config_modify(cfg, "NET_DEVICES", n->p.net_devices);
+  /* A restarted server takes its port back even while connections of the
+   * one before are in TIME_WAIT (UCX fails the listen with "Device is busy"
+   * otherwise). */
+  if (st == UCS_OK && n->p.server)
+    st = ucp_config_modify(cfg, "CM_REUSEADDR", "y");
   if (st != UCS_OK)
     return errtext_fail(why, cap, ECC_ERR_CONFIG, "ucx: configuration refused: %s",
                         ucs_status_string(st));
@@ -386,7 +568,12 @@ static int start_worker(struct net *n, char *why, size_t cap)
   h.id = NET_AM_ID;
   h.cb = on_am;
   h.arg = n;
-  if ((st = ucp_worker_set_am_recv_handler(n->worker, &h)) != UCS_OK)
+  st = ucp_worker_set_am_recv_handler(n->worker, &h);
+  h.id = NET_DATA_ID;
+  h.cb = on_data_am;
+  if (st == UCS_OK)
+    st = ucp_worker_set_am_recv_handler(n->worker, &h);
+  if (st != UCS_OK)
     return errtext_fail(why, cap, ECC_ERR_SYSTEM, "ucx: cannot take messages: %s",
                         ucs_status_string(st));
   return ECC_OK;
@@ -452,6 +639,7 @@ int net_create(const struct net_params *p, struct net **out, char *why, size_t w
   n->p = *p;
   n->efd = -1;
   pthread_mutex_init(&n->lock, NULL);
+  pthread_rwlock_init(&n->ep_lock, NULL);
   pthread_once(&log_once, push_log_handler);
   log_owner_set(p->log, NULL);
   int rc = start_context(n, why, why_cap);
@@ -519,6 +707,7 @@ void net_destroy(struct net *n)
   if (n->ctx != NULL)
     ucp_cleanup(n->ctx);
   log_owner_set(NULL, n->p.log);
+  pthread_rwlock_destroy(&n->ep_lock);
   pthread_mutex_destroy(&n->lock);
   free(n);
 }

@@ -31,6 +31,10 @@ struct net_callbacks {
   /* p failed (killed, unreachable, closed): nothing more comes from it, and
    * its gets in flight complete with an error. Called once per peer. */
   void (*on_peer_error)(void *user, struct net_peer *p, int code, const char *why);
+  /* A data message from p (net_send_data): its header and its bytes, both
+   * living for the call only. */
+  void (*on_data)(void *user, struct net_peer *p, const uint8_t *hdr, size_t hlen,
+                  const uint8_t *data, size_t len);
 };
 
 struct net_params {
@@ -60,6 +64,14 @@ struct net_peer *net_server_peer(struct net *n);
 /* Queues a copy of buf for p. ECC_ERR_TRANSFER if p has failed. */
 int net_send(struct net *n, struct net_peer *p, const void *buf, size_t len);
 
+/* Queues a data message: hlen bytes of header (copied) and len bytes at
+ * data, read in place, so they must stay as they are until done(arg,
+ * ECC_OK or ECC_ERR_TRANSFER) runs (exactly once, on the progress thread,
+ * or before this returns when the send completes at once). A refused call
+ * returns the error and never calls done. */
+int net_send_data(struct net *n, struct net_peer *p, const void *hdr, size_t hlen, const void *data,
+                  size_t len, void (*done)(void *arg, int status), void *arg);
+
 /* The packed remote key of this side's region, for the peer's gets
  * (valid until net_destroy), and its base address. */
 int net_region_key(struct net *n, const void **rkey, size_t *len, uint64_t *base);
@@ -74,6 +86,11 @@ int net_peer_region(struct net *n, struct net_peer *p, const void *rkey, size_t 
  * error and never calls done. */
 int net_get(struct net *n, struct net_peer *p, void *local, size_t len, uint64_t off,
             void (*done)(void *arg, int status), void *arg);
+
+/* Gives p up (a deadline passed): its endpoint is closed at once, forced,
+ * its gets in flight complete with ECC_ERR_TRANSFER, later calls on it fail,
+ * and on_peer_error is called with why if it had not been. */
+void net_peer_fail(struct net *n, struct net_peer *p, const char *why);
 
 /* Stops the progress thread, closes every endpoint (gets in flight complete
  * with ECC_ERR_TRANSFER), unregisters the region, frees everything. */

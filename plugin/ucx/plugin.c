@@ -149,8 +149,8 @@ static int ucx_lookup(ecc_handle_t h, const char *const *keys, size_t n, uint32_
   if (c == NULL)
     return ECC_ERR_CLOSED;
   struct ucx_client *cl = client_of(c);
-  int rc = cl != NULL ? ucx_client_lookup(cl, keys, n, ranks, out)
-                      : conn_lookup(c, keys, n, ranks, out);
+  int rc =
+      cl != NULL ? ucx_client_lookup(cl, keys, n, ranks, out) : conn_lookup(c, keys, n, ranks, out);
   handles_leave(slot);
   return rc;
 }
@@ -162,7 +162,8 @@ static int ucx_load_pinned(ecc_handle_t h, const ecc_load_pinned_v1_t *e, size_t
   if (c == NULL)
     return ECC_ERR_CLOSED;
   struct ucx_client *cl = client_of(c);
-  int rc = cl != NULL ? ucx_client_load_pinned(cl, e, n, stream) : conn_load_pinned(c, e, n, stream);
+  int rc =
+      cl != NULL ? ucx_client_load_pinned(cl, e, n, stream) : conn_load_pinned(c, e, n, stream);
   handles_leave(slot);
   return rc;
 }
@@ -197,8 +198,7 @@ static int ucx_validate(const ecc_kv_v1_t *config, size_t n_config, char *err, s
   int rc = ucx_config_parse(config, n_config, &ucx, &local, err, err_cap);
   if (rc == ECC_OK && err != NULL && err_cap > 0)
     snprintf(err, err_cap, "ucx %s at %s port %u over %s; local region: ",
-             ucx.role == UCX_ROLE_SERVER ? "server" : "client", ucx.addr, ucx.port,
-             ucx.transports);
+             ucx.role == UCX_ROLE_SERVER ? "server" : "client", ucx.addr, ucx.port, ucx.transports);
   if (rc == ECC_OK && err != NULL && err_cap > strlen(err))
     conn_summary(&local, err + strlen(err), err_cap - strlen(err));
   return rc;

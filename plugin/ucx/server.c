@@ -20,10 +20,12 @@
 #include "net.h"
 #include "wire.h"
 
-/* A pin this client holds, and how many of its releases are still due. */
+/* A pin this client holds, how many of its releases are still due, and
+ * the entry's blocks (which the pin keeps in place) for its pulls. */
 struct held {
   uint64_t token;
   uint32_t left;
+  struct wire_found_entry entry;
 };
 
 struct session {
@@ -75,7 +77,7 @@ static struct session *session_of(struct ucx_server *s, struct net_peer *p, bool
   return free_one;
 }
 
-static bool hold(struct session *ss, uint64_t token, uint32_t ranks)
+static bool hold(struct session *ss, const struct wire_found_entry *e, uint32_t ranks)
 {
   if (ss->n_held == ss->cap_held) {
     size_t cap = ss->cap_held ? 2 * ss->cap_held : 64;
@@ -85,8 +87,16 @@ static bool hold(struct session *ss, uint64_t token, uint32_t ranks)
     ss->held = h;
     ss->cap_held = cap;
   }
-  ss->held[ss->n_held++] = (struct held){token, ranks};
+  ss->held[ss->n_held++] = (struct held){e->token, ranks, *e};
   return true;
+}
+
+static const struct held *held_of(const struct session *ss, uint64_t token)
+{
+  for (size_t i = 0; i < ss->n_held; i++)
+    if (ss->held[i].token == token)
+      return &ss->held[i];
+  return NULL;
 }
 
 /* One release of token by this client: false if it holds none. */
@@ -127,7 +137,8 @@ static void refuse(struct ucx_server *s, struct net_peer *p, int code, const cha
   char text[WIRE_MAX_REASON + 1];
   snprintf(text, sizeof(text), "%s", reason);
   log_msg(s->log, ECC_LOG_WARN, "ucx: refused a client: %s", text);
-  send_msg(s, p, buf, wire_encode_refuse(buf, sizeof(buf), atomic_fetch_add(&s->seq, 1), code, text));
+  send_msg(s, p, buf,
+           wire_encode_refuse(buf, sizeof(buf), atomic_fetch_add(&s->seq, 1), code, text));
 }
 
 static void welcome(struct ucx_server *s, struct net_peer *p, const struct wire_hello *h)
@@ -213,7 +224,7 @@ static void answer_lookup(struct ucx_server *s, struct net_peer *p, const struct
   for (uint32_t i = 0; i < n; i++) {
     to_found(&w->out[i], &w->found[i]);
     /* A pin nobody could release is dropped at once, and reported absent. */
-    if (w->found[i].found && (ss == NULL || !hold(ss, w->found[i].token, q->ranks))) {
+    if (w->found[i].found && (ss == NULL || !hold(ss, &w->found[i], q->ranks))) {
       for (uint32_t k = 0; k < q->ranks; k++)
         (void)conn_unpin(s->conn, w->found[i].token);
       memset(&w->found[i], 0, sizeof(w->found[i]));
@@ -243,6 +254,109 @@ static void take_release(struct ucx_server *s, struct net_peer *p, const struct 
   if (foreign > 0)
     log_msg(s->log, ECC_LOG_WARN, "ucx: a client released %u pins it does not hold: ignored",
             foreign);
+}
+
+/* ---- pulls -------------------------------------------------------------------- */
+
+/* One data message in flight, and the copy it is sent from when its chunk
+ * crosses from one run of the entry to the next. */
+struct chunk {
+  struct ucx_server *s;
+  uint8_t *copy;
+};
+
+static void chunk_sent(void *arg, int status)
+{
+  struct chunk *c = arg;
+  if (status != ECC_OK)
+    log_msg(c->s->log, ECC_LOG_DEBUG, "ucx: a data message to a client failed (it went away?)");
+  free(c->copy);
+  free(c);
+}
+
+/* Where byte `off` of entry e lies in the region, and how many bytes of
+ * its run follow it there. */
+static uint8_t *byte_at(struct ucx_server *s, const struct wire_found_entry *e, uint64_t off,
+                        uint64_t *run_left)
+{
+  uint64_t bs = s->conn->region.block_size, at = 0;
+  for (uint32_t r = 0; r < e->n_runs; r++) {
+    uint64_t run = (uint64_t)e->runs[r].count * bs;
+    if (off < at + run) {
+      *run_left = at + run - off;
+      return s->conn->region.blocks + (uint64_t)e->runs[r].first * bs + (off - at);
+    }
+    at += run;
+  }
+  *run_left = 0;
+  return NULL;
+}
+
+/* Bytes [off, off + len) of e gathered from its runs into `into`. */
+static void gather(struct ucx_server *s, const struct wire_found_entry *e, uint64_t off,
+                   uint64_t len, uint8_t *into)
+{
+  while (len > 0) {
+    uint64_t left;
+    const uint8_t *p = byte_at(s, e, off, &left);
+    uint64_t n = left < len ? left : len;
+    memcpy(into, p, n);
+    into += n;
+    off += n;
+    len -= n;
+  }
+}
+
+static int send_chunk(struct ucx_server *s, struct net_peer *p, uint64_t req_id,
+                      const struct wire_found_entry *e, uint64_t off)
+{
+  uint64_t len = e->nbytes - off < WIRE_DATA_CHUNK ? e->nbytes - off : WIRE_DATA_CHUNK;
+  struct chunk *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return ECC_ERR_NOMEM;
+  c->s = s;
+  uint64_t run_left;
+  const uint8_t *data = byte_at(s, e, off, &run_left);
+  if (run_left < len) {
+    c->copy = malloc(len);
+    if (c->copy == NULL) {
+      free(c);
+      return ECC_ERR_NOMEM;
+    }
+    gather(s, e, off, len, c->copy);
+    data = c->copy;
+  }
+  uint8_t hdr[WIRE_DATA_HEADER_BYTES];
+  wire_encode_data(hdr, req_id, off);
+  int rc = net_send_data(s->net, p, hdr, sizeof(hdr), data, len, chunk_sent, c);
+  if (rc != ECC_OK) {
+    free(c->copy);
+    free(c);
+  }
+  return rc;
+}
+
+/* The entry's bytes, in chunks, to a client that holds a pin on it. */
+static void answer_pull(struct ucx_server *s, struct net_peer *p, const struct wire_pull *q)
+{
+  struct wire_found_entry e;
+  pthread_mutex_lock(&s->lock);
+  struct session *ss = session_of(s, p, false);
+  const struct held *h = ss != NULL ? held_of(ss, q->token) : NULL;
+  if (h != NULL)
+    e = h->entry;
+  pthread_mutex_unlock(&s->lock);
+  int rc = h != NULL ? ECC_OK : ECC_ERR_CLOSED;
+  if (rc != ECC_OK)
+    log_msg(s->log, ECC_LOG_WARN,
+            "ucx: a client pulled token 0x%" PRIx64 ", which it holds no pin on", q->token);
+  for (uint64_t off = 0; rc == ECC_OK && off < e.nbytes; off += WIRE_DATA_CHUNK)
+    rc = send_chunk(s, p, q->req_id, &e, off);
+  if (rc == ECC_OK)
+    return;
+  uint8_t buf[WIRE_HEADER_BYTES + 16];
+  send_msg(s, p, buf,
+           wire_encode_pulled(buf, sizeof(buf), atomic_fetch_add(&s->seq, 1), q->req_id, rc));
 }
 
 /* ---- callbacks of the UCX layer ------------------------------------------- */
@@ -276,6 +390,9 @@ static void on_message(void *user, struct net_peer *p, const uint8_t *buf, size_
     break;
   case WIRE_RELEASE:
     take_release(s, p, &m);
+    break;
+  case WIRE_PULL:
+    answer_pull(s, p, &m.u.pull);
     break;
   case WIRE_PING:
     send_msg(s, p, pong,

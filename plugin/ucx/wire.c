@@ -21,6 +21,10 @@
  *   RELEASE  n u32, then n x token u64                             4 + 8 n
  *   PING     nonce u64                                             8 bytes
  *   PONG     nonce u64                                             8 bytes
+ *   PULL     req_id u64, token u64                                 16 bytes
+ *   PULLED   req_id u64, status i32                                12 bytes
+ *   data     (header of a data message, not a message type) magic u32,
+ *            version u16, flags u16 (0), req_id u64, offset u64    24 bytes
  *
  * The rules on field values (wire.h) are each written once, as a *_problem
  * function that both the decoder and the encoders call: the encoders can
@@ -44,6 +48,8 @@
 #define RELEASE_FIXED 4u
 #define TOKEN_BYTES 8u
 #define PING_BODY 8u
+#define PULL_BODY 16u
+#define PULLED_BODY 12u
 
 /* The counts bound every body far below WIRE_MAX_BODY, which stays a coarse
  * first check that needs no knowledge of the type. */
@@ -513,6 +519,27 @@ static int dec_ping(const uint8_t *b, size_t len, uint32_t type, struct wire_pin
   return ECC_OK;
 }
 
+static int dec_pull(const uint8_t *b, size_t len, struct wire_pull *m, const struct why *w)
+{
+  if (len != PULL_BODY)
+    return fail(w, ECC_ERR_INVALID, "PULL body: length %zu, must be %u", len, PULL_BODY);
+  m->req_id = ld64(b);
+  m->token = ld64(b + 8);
+  return ECC_OK;
+}
+
+static int dec_pulled(const uint8_t *b, size_t len, struct wire_pulled *m, const struct why *w)
+{
+  if (len != PULLED_BODY)
+    return fail(w, ECC_ERR_INVALID, "PULLED body: length %zu, must be %u", len, PULLED_BODY);
+  m->req_id = ld64(b);
+  m->status = (int32_t)ld32(b + 8);
+  if (m->status < ECC_STATUS_MIN || m->status > -1)
+    return fail(w, ECC_ERR_INVALID, "PULLED status %d, must be an error code %d..-1", m->status,
+                ECC_STATUS_MIN);
+  return ECC_OK;
+}
+
 static int decode_body(const uint8_t *b, size_t len, struct wire_msg *m, const struct why *w)
 {
   switch (m->h.type) {
@@ -531,6 +558,10 @@ static int decode_body(const uint8_t *b, size_t len, struct wire_msg *m, const s
   case WIRE_PING:
   case WIRE_PONG:
     return dec_ping(b, len, m->h.type, &m->u.ping, w);
+  case WIRE_PULL:
+    return dec_pull(b, len, &m->u.pull, w);
+  case WIRE_PULLED:
+    return dec_pulled(b, len, &m->u.pulled, w);
   default: /* decode_header let no other type through */
     return fail(w, ECC_ERR_INVALID, "header type %u, not a message type", m->h.type);
   }
@@ -760,6 +791,53 @@ size_t wire_encode_ping(uint8_t *buf, size_t cap, uint64_t seq, int pong, uint64
   return WIRE_HEADER_BYTES + PING_BODY;
 }
 
+size_t wire_encode_pull(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id, uint64_t token)
+{
+  if (!fits(buf, cap, PULL_BODY))
+    return 0;
+  uint8_t *p = put_header(buf, WIRE_PULL, PULL_BODY, seq);
+  p = st64(p, req_id);
+  st64(p, token);
+  return WIRE_HEADER_BYTES + PULL_BODY;
+}
+
+size_t wire_encode_pulled(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id, int32_t status)
+{
+  if (status < ECC_STATUS_MIN || status > -1 || !fits(buf, cap, PULLED_BODY))
+    return 0;
+  uint8_t *p = put_header(buf, WIRE_PULLED, PULLED_BODY, seq);
+  p = st64(p, req_id);
+  st32(p, (uint32_t)status);
+  return WIRE_HEADER_BYTES + PULLED_BODY;
+}
+
+void wire_encode_data(uint8_t out[WIRE_DATA_HEADER_BYTES], uint64_t req_id, uint64_t offset)
+{
+  uint8_t *p = st32(out, WIRE_MAGIC);
+  p = st16(p, WIRE_VERSION);
+  p = st16(p, 0);
+  p = st64(p, req_id);
+  st64(p, offset);
+}
+
+int wire_decode_data(const uint8_t *hdr, size_t len, struct wire_data *out, char *why,
+                     size_t why_cap)
+{
+  const struct why w = {why, why_cap};
+  memset(out, 0, sizeof(*out));
+  if (hdr == NULL || len != WIRE_DATA_HEADER_BYTES)
+    return fail(&w, ECC_ERR_INVALID, "data header: length %zu, must be %u", len,
+                WIRE_DATA_HEADER_BYTES);
+  if (ld32(hdr) != WIRE_MAGIC || ld16(hdr + 4) != WIRE_VERSION)
+    return fail(&w, ECC_ERR_INCOMPATIBLE, "data header: magic 0x%08x version %u, want 0x%08x %u",
+                ld32(hdr), ld16(hdr + 4), WIRE_MAGIC, WIRE_VERSION);
+  if (ld16(hdr + 6) != 0)
+    return fail(&w, ECC_ERR_INVALID, "data header: flags 0x%x, must be 0", ld16(hdr + 6));
+  out->req_id = ld64(hdr + 8);
+  out->offset = ld64(hdr + 16);
+  return ECC_OK;
+}
+
 size_t wire_max_bytes(enum wire_type type)
 {
   size_t body;
@@ -785,6 +863,12 @@ size_t wire_max_bytes(enum wire_type type)
   case WIRE_PING:
   case WIRE_PONG:
     body = PING_BODY;
+    break;
+  case WIRE_PULL:
+    body = PULL_BODY;
+    break;
+  case WIRE_PULLED:
+    body = PULLED_BODY;
     break;
   default:
     return 0;

@@ -16,7 +16,9 @@
  *                                               or REFUSE {code, reason}
  *   LOOKUP {req id, ranks, keys}             ->     (pins each found entry)
  *                                            <- FOUND {req id, status, entries}
- *   (RMA get of each entry's runs from the region WELCOME described)
+ *   PULL {req id, token}                     ->
+ *                                            <- data {req id, offset} + bytes, ...
+ *                                               or PULLED {req id, error}
  *   RELEASE {tokens}                         ->     (drops those pins)
  *   PING {nonce}                             <-> PONG {nonce}   (either side)
  *
@@ -55,7 +57,9 @@
   X(FOUND, 5)            \
   X(RELEASE, 6)          \
   X(PING, 7)             \
-  X(PONG, 8)
+  X(PONG, 8)             \
+  X(PULL, 9)             \
+  X(PULLED, 10)
 
 enum wire_type {
 #define WIRE_TYPE_ENUM(name, value) WIRE_##name = value,
@@ -143,6 +147,19 @@ struct wire_release {
   const uint8_t *tokens; /* n little-endian uint64 (view): wire_release_token(msg, i) */
 };
 
+/* A client asks for the bytes of an entry it holds a pin on; the server
+ * sends them as data messages (wire_data below) and, if it cannot, PULLED
+ * with the error. */
+struct wire_pull {
+  uint64_t req_id; /* names the data messages that answer it */
+  uint64_t token;  /* the server's pin token, from FOUND */
+};
+
+struct wire_pulled {
+  uint64_t req_id; /* the PULL's */
+  int32_t status;  /* an ECC_ERR_* value: why no (more) bytes come */
+};
+
 struct wire_ping {
   uint64_t nonce; /* echoed by PONG */
 };
@@ -158,6 +175,8 @@ struct wire_msg {
     struct wire_found found;
     struct wire_release release;
     struct wire_ping ping; /* PING and PONG */
+    struct wire_pull pull;
+    struct wire_pulled pulled;
   } u;
 };
 
@@ -189,6 +208,30 @@ size_t wire_encode_found(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id
 size_t wire_encode_release(uint8_t *buf, size_t cap, uint64_t seq, const uint64_t *tokens,
                            uint32_t n);
 size_t wire_encode_ping(uint8_t *buf, size_t cap, uint64_t seq, int pong, uint64_t nonce);
+
+size_t wire_encode_pull(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id, uint64_t token);
+size_t wire_encode_pulled(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id, int32_t status);
+
+/* The header of a data message, which carries bytes of a pulled entry as
+ * its payload (a separate active message, so that the bytes need no copy
+ * into a wire buffer): magic u32, version u16, flags u16 (0), the PULL's
+ * req_id u64 and the payload's offset in the entry u64. */
+#define WIRE_DATA_HEADER_BYTES 24u
+/* A data message carries the entry's bytes [offset, offset + len) with
+ * offset a multiple of this and len = min(this, nbytes - offset): a client
+ * can then account for every byte once, in whatever order they arrive. */
+#define WIRE_DATA_CHUNK (256u << 10)
+
+struct wire_data {
+  uint64_t req_id;
+  uint64_t offset;
+};
+
+void wire_encode_data(uint8_t out[WIRE_DATA_HEADER_BYTES], uint64_t req_id, uint64_t offset);
+/* ECC_OK, ECC_ERR_INCOMPATIBLE for another magic or version, ECC_ERR_INVALID
+ * for another length or nonzero flags. */
+int wire_decode_data(const uint8_t *hdr, size_t len, struct wire_data *out, char *why,
+                     size_t why_cap);
 
 /* Bytes the largest message of a type can take, for buffer sizing; 0 for
  * a value outside the set. */
