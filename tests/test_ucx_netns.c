@@ -9,11 +9,11 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
-#include <stdarg.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +30,8 @@ TestSuite(ucx_netns, .timeout = 120);
 #define PORT 7341
 
 struct pair {
-  char a[32], b[32];   /* namespace names: server in a, client in b */
-  char addr_a[32];     /* a's address */
+  char a[32], b[32]; /* namespace names: server in a, client in b */
+  char addr_a[32];   /* a's address */
   double setup_ms;
 };
 

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,8 @@
 
 #include "ecc_host.h"
 #include "helpers.h"
+#include "net.h"
+#include "wire.h"
 
 TestSuite(ucx_plugin, .timeout = 120);
 
@@ -357,4 +360,80 @@ Test(ucx_plugin, a_killed_server_fails_loads_and_lookups_within_a_second)
   cr_expect_eq(ecc_lookup(cli, keys, 1, 1, &e), ECC_ERR_TRANSFER);
   free(dst);
   cr_assert_eq(ecc_close(cli), ECC_OK);
+}
+
+/* ---- a hostile client, speaking the wire format directly ---- */
+
+struct raw {
+  struct ecc_log log;
+  struct net *net;
+  atomic_int refusals, others;
+};
+
+static void raw_msg(void *user, struct net_peer *p, const uint8_t *buf, size_t len)
+{
+  (void)p;
+  struct raw *r = user;
+  struct wire_msg m;
+  char why[256];
+  if (wire_decode(buf, len, &m, why, sizeof(why)) == ECC_OK && m.h.type == WIRE_REFUSE)
+    atomic_fetch_add(&r->refusals, 1);
+  else
+    atomic_fetch_add(&r->others, 1);
+}
+
+Test(ucx_plugin, hostile_messages_are_refused_and_the_server_serves_on)
+{
+  uint16_t port = free_port();
+  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
+  produce(srv, "kept", 3 * BS);
+  static struct raw r;
+  log_init(&r.log, NULL);
+  static uint8_t region[1 << 16];
+  struct net_params np = {.server = 0,
+                          .addr = "127.0.0.1",
+                          .port = port,
+                          .transports = "tcp",
+                          .region = region,
+                          .region_bytes = sizeof(region),
+                          .log = &r.log,
+                          .cb = {&r, NULL, raw_msg, NULL, NULL}};
+  char why[256];
+  cr_assert_eq(net_create(&np, &r.net, why, sizeof(why)), ECC_OK, "%s", why);
+  struct net_peer *p = net_server_peer(r.net);
+  uint8_t buf[512];
+  /* Garbage, then a lookup before any handshake. */
+  for (size_t i = 0; i < sizeof(buf); i++)
+    buf[i] = (uint8_t)(i * 37 + 11);
+  cr_assert_eq(net_send(r.net, p, buf, 100), ECC_OK);
+  const char *keys[] = {"kept"};
+  size_t n = wire_encode_lookup(buf, sizeof(buf), 1, 1, 1, keys, 1);
+  cr_assert_eq(net_send(r.net, p, buf, n), ECC_OK);
+  /* A proper handshake, then releases and pulls of pins this client never
+   * took, and a lookup cut short. */
+  struct wire_hello h = {wire_layout_hash(BS), 99, 0};
+  n = wire_encode_hello(buf, sizeof(buf), 2, &h);
+  cr_assert_eq(net_send(r.net, p, buf, n), ECC_OK);
+  const uint64_t foreign[] = {1, 2, 0x100000001ull};
+  n = wire_encode_release(buf, sizeof(buf), 3, foreign, 3);
+  cr_assert_eq(net_send(r.net, p, buf, n), ECC_OK);
+  n = wire_encode_pull(buf, sizeof(buf), 4, 5, 1);
+  cr_assert_eq(net_send(r.net, p, buf, n), ECC_OK);
+  n = wire_encode_lookup(buf, sizeof(buf), 5, 6, 1, keys, 1);
+  cr_assert_eq(net_send(r.net, p, buf, n - 3), ECC_OK);
+  for (int t = 0; t < 200 && atomic_load(&r.refusals) < 3; t++)
+    usleep(5000);
+  cr_expect_geq(atomic_load(&r.refusals), 3, "garbage, an early lookup and a cut one: refused");
+  /* The server still serves a proper client, and nothing of it was pinned. */
+  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  int status = -1;
+  cr_expect_eq(consume(cli, "kept", 3 * BS, &status), 1);
+  cr_expect_eq(status, ECC_OK);
+  for (int t = 0; t < 200 && pins_on(srv, "kept") != 0; t++)
+    usleep(5000);
+  cr_expect_eq(pins_on(srv, "kept"), 0u);
+  net_destroy(r.net);
+  log_destroy(&r.log);
+  cr_assert_eq(ecc_close(cli), ECC_OK);
+  cr_assert_eq(ecc_close(srv), ECC_OK);
 }
