@@ -189,15 +189,15 @@ static int raw_open(struct raw *r, const struct opts *o, int server, uint64_t by
   if (r->buf == NULL)
     die("out of memory");
   memset(r->buf, 0x5a, bytes);
-  struct net_params np = {.server = server,
-                          .addr = host,
-                          .port = (uint16_t)(atoi(colon + 1) + 1),
-                          .transports = "tcp",
-                          .region = r->buf,
-                          .region_bytes = bytes,
-                          .log = &r->log,
-                          .cb = {r, NULL, server ? raw_server_msg : NULL, NULL,
-                                 server ? NULL : raw_client_data}};
+  struct net_params np = {
+      .server = server,
+      .addr = host,
+      .port = (uint16_t)(atoi(colon + 1) + 1),
+      .transports = "tcp",
+      .region = r->buf,
+      .region_bytes = bytes,
+      .log = &r->log,
+      .cb = {r, NULL, server ? raw_server_msg : NULL, NULL, server ? NULL : raw_client_data}};
   char why[256];
   int rc = net_create(&np, &r->net, why, sizeof(why));
   if (rc != ECC_OK)
@@ -304,8 +304,8 @@ static void run_client(const struct opts *o)
 
 static void parse(int argc, char **argv, struct opts *o)
 {
-  *o = (struct opts){.plugin = ECC_UCX_PLUGIN_PATH, .rows = {3072, 65536, 2097152}, .n_rows = 3,
-                     .entries = 4};
+  *o = (struct opts){
+      .plugin = ECC_UCX_PLUGIN_PATH, .rows = {3072, 65536, 2097152}, .n_rows = 3, .entries = 4};
   if (argc < 3)
     die("usage: ecc-ucx-bench server|client|raw-server ADDR:PORT [--rows LIST] [--entries N] "
         "[--plugin PATH] [--region-dir DIR]");

@@ -58,6 +58,12 @@ void help_demo(FILE *out)
           "  --timeout S    fail if the demo takes longer, in seconds (default %d)\n"
           "  --corrupt K    self-test: flip one loaded byte of entry K before the\n"
           "                 check, which must then report a mismatch\n"
+          "  --side S       run one side alone, in this process, for a producer and a\n"
+          "                 consumer on different hosts (e.g. the ucx plugin): producer\n"
+          "                 saves every entry and serves them until interrupted;\n"
+          "                 consumer finds each by its key through its connector,\n"
+          "                 loads and checks it (host engine, directory on)\n"
+          "  --hold S       with --side producer: serve for S seconds, then close\n"
           "  -h, --help     this text\n"
           "\n"
           "Prints entries, bytes saved and loaded, GB/s of each phase (over its\n"
@@ -73,7 +79,9 @@ enum {
   OPT_SEED,
   OPT_PER_STEP,
   OPT_TIMEOUT,
-  OPT_CORRUPT
+  OPT_CORRUPT,
+  OPT_SIDE,
+  OPT_HOLD
 };
 
 static int parse_option(int ch, const char *arg, struct demo_opts *o)
@@ -97,6 +105,15 @@ static int parse_option(int ch, const char *arg, struct demo_opts *o)
       return -1;
     o->corrupt = (int64_t)v;
     return 0;
+  case OPT_SIDE:
+    if (strcmp(arg, "producer") != 0 && strcmp(arg, "consumer") != 0) {
+      cli_usage_error("demo", "--side '%s': want producer or consumer", arg);
+      return -1;
+    }
+    o->side = arg;
+    return 0;
+  case OPT_HOLD:
+    return cli_parse_u64("demo", "--hold", arg, 1, 86400, &o->hold_s);
   default:
     return -1;
   }
@@ -113,6 +130,8 @@ static int parse_args(int argc, char **argv, struct demo_opts *o)
       {"per-step", required_argument, NULL, OPT_PER_STEP},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
       {"corrupt", required_argument, NULL, OPT_CORRUPT},
+      {"side", required_argument, NULL, OPT_SIDE},
+      {"hold", required_argument, NULL, OPT_HOLD},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -142,7 +161,38 @@ static int parse_args(int argc, char **argv, struct demo_opts *o)
   if (o->corrupt >= 0 && (uint64_t)o->corrupt >= o->entries)
     return cli_usage_error("demo", "--corrupt %" PRId64 " names no entry (there are %" PRIu64 ")",
                            o->corrupt, o->entries);
+  if (o->hold_s > 0 && (o->side == NULL || strcmp(o->side, "producer") != 0))
+    return cli_usage_error("demo", "--hold goes with --side producer");
   o->config = argv[optind];
+  return CLI_OK;
+}
+
+/* --side: one side in this process, its report, its verdict. */
+static int run_one_side(const struct demo_opts *o)
+{
+  struct demo_side side;
+  memset(&side, 0, sizeof(side));
+  bool producer = strcmp(o->side, "producer") == 0;
+  int rc = producer ? demo_side_producer(o, &side) : demo_side_consumer(o, &side);
+  printf("%s: %" PRIu64 " entries, %" PRIu64 " bytes in %.3f s (%.3f GB/s), engine %s, region %s\n",
+         o->side, side.entries, side.bytes, side.phase_s,
+         side.phase_s > 0 ? (double)side.bytes / side.phase_s / 1e9 : 0.0, side.engine,
+         side.region_path);
+  if (rc != 0 || !side.done) {
+    printf("verdict: FAILED: %s\n", side.error[0] ? side.error : "the side did not finish");
+    return CLI_FAIL;
+  }
+  if (!producer && side.mismatched_bytes > 0) {
+    printf("verdict: FAILED: %" PRIu64 " bytes of %" PRIu64 " entries differ\n",
+           side.mismatched_bytes, side.mismatched_entries);
+    return CLI_FAIL;
+  }
+  if (producer)
+    printf("verdict: OK: %" PRIu64 " entries (%" PRIu64 " bytes) saved and served\n", side.entries,
+           side.bytes);
+  else
+    printf("verdict: OK: every byte of %" PRIu64 " entries (%" PRIu64 " bytes) matched\n",
+           side.entries, side.bytes);
   return CLI_OK;
 }
 
@@ -420,6 +470,10 @@ int cmd_demo(int argc, char **argv)
     cli_config_error("demo", o.config, summary, rc);
     printf("verdict: FAILED: the configuration is not usable\n");
     return CLI_FAIL;
+  }
+  if (o.side != NULL) {
+    o.deadline = demo_now() + (double)o.timeout_s;
+    return run_one_side(&o);
   }
   struct demo_results *res = shared_results();
   if (res == NULL) {

@@ -23,6 +23,8 @@ struct demo_opts {
   uint64_t timeout_s; /* the whole demo fails after this long */
   int64_t corrupt;    /* >= 0: the consumer flips a byte of this entry (a self-test) */
   double deadline;    /* monotonic seconds after which children give up */
+  const char *side;   /* NULL: both sides; "producer" or "consumer": that one alone */
+  uint64_t hold_s;    /* --side producer: serve this long (0: until a signal) */
 };
 
 #define DEMO_ERR_CAP 512
@@ -125,6 +127,11 @@ void demo_close(ecc_connector_t *c, struct demo_side *side);
 
 /* Whether the connector's region has a directory (ABI 1.1). */
 bool demo_has_directory(ecc_connector_t *c);
+
+/* One side alone (demo_side.c), in this process: 0, or -1 with the reason
+ * in side->error. */
+int demo_side_producer(const struct demo_opts *o, struct demo_side *side);
+int demo_side_consumer(const struct demo_opts *o, struct demo_side *side);
 
 int demo_producer(const struct demo_opts *o, int msg_fd, int ack_fd, struct demo_side *side);
 int demo_consumer(const struct demo_opts *o, int msg_fd, int ack_fd, struct demo_side *side);

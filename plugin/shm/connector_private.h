@@ -99,6 +99,11 @@ int conn_queue_load(struct conn *c, struct transfer *t, void *stream);
  * for one being saved. */
 int conn_publish_written(struct conn *c, uint64_t token);
 
+/* conn_lookup for another host's client (the ucx plugin's server): pins for
+ * a peer whatever this process's own role, which names its local calls. */
+int conn_lookup_for_peer(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
+                         ecc_entry_v1_t *out);
+
 /* A polled record's directory work: a saved reservation published (or
  * freed when its copy failed), a pinned load's rank released. Returns the
  * status to report: ECC_ERR_CLOSED instead of ECC_OK when the reservation

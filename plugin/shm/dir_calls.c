@@ -185,10 +185,9 @@ static int lookup_all(struct conn *c, const char *const *keys, size_t n, uint32_
   return ECC_OK;
 }
 
-int conn_lookup(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
-                ecc_entry_v1_t *out)
+static int lookup_checked(struct conn *c, int rc, const char *const *keys, size_t n, uint32_t ranks,
+                          ecc_entry_v1_t *out)
 {
-  int rc = need_side(c, "lookup", ECC_DIR_LOAD);
   if (rc == ECC_OK && n > 0 && (keys == NULL || out == NULL))
     rc = log_fail(&c->log, ECC_ERR_INVALID, "lookup: %s is NULL", keys == NULL ? "keys" : "out");
   if (rc == ECC_OK && ranks == 0)
@@ -200,6 +199,18 @@ int conn_lookup(struct conn *c, const char *const *keys, size_t n, uint32_t rank
   if (rc != ECC_OK || n == 0)
     return rc;
   return lookup_all(c, keys, n, ranks, out);
+}
+
+int conn_lookup(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
+                ecc_entry_v1_t *out)
+{
+  return lookup_checked(c, need_side(c, "lookup", ECC_DIR_LOAD), keys, n, ranks, out);
+}
+
+int conn_lookup_for_peer(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
+                         ecc_entry_v1_t *out)
+{
+  return lookup_checked(c, need_directory(c, "lookup"), keys, n, ranks, out);
 }
 
 int conn_unpin(struct conn *c, uint64_t token)

@@ -217,7 +217,7 @@ static void answer_lookup(struct ucx_server *s, struct net_peer *p, const struct
     w->keys[i][k.len] = '\0';
     w->ptrs[i] = w->keys[i];
   }
-  int rc = conn_lookup(s->conn, w->ptrs, q->n_keys, q->ranks, w->out);
+  int rc = conn_lookup_for_peer(s->conn, w->ptrs, q->n_keys, q->ranks, w->out);
   uint32_t n = rc == ECC_OK ? q->n_keys : 0;
   pthread_mutex_lock(&s->lock);
   struct session *ss = session_of(s, p, false);
