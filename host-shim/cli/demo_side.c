@@ -101,7 +101,8 @@ int demo_side_producer(const struct demo_opts *o, struct demo_side *side)
     need += demo_blocks_for(demo_entry_rows(o, i) * rb, side->block_size);
   if (need > side->num_blocks) {
     demo_close(c, side);
-    return demo_failf(side, "%" PRIu64 " entries take %" PRIu64 " blocks, the region has %" PRIu64
+    return demo_failf(side,
+                      "%" PRIu64 " entries take %" PRIu64 " blocks, the region has %" PRIu64
                       ": the consumer could find some evicted",
                       o->entries, need, side->num_blocks);
   }
