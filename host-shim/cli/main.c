@@ -27,7 +27,7 @@ static const struct command commands[] = {
      "validate an INI file without creating anything", cmd_check, help_check},
     {"demo",
      "eccctl demo [--entries N] [--rows N] [--row-bytes N] [--seed S] "
-     "[--per-step N] [--timeout S] CONFIG",
+     "[--per-step N] [--timeout S] [--side producer|consumer [--hold S]] CONFIG",
      "a producer and a consumer process move encoder outputs "
      "through one region; every byte is checked",
      cmd_demo, help_demo},
