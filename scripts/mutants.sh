@@ -102,6 +102,11 @@ dir-blocks-unchecked @@ plugin/shm/dir_calls.c @@ if (dir_blocks_held(&c->dir, i
 dir-load-keeps-its-pin @@ plugin/shm/dir_calls.c @@ rc = dir_unpin(&c->dir, pin, NULL, 0);\n  } @@ rc = ECC_OK;\n  }
 dir-gaps-not-used @@ plugin/shm/directory.c @@ *in_gap = gap_take(sh, q->n_blocks, &runs[0].first); @@ *in_gap = false;
 dir-sweep-forgets-passed-runs @@ plugin/shm/directory.c @@ for (uint32_t i = 0; i < w->n; i++)\n    gap_note(sh, w->free[i].first, w->free[i].count); @@ for (uint32_t i = 0; i < w->n; i++)\n    (void)sh;
+# The cross-host plugin.
+ucx-foreign-release @@ plugin/ucx/server.c @@ if (ss != NULL && release_one(ss, token)) @@ if (true)
+ucx-layout-unchecked @@ plugin/ucx/server.c @@ if (h->layout_hash != s->layout_hash) { @@ if (false) {
+ucx-no-watchdog @@ plugin/ucx/client.c @@ watch_pulls(cl); @@ (void)cl;
+ucx-gone-client-keeps-pins @@ plugin/ucx/server.c @@     drop_session(s, ss); @@     (void)ss;
 dir-new-entry-unmarked @@ plugin/shm/directory.c @@ hand passes it once before it may be evicted. */\n  e->marked = 1; @@ hand passes it once before it may be evicted. */\n  e->marked = 0;
 EOF
 }

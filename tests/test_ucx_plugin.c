@@ -387,6 +387,12 @@ Test(ucx_plugin, hostile_messages_are_refused_and_the_server_serves_on)
   uint16_t port = free_port();
   ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
   produce(srv, "kept", 3 * BS);
+  /* A proper client holds a pin on it, whose token the hostile one guesses. */
+  ecc_connector_t *holder = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  const char *held_keys[] = {"kept"};
+  ecc_entry_t held;
+  cr_assert_eq(ecc_lookup(holder, held_keys, 1, 1, &held), ECC_OK);
+  cr_assert_eq(pins_on(srv, "kept"), 1u);
   static struct raw r;
   log_init(&r.log, NULL);
   static uint8_t region[1 << 16];
@@ -424,6 +430,8 @@ Test(ucx_plugin, hostile_messages_are_refused_and_the_server_serves_on)
   for (int t = 0; t < 200 && atomic_load(&r.refusals) < 3; t++)
     usleep(5000);
   cr_expect_geq(atomic_load(&r.refusals), 3, "garbage, an early lookup and a cut one: refused");
+  cr_expect_eq(pins_on(srv, "kept"), 1u, "a client released a pin another holds");
+  cr_assert_eq(ecc_close(holder), ECC_OK);
   /* The server still serves a proper client, and nothing of it was pinned. */
   ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
   int status = -1;
