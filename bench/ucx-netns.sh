@@ -12,31 +12,19 @@ shift || true
 bench="$build/bin/ecc-ucx-bench"
 [ -x "$bench" ] || { echo "ucx-netns.sh: $bench is missing: build with libucx-dev" >&2; exit 1; }
 command -v iperf3 >/dev/null || { echo "ucx-netns.sh: needs iperf3 (apt-get install iperf3)" >&2; exit 1; }
+# shellcheck source=../scripts/netns-pair.sh
+. "$root/scripts/netns-pair.sh"
 
 a="eccb-$$-a" b="eccb-$$-b" addr=169.254.99.1 port=7351
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  ip netns del "$a" 2>/dev/null || true
-  ip netns del "$b" 2>/dev/null || true
+  netns_pair_down "$a" "$b"
 }
 trap cleanup EXIT
 
-ip netns add "$a"
-ip netns add "$b"
-ip link add va netns "$a" type veth peer name vb netns "$b"
-ip -n "$a" link set va up
-ip -n "$b" link set vb up
-ip -n "$a" link set lo up
-ip -n "$b" link set lo up
-ip -n "$a" addr add "$addr/24" dev va
-ip -n "$b" addr add 169.254.99.2/24 dev vb
-for _ in $(seq 300); do
-  [ "$(ip netns exec "$a" cat /sys/class/net/va/operstate)" = up ] &&
-    [ "$(ip netns exec "$b" cat /sys/class/net/vb/operstate)" = up ] && break
-  sleep 0.01
-done
+netns_pair_up "$a" "$b" "$addr/24" 169.254.99.2/24
 
 # The region files live in a private tmpfs directory per namespace.
 dir=$(mktemp -d /dev/shm/ecc-ucx-bench.XXXXXX)

@@ -18,28 +18,17 @@ eccctl="$build/bin/eccctl"
 [ -x "$eccctl" ] || { echo "netns-demo.sh: build first (scripts/build.sh)" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || { echo "netns-demo.sh: network namespaces need root" >&2; exit 1; }
 export ECC_PLUGIN_DIR="$build/lib/ecc"
+# shellcheck source=netns-pair.sh
+. "$root/scripts/netns-pair.sh"
 
 a="eccdemo-$$-a" b="eccdemo-$$-b" producer=""
 cleanup() {
   [ -n "$producer" ] && kill "$producer" 2>/dev/null && wait "$producer" 2>/dev/null || true
-  ip netns del "$a" 2>/dev/null || true
-  ip netns del "$b" 2>/dev/null || true
+  netns_pair_down "$a" "$b"
 }
 trap cleanup EXIT
 
-ip netns add "$a"
-ip netns add "$b"
-ip link add va netns "$a" type veth peer name vb netns "$b"
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set va up
-ip -n "$b" link set vb up
-ip -n "$a" addr add 169.254.77.1/24 dev va
-ip -n "$b" addr add 169.254.77.2/24 dev vb
-for _ in $(seq 300); do
-  [ "$(ip netns exec "$a" cat /sys/class/net/va/operstate)" = up ] &&
-    [ "$(ip netns exec "$b" cat /sys/class/net/vb/operstate)" = up ] && break
-  sleep 0.01
-done
+netns_pair_up "$a" "$b" 169.254.77.1/24 169.254.77.2/24
 
 fifo=$(mktemp -u /tmp/netns-demo.XXXXXX)
 mkfifo -m 600 "$fifo"

@@ -96,6 +96,9 @@ const ecc_plugin_v1_t *th_raw_table(void **lib);
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t th_now_ns(void);
 
+/* A TCP port of 127.0.0.1 nothing listens on right now (the kernel's pick). */
+uint16_t th_free_port(void);
+
 /* Open `ini` as `role` (connector.role overridden, the log level the
  * INI's), failing the test with the shim's message if it cannot. */
 ecc_connector_t *th_open_as(const char *ini, const char *role);

@@ -34,19 +34,6 @@ static uint64_t now_ns(void)
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A port nothing listens on right now (the kernel's choice). */
-static uint16_t free_port(void)
-{
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  cr_assert_geq(fd, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(a);
-  cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-  cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 struct side {
   struct ecc_log log;
   struct net *net;
@@ -130,7 +117,7 @@ static void got(void *arg, int status)
 Test(ucx_net, messages_both_ways_and_gets_into_the_client_region)
 {
   char why[256] = "";
-  uint16_t port = free_port();
+  uint16_t port = th_free_port();
   struct side srv, cli;
   cr_assert_eq(side_open(&srv, 1, port, why, sizeof(why)), ECC_OK, "%s", why);
   cr_assert_eq(side_open(&cli, 0, port, why, sizeof(why)), ECC_OK, "%s", why);
@@ -193,7 +180,7 @@ Test(ucx_net, an_absent_server_is_reported)
 {
   char why[256] = "";
   struct side cli;
-  uint16_t port = free_port();
+  uint16_t port = th_free_port();
   int rc = side_open(&cli, 0, port, why, sizeof(why));
   if (rc == ECC_OK) {
     net_send(cli.net, net_server_peer(cli.net), "ping", 4);
@@ -228,7 +215,7 @@ __attribute__((constructor)) static void server_entry(void)
 Test(ucx_net, a_killed_server_is_noticed_within_a_second)
 {
   char port[16];
-  snprintf(port, sizeof(port), "%u", free_port());
+  snprintf(port, sizeof(port), "%u", th_free_port());
   int ready[2];
   cr_assert_eq(pipe2(ready, O_CLOEXEC), 0);
   pid_t pid = th_spawn_self("ucx-server", port, -1, ready[1]);

@@ -28,18 +28,6 @@ TestSuite(ucx_plugin, .timeout = 120);
 
 #define BS 4096u
 
-static uint16_t free_port(void)
-{
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  cr_assert_geq(fd, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(a);
-  cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-  cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 static const char *ucx_ini(const char *role, const char *region, uint64_t block_size, uint16_t port,
                            const char *extra)
 {
@@ -137,7 +125,7 @@ static uint32_t pins_on(ecc_connector_t *c, const char *key)
 
 Test(ucx_plugin, entries_of_every_size_cross_and_their_pins_are_released)
 {
-  uint16_t port = free_port();
+  uint16_t port = th_free_port();
   ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
   ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
   const uint64_t sizes[] = {1, BS - 1, BS, BS + 1, 16 * BS + 7, 1u << 20, 3u << 20};
@@ -173,7 +161,7 @@ Test(ucx_plugin, entries_of_every_size_cross_and_their_pins_are_released)
 
 Test(ucx_plugin, an_unpinned_lookup_releases_the_server_pin)
 {
-  uint16_t port = free_port();
+  uint16_t port = th_free_port();
   ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
   ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
   produce(srv, "k", 5 * BS);
@@ -200,7 +188,7 @@ Test(ucx_plugin, an_unpinned_lookup_releases_the_server_pin)
 
 Test(ucx_plugin, another_block_size_is_refused_by_name_on_both_sides)
 {
-  uint16_t port = free_port();
+  uint16_t port = th_free_port();
   const char *srv_ini = ucx_ini("server", th_region_name(), BS, port, NULL);
   char err[512] = "";
   ecc_connector_t *srv = NULL, *cli = NULL;
@@ -220,7 +208,7 @@ Test(ucx_plugin, no_server_is_a_clear_error)
 {
   char err[512] = "";
   ecc_connector_t *cli = NULL;
-  uint16_t port = free_port();
+  uint16_t port = th_free_port();
   int rc = ecc_open(ucx_ini("client", th_region_name(), BS, port, "connect_timeout_ms = 500\n"),
                     NULL, &cli, err, sizeof(err));
   cr_expect_eq(rc, ECC_ERR_TRANSFER, "%d: %s", rc, err);
@@ -277,7 +265,7 @@ static int load_status(ecc_connector_t *cli, uint64_t token, uint64_t nbytes, ui
 
 Test(ucx_plugin, a_stopped_server_is_given_up_after_the_deadline_and_reconnected)
 {
-  uint16_t port = free_port();
+  uint16_t port = th_free_port();
   pid_t pid = start_server(ucx_ini("server", th_region_name(), BS, port, NULL));
   ecc_connector_t *cli =
       open_ok(ucx_ini("client", th_region_name(), BS, port, "deadline_ms = 300\n"));
@@ -308,7 +296,7 @@ Test(ucx_plugin, a_stopped_server_is_given_up_after_the_deadline_and_reconnected
 
 Test(ucx_plugin, a_restarted_server_is_reconnected_and_old_tokens_refused)
 {
-  uint16_t port = free_port();
+  uint16_t port = th_free_port();
   pid_t pid = start_server(ucx_ini("server", th_region_name(), BS, port, NULL));
   ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
   const char *keys[] = {"big"};
@@ -335,7 +323,7 @@ Test(ucx_plugin, a_restarted_server_is_reconnected_and_old_tokens_refused)
 
 Test(ucx_plugin, a_killed_server_fails_loads_and_lookups_within_a_second)
 {
-  uint16_t port = free_port();
+  uint16_t port = th_free_port();
   pid_t pid = start_server(ucx_ini("server", th_region_name(), BS, port, NULL));
   ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
   const char *keys[] = {"big"};
@@ -384,7 +372,7 @@ static void raw_msg(void *user, struct net_peer *p, const uint8_t *buf, size_t l
 
 Test(ucx_plugin, hostile_messages_are_refused_and_the_server_serves_on)
 {
-  uint16_t port = free_port();
+  uint16_t port = th_free_port();
   ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
   produce(srv, "kept", 3 * BS);
   /* A proper client holds a pin on it, whose token the hostile one guesses. */

@@ -116,32 +116,31 @@ int conn_reserve(struct conn *c, const char *key, uint64_t nbytes, ecc_entry_v1_
   return ECC_OK;
 }
 
-int conn_publish_written(struct conn *c, uint64_t token)
+/* A reservation ended by token: published (its blocks written elsewhere) or
+ * given up. */
+static int end_reservation(struct conn *c, uint64_t token, const char *what,
+                           int (*end)(struct dir *, struct dir_ref, char *, size_t))
 {
-  int rc = need_directory(c, "publish");
+  int rc = need_directory(c, what);
   if (rc != ECC_OK)
     return rc;
   struct dir_ref ref;
   char why[256] = "";
-  rc = ref_of(token, &ref) ? dir_publish(&c->dir, ref, why, sizeof(why)) : ECC_ERR_CLOSED;
+  rc = ref_of(token, &ref) ? end(&c->dir, ref, why, sizeof(why)) : ECC_ERR_CLOSED;
   if (rc != ECC_OK)
-    return log_fail(&c->log, rc, "publish: token 0x%" PRIx64 ": %s", token,
+    return log_fail(&c->log, rc, "%s: token 0x%" PRIx64 ": %s", what, token,
                     why[0] != '\0' ? why : "names no reservation");
   return ECC_OK;
 }
 
+int conn_publish_written(struct conn *c, uint64_t token)
+{
+  return end_reservation(c, token, "publish", dir_publish);
+}
+
 int conn_abort_reserved(struct conn *c, uint64_t token)
 {
-  int rc = need_directory(c, "abort_reserved");
-  if (rc != ECC_OK)
-    return rc;
-  struct dir_ref ref;
-  char why[256] = "";
-  rc = ref_of(token, &ref) ? dir_abort(&c->dir, ref, why, sizeof(why)) : ECC_ERR_CLOSED;
-  if (rc != ECC_OK)
-    return log_fail(&c->log, rc, "abort_reserved: token 0x%" PRIx64 ": %s", token,
-                    why[0] != '\0' ? why : "names no reservation");
-  return ECC_OK;
+  return end_reservation(c, token, "abort_reserved", dir_abort);
 }
 
 /* Keys are looked up a chunk at a time (the directory's answers are large);

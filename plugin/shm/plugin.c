@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "connector.h"
+#include "create_args.h"
 #include "ecc_build_info.h"
 #include "ecc_plugin_v1.h"
 #include "engine.h"
@@ -18,22 +19,11 @@
 
 static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
 {
-  if (out != NULL)
-    *out = 0;
-  if (args == NULL || out == NULL)
-    return ECC_ERR_INVALID;
-  /* The fields we read are all in the first version of the struct. */
-  if (!ECC_COVERS(args, ecc_create_args_v1_t, err_cap))
-    return ECC_ERR_INVALID;
-  if (args->host != NULL && !ECC_COVERS(args->host, ecc_host_services_v1_t, user))
-    return errtext_fail(args->err, args->err_cap, ECC_ERR_INVALID,
-                        "create: the host's services struct is shorter than its first version");
-  if (args->abi_major != ECC_ABI_V1_MAJOR || args->abi_minor > ECC_ABI_V1_MINOR)
-    return errtext_fail(args->err, args->err_cap, ECC_ERR_INCOMPATIBLE,
-                        "create: ABI %u.%u requested; this plugin implements %d.%d",
-                        args->abi_major, args->abi_minor, ECC_ABI_V1_MAJOR, ECC_ABI_V1_MINOR);
+  int rc = create_args_check(args, out);
+  if (rc != ECC_OK)
+    return rc;
   struct plugin_config cfg;
-  int rc = config_parse(args->config, args->n_config, &cfg, args->err, args->err_cap);
+  rc = config_parse(args->config, args->n_config, &cfg, args->err, args->err_cap);
   if (rc != ECC_OK) {
     if (args->host != NULL && args->host->log != NULL && args->err != NULL)
       args->host->log(args->host->user, ECC_LOG_ERROR, args->err);

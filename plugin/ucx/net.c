@@ -280,18 +280,48 @@ static ucs_status_t on_data_am(void *arg, const void *header, size_t header_len,
   return UCS_OK;
 }
 
-struct data_req {
+/* What a data message or a get carries to its completion. */
+struct op {
   void (*done)(void *arg, int status);
   void *arg;
-  uint8_t header[NET_MAX_HEADER]; /* UCX reads it until the send completes */
+  uint8_t header[NET_MAX_HEADER]; /* a data message's: UCX reads it until the send completes */
 };
 
-static void data_sent(void *req, ucs_status_t status, void *user)
+static struct op *op_new(void (*done)(void *arg, int status), void *arg)
 {
-  struct data_req *d = user;
-  d->done(d->arg, status == UCS_OK ? ECC_OK : ECC_ERR_TRANSFER);
-  free(d);
+  struct op *o = malloc(sizeof(*o));
+  if (o != NULL) {
+    o->done = done;
+    o->arg = arg;
+  }
+  return o;
+}
+
+static void op_done(void *req, ucs_status_t status, void *user)
+{
+  struct op *o = user;
+  o->done(o->arg, status == UCS_OK ? ECC_OK : ECC_ERR_TRANSFER);
+  free(o);
   ucp_request_free(req);
+}
+
+/* After posting: a refused request is the call's error and done never runs;
+ * one complete already runs done before the call returns. */
+static int op_posted(struct net *n, ucs_status_ptr_t r, struct op *o, const char *what, size_t len)
+{
+  if (UCS_PTR_IS_ERR(r)) {
+    free(o);
+    return log_fail(n->p.log, ECC_ERR_TRANSFER, "ucx: %s of %zu bytes failed: %s", what, len,
+                    ucs_status_string(UCS_PTR_STATUS(r)));
+  }
+  if (r == NULL) {
+    void (*done)(void *, int) = o->done;
+    void *arg = o->arg;
+    free(o);
+    done(arg, ECC_OK);
+  }
+  ucp_worker_signal(n->worker);
+  return ECC_OK;
 }
 
 static int send_data_locked(struct net *n, struct net_peer *p, const void *hdr, size_t hlen,
@@ -302,12 +332,10 @@ static int send_data_locked(struct net *n, struct net_peer *p, const void *hdr, 
     return ECC_ERR_TRANSFER;
   if (hlen > NET_MAX_HEADER)
     return ECC_ERR_INVALID;
-  struct data_req *d = malloc(sizeof(*d));
-  if (d == NULL)
+  struct op *o = op_new(done, arg);
+  if (o == NULL)
     return ECC_ERR_NOMEM;
-  d->done = done;
-  d->arg = arg;
-  memcpy(d->header, hdr, hlen);
+  memcpy(o->header, hdr, hlen);
   ucp_request_param_t rp = {0};
   rp.op_attr_mask =
       UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -315,20 +343,10 @@ static int send_data_locked(struct net *n, struct net_peer *p, const void *hdr, 
    * progress, and a peer that fails while one is open can abort UCX 1.13
    * (a get handler's fatal error); eager sends just complete with errors. */
   rp.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
-  rp.cb.send = data_sent;
-  rp.user_data = d;
-  ucs_status_ptr_t r = ucp_am_send_nbx(p->ep, NET_DATA_ID, d->header, hlen, data, len, &rp);
-  if (UCS_PTR_IS_ERR(r)) {
-    free(d);
-    return log_fail(n->p.log, ECC_ERR_TRANSFER, "ucx: a data message of %zu bytes failed: %s", len,
-                    ucs_status_string(UCS_PTR_STATUS(r)));
-  }
-  if (r == NULL) {
-    free(d);
-    done(arg, ECC_OK);
-  }
-  ucp_worker_signal(n->worker);
-  return ECC_OK;
+  rp.cb.send = op_done;
+  rp.user_data = o;
+  ucs_status_ptr_t r = ucp_am_send_nbx(p->ep, NET_DATA_ID, o->header, hlen, data, len, &rp);
+  return op_posted(n, r, o, "a data message", len);
 }
 
 int net_send_data(struct net *n, struct net_peer *p, const void *hdr, size_t hlen, const void *data,
@@ -342,19 +360,6 @@ int net_send_data(struct net *n, struct net_peer *p, const void *hdr, size_t hle
 
 /* ---- RMA ------------------------------------------------------------------- */
 
-struct get_req {
-  void (*done)(void *arg, int status);
-  void *arg;
-};
-
-static void get_done(void *req, ucs_status_t status, void *user)
-{
-  struct get_req *g = user;
-  g->done(g->arg, status == UCS_OK ? ECC_OK : ECC_ERR_TRANSFER);
-  free(g);
-  ucp_request_free(req);
-}
-
 static int get_locked(struct net *n, struct net_peer *p, void *local, size_t len, uint64_t off,
                       void (*done)(void *arg, int status), void *arg)
 {
@@ -366,26 +371,15 @@ static int get_locked(struct net *n, struct net_peer *p, void *local, size_t len
   const uint8_t *at = local;
   if (at < lo || at >= hi || len > (size_t)(hi - at))
     return log_fail(n->p.log, ECC_ERR_RANGE, "ucx: a get of %zu bytes outside the region", len);
-  struct get_req *g = malloc(sizeof(*g));
-  if (g == NULL)
+  struct op *o = op_new(done, arg);
+  if (o == NULL)
     return ECC_ERR_NOMEM;
-  *g = (struct get_req){done, arg};
   ucp_request_param_t rp = {0};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  rp.cb.send = get_done;
-  rp.user_data = g;
+  rp.cb.send = op_done;
+  rp.user_data = o;
   ucs_status_ptr_t r = ucp_get_nbx(p->ep, local, len, p->base + off, p->rkey, &rp);
-  if (UCS_PTR_IS_ERR(r)) {
-    free(g);
-    return log_fail(n->p.log, ECC_ERR_TRANSFER, "ucx: get of %zu bytes failed: %s", len,
-                    ucs_status_string(UCS_PTR_STATUS(r)));
-  }
-  if (r == NULL) {
-    free(g);
-    done(arg, ECC_OK);
-  }
-  ucp_worker_signal(n->worker);
-  return ECC_OK;
+  return op_posted(n, r, o, "a get", len);
 }
 
 int net_get(struct net *n, struct net_peer *p, void *local, size_t len, uint64_t off,

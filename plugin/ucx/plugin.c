@@ -13,6 +13,7 @@
 
 #include "client.h"
 #include "connector_private.h"
+#include "create_args.h"
 #include "ecc_build_info.h"
 #include "ecc_plugin_v1.h"
 #include "errtext.h"
@@ -61,20 +62,12 @@ static int side_start(struct conn *c, const struct ucx_config *cfg, char *err, s
 
 static int ucx_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
 {
-  if (out != NULL)
-    *out = 0;
-  if (args == NULL || out == NULL || !ECC_COVERS(args, ecc_create_args_v1_t, err_cap))
-    return ECC_ERR_INVALID;
-  if (args->host != NULL && !ECC_COVERS(args->host, ecc_host_services_v1_t, user))
-    return errtext_fail(args->err, args->err_cap, ECC_ERR_INVALID,
-                        "create: the host's services struct is shorter than its first version");
-  if (args->abi_major != ECC_ABI_V1_MAJOR || args->abi_minor > ECC_ABI_V1_MINOR)
-    return errtext_fail(args->err, args->err_cap, ECC_ERR_INCOMPATIBLE,
-                        "create: ABI %u.%u requested; this plugin implements %d.%d",
-                        args->abi_major, args->abi_minor, ECC_ABI_V1_MAJOR, ECC_ABI_V1_MINOR);
+  int rc = create_args_check(args, out);
+  if (rc != ECC_OK)
+    return rc;
   struct ucx_config ucx;
   struct plugin_config local;
-  int rc = ucx_config_parse(args->config, args->n_config, &ucx, &local, args->err, args->err_cap);
+  rc = ucx_config_parse(args->config, args->n_config, &ucx, &local, args->err, args->err_cap);
   /* A client caches what it pulls in its own directory: it reserves and
    * looks up there, whatever role the host named. */
   if (rc == ECC_OK && ucx.role == UCX_ROLE_CLIENT)
