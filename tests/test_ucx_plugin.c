@@ -433,3 +433,46 @@ Test(ucx_plugin, hostile_messages_are_refused_and_the_server_serves_on)
   cr_assert_eq(ecc_close(cli), ECC_OK);
   cr_assert_eq(ecc_close(srv), ECC_OK);
 }
+
+/* A client process that looks "k" up, pinning it for three ranks, says so
+ * and waits to be killed. */
+__attribute__((constructor)) static void holder_entry(void)
+{
+  const char *role, *ini;
+  int unused, ready;
+  if (!th_child_args(&role, &ini, &unused, &ready) || strcmp(role, "ucx-holder") != 0)
+    return;
+  ecc_connector_t *cli = NULL;
+  char err[512];
+  if (ecc_open(ini, NULL, &cli, err, sizeof(err)) != ECC_OK)
+    _exit(2);
+  const char *keys[] = {"k"};
+  ecc_entry_t e;
+  if (ecc_lookup(cli, keys, 1, 3, &e) != ECC_OK || e.state != ECC_ENTRY_READY)
+    _exit(3);
+  if (write(ready, "r", 1) != 1)
+    _exit(3);
+  for (;;)
+    pause();
+}
+
+Test(ucx_plugin, a_client_killed_holding_pins_loses_them)
+{
+  uint16_t port = th_free_port();
+  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
+  produce(srv, "k", 2 * BS);
+  int ready[2];
+  cr_assert_eq(pipe2(ready, O_CLOEXEC), 0);
+  pid_t pid = th_spawn_self("ucx-holder", ucx_ini("client", th_region_name(), BS, port, NULL), -1,
+                            ready[1]);
+  close(ready[1]);
+  char c;
+  cr_assert_eq(read(ready[0], &c, 1), 1, "the client did not start");
+  cr_expect_eq(pins_on(srv, "k"), 1u);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  for (int t = 0; t < 400 && pins_on(srv, "k") != 0; t++)
+    usleep(5000);
+  cr_expect_eq(pins_on(srv, "k"), 0u, "the killed client's pin is still held");
+  cr_assert_eq(ecc_close(srv), ECC_OK);
+}
