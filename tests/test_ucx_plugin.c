@@ -476,3 +476,38 @@ Test(ucx_plugin, a_client_killed_holding_pins_loses_them)
   cr_expect_eq(pins_on(srv, "k"), 0u, "the killed client's pin is still held");
   cr_assert_eq(ecc_close(srv), ECC_OK);
 }
+
+/* More keys than one LOOKUP carries go in several, answered in order. */
+Test(ucx_plugin, a_lookup_of_more_keys_than_one_message_holds)
+{
+  uint16_t port = th_free_port();
+  /* Entry slots for all of them (the default is a sixteenth of the blocks). */
+  const char *slots = "[directory]\nmax_entries = 1024\n";
+  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, slots));
+  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  enum { N = WIRE_MAX_KEYS + 44 };
+  static char names[N][16];
+  static const char *keys[N];
+  static ecc_entry_t out[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(names[i], sizeof(names[i]), "many-%d", i);
+    keys[i] = names[i];
+    if (i % 3 != 2)
+      produce(srv, names[i], 100 + (uint64_t)i);
+  }
+  cr_assert_eq(ecc_lookup(cli, keys, N, 1, out), ECC_OK);
+  for (int i = 0; i < N; i++) {
+    cr_expect_eq(out[i].state, i % 3 != 2 ? ECC_ENTRY_READY : ECC_ENTRY_ABSENT, "%s", names[i]);
+    if (out[i].state == ECC_ENTRY_READY) {
+      cr_expect_eq(out[i].nbytes, 100 + (uint64_t)i, "%s", names[i]);
+      cr_expect_eq(ecc_unpin(cli, out[i].token), ECC_OK);
+    }
+  }
+  for (int t = 0; t < 200 && pins_on(srv, names[N - 2]) != 0; t++)
+    usleep(5000);
+  cr_expect_eq(pins_on(srv, names[0]), 0u);
+  cr_expect_eq(pins_on(srv, names[N - 2]), 0u, "%s is absent, %s was pinned", names[N - 1],
+               names[N - 2]);
+  cr_assert_eq(ecc_close(cli), ECC_OK);
+  cr_assert_eq(ecc_close(srv), ECC_OK);
+}

@@ -564,12 +564,22 @@ int ucx_client_lookup(struct ucx_client *cl, const char *const *keys, size_t n, 
   if (rc != ECC_OK)
     return rc;
   pthread_rwlock_rdlock(&cl->net_lock);
-  for (size_t done = 0; done < n && rc == ECC_OK;) {
+  size_t done = 0;
+  while (done < n && rc == ECC_OK) {
     uint32_t k = (uint32_t)(n - done < WIRE_MAX_KEYS ? n - done : WIRE_MAX_KEYS);
-    /* On an error the pins of earlier chunks stay held: their tokens are in out. */
     rc = lookup_chunk(cl, keys + done, k, ranks, out + done);
-    done += k;
+    if (rc == ECC_OK)
+      done += k;
   }
+  /* A refused call keeps no pin: those of the chunks answered before go back. */
+  for (size_t i = 0; rc != ECC_OK && i < done; i++)
+    for (uint32_t r = 0; out[i].state == ECC_ENTRY_READY && r < ranks; r++) {
+      pthread_mutex_lock(&cl->lock);
+      uint64_t server_token = pin_take_one(cl, out[i].token);
+      pthread_mutex_unlock(&cl->lock);
+      if (server_token != 0)
+        release_remote(cl, &server_token, 1);
+    }
   pthread_rwlock_unlock(&cl->net_lock);
   return rc;
 }
