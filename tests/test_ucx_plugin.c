@@ -511,3 +511,33 @@ Test(ucx_plugin, a_lookup_of_more_keys_than_one_message_holds)
   cr_assert_eq(ecc_close(cli), ECC_OK);
   cr_assert_eq(ecc_close(srv), ECC_OK);
 }
+
+/* ucx.cache = false: the bytes land in the destination, nothing is kept in
+ * the client's directory, and the load statistics count them. */
+Test(ucx_plugin, without_the_cache_entries_land_in_the_destination)
+{
+  uint16_t port = th_free_port();
+  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, "cache = false\n"));
+  const uint64_t sizes[] = {1, BS + 1, 3u << 20};
+  char key[32];
+  for (size_t i = 0; i < 3; i++) {
+    snprintf(key, sizeof(key), "direct-%zu", i);
+    produce(srv, key, sizes[i]);
+  }
+  uint64_t bytes = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < 3; i++) {
+      snprintf(key, sizeof(key), "direct-%zu", i);
+      int status = -1;
+      cr_assert_eq(consume(cli, key, sizes[i], &status), 1, "%s", key);
+      cr_expect_eq(status, ECC_OK, "%s", key);
+      cr_expect_eq(pins_on(cli, key), UINT32_MAX, "%s was kept in the client's directory", key);
+      bytes += sizes[i];
+    }
+  ecc_stats_t st = th_stats(cli);
+  cr_expect_eq(st.load.bytes, bytes);
+  cr_expect_eq(st.load.entries, 6u);
+  cr_assert_eq(ecc_close(cli), ECC_OK);
+  cr_assert_eq(ecc_close(srv), ECC_OK);
+}

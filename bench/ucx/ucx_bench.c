@@ -16,6 +16,7 @@
  */
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +48,8 @@ static uint8_t byte_of(uint64_t i, unsigned k)
   return (uint8_t)(i * 29 + k * 7 + (i >> 13));
 }
 
-static const char *ini_for(const struct opts *o, const char *role, uint64_t block, uint64_t bytes)
+static const char *ini_for(const struct opts *o, const char *role, uint64_t block, uint64_t bytes,
+                           bool cache)
 {
   static char path[64];
   snprintf(path, sizeof(path), "/tmp/ecc-ucx-bench-%d.ini", (int)getpid());
@@ -55,12 +57,13 @@ static const char *ini_for(const struct opts *o, const char *role, uint64_t bloc
   if (f == NULL)
     die("cannot write the INI file");
   fprintf(f,
-          "[plugin]\npath = %s\nlog_level = warn\n[region]\nname = ucxbench-%s-%d\n%s%s%s"
+          "[plugin]\npath = %s\nlog_level = warn\n[region]\nname = ucxbench-%s%s-%d\n%s%s%s"
           "block_size = %" PRIu64 "\nsize = %" PRIu64 "\n[engine]\ntype = host\n"
-          "[directory]\nenabled = true\n[ucx]\nrole = %s\naddress = %s\ndeadline_ms = 10000\n",
-          o->plugin, role, (int)getpid(), o->region_dir ? "dir = " : "",
+          "[directory]\nenabled = true\n[ucx]\nrole = %s\naddress = %s\ndeadline_ms = 10000\n"
+          "cache = %s\n",
+          o->plugin, role, cache ? "" : "-direct", (int)getpid(), o->region_dir ? "dir = " : "",
           o->region_dir ? o->region_dir : "", o->region_dir ? "\n" : "", block, bytes, role,
-          o->address);
+          o->address, cache ? "true" : "false");
   fclose(f);
   return path;
 }
@@ -99,7 +102,7 @@ static void run_server(const struct opts *o)
   uint64_t block = o->rows[o->n_rows - 1], total = 0;
   for (unsigned s = 0; s < o->n_rows; s++)
     total += (uint64_t)o->entries * ROWS_PER_IMAGE * ((o->rows[s] + block - 1) / block) * block;
-  ecc_connector_t *c = open_or_die(ini_for(o, "server", block, total + block));
+  ecc_connector_t *c = open_or_die(ini_for(o, "server", block, total + block, true));
   for (unsigned s = 0; s < o->n_rows; s++)
     for (unsigned k = 0; k < o->entries; k++) {
       uint64_t n = ROWS_PER_IMAGE * o->rows[s];
@@ -284,21 +287,26 @@ static void run_client(const struct opts *o)
 {
   uint64_t most = ROWS_PER_IMAGE * o->rows[o->n_rows - 1];
   uint64_t block = o->rows[o->n_rows - 1];
-  ecc_connector_t *c = open_or_die(ini_for(o, "client", block, most + block));
+  ecc_connector_t *c = open_or_die(ini_for(o, "client", block, most + block, true));
+  /* The same pulls landing in the destination, nothing kept (ucx.cache = false). */
+  ecc_connector_t *direct = open_or_die(ini_for(o, "client", block, block, false));
   static struct raw r;
   if (raw_open(&r, o, 0, most) != ECC_OK)
     exit(1);
   uint8_t *dst = malloc(most);
   if (dst == NULL)
     die("out of memory");
-  printf("%-10s %12s %14s %14s\n", "row bytes", "image bytes", "ecc GB/s", "raw UCX GB/s");
+  printf("%-10s %12s %14s %14s %14s\n", "row bytes", "image bytes", "ecc GB/s", "no-cache GB/s",
+         "raw UCX GB/s");
   for (unsigned s = 0; s < o->n_rows; s++) {
     double ours = pull_rate(c, o, s, dst);
+    double landed = pull_rate(direct, o, s, dst);
     double raw = raw_rate(&r, ROWS_PER_IMAGE * o->rows[s], o->entries);
-    printf("%-10" PRIu64 " %12" PRIu64 " %14.3f %14.3f\n", o->rows[s], ROWS_PER_IMAGE * o->rows[s],
-           ours, raw);
+    printf("%-10" PRIu64 " %12" PRIu64 " %14.3f %14.3f %14.3f\n", o->rows[s],
+           ROWS_PER_IMAGE * o->rows[s], ours, landed, raw);
   }
   net_destroy(r.net);
+  ecc_close(direct);
   ecc_close(c);
 }
 

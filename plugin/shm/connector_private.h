@@ -99,6 +99,10 @@ int conn_queue_load(struct conn *c, struct transfer *t, void *stream);
  * for one being saved. */
 int conn_publish_written(struct conn *c, uint64_t token);
 
+/* Counts in the load statistics one entry a plugin built on the connector
+ * delivered by other means than its engine (the ucx plugin's pulls). */
+void conn_count_load(struct conn *c, uint64_t bytes, uint64_t elapsed_ns, int status);
+
 /* conn_lookup for another host's client (the ucx plugin's server): pins for
  * a peer whatever this process's own role, which names its local calls. */
 int conn_lookup_for_peer(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,

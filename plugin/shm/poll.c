@@ -50,6 +50,19 @@ static void count_finished(struct conn *c, struct transfer *t)
   }
 }
 
+void conn_count_load(struct conn *c, uint64_t bytes, uint64_t elapsed_ns, int status)
+{
+  conn_lock(c, &c->done_lock);
+  ecc_dir_stats_v1_t *s = &c->stats.load;
+  s->transfers++;
+  s->entries++;
+  s->bytes += status == ECC_OK ? bytes : 0;
+  s->busy_ns += elapsed_ns;
+  s->hist[hist_bucket(bytes)]++;
+  s->failed += status != ECC_OK;
+  conn_unlock(c, &c->done_lock);
+}
+
 /* Whether the head transfer has finished, asking the engine if needed. */
 static int head_finished(struct conn *c, struct transfer *t)
 {

@@ -2,8 +2,8 @@
 /*
  * client.c - the consumer host's side (client.h): the handshake, lookups
  * waited for with a deadline, the remote pins this process holds, pulls
- * (gets into a local reservation, then the local load), and failed pulls
- * reported as completions.
+ * (data messages into a local reservation, then the local load, or straight
+ * into the destination), and the completions only the client can report.
  */
 #include "client.h"
 
@@ -46,8 +46,10 @@ struct pull {
   uint64_t nbytes;
   uint32_t n_local;
   ecc_extent_v1_t local[ECC_ENTRY_MAX_EXTENTS]; /* that reservation's blocks */
+  bool direct; /* the bytes land in dst itself (ucx.cache = false) */
   uint64_t chunks, chunks_got;
-  uint8_t *got;         /* one byte per chunk: arrived */
+  uint8_t *got; /* one byte per chunk: arrived */
+  uint64_t started_ns;
   uint64_t progress_ns; /* when it started, or a chunk last arrived */
   char key[ECC_KEY_MAX + 1];
 };
@@ -88,8 +90,8 @@ struct ucx_client {
   size_t n_pins, cap_pins;
   struct pull *pulls;
   size_t n_pulls;
-  ecc_completion_v1_t *failed; /* completions of pulls that failed, for poll */
-  size_t n_failed, cap_failed;
+  ecc_completion_v1_t *done; /* completions the client makes itself, for poll */
+  size_t n_done, cap_done;
 };
 
 static uint64_t deadline_after(uint32_t ms)
@@ -602,24 +604,31 @@ int ucx_client_unpin(struct ucx_client *cl, uint64_t token)
 
 /* ---- pulls ---------------------------------------------------------------- */
 
-static void fail_pull(struct ucx_client *cl, struct pull *p, const char *why)
+/* A completion only the client can report: a pull that failed (why says
+ * what), or one that landed in its destination directly. */
+static void queue_done(struct ucx_client *cl, struct pull *p, const char *why)
 {
-  log_msg(cl->log, ECC_LOG_ERROR, "ucx: load of %s (transfer %" PRIu64 ") failed: %s", p->key,
-          p->transfer_id, why);
+  int status = why != NULL ? ECC_ERR_TRANSFER : ECC_OK;
+  if (why != NULL)
+    log_msg(cl->log, ECC_LOG_ERROR, "ucx: load of %s (transfer %" PRIu64 ") failed: %s", p->key,
+            p->transfer_id, why);
+  uint64_t elapsed = ecc_now_ns() - p->started_ns;
+  conn_count_load(cl->conn, p->nbytes, elapsed, status);
   pthread_mutex_lock(&cl->lock);
-  if (cl->n_failed == cl->cap_failed) {
-    size_t cap = cl->cap_failed ? 2 * cl->cap_failed : 16;
-    ecc_completion_v1_t *f = realloc(cl->failed, cap * sizeof(*f));
-    if (f != NULL) {
-      cl->failed = f;
-      cl->cap_failed = cap;
+  if (cl->n_done == cl->cap_done) {
+    size_t cap = cl->cap_done ? 2 * cl->cap_done : 16;
+    ecc_completion_v1_t *d = realloc(cl->done, cap * sizeof(*d));
+    if (d != NULL) {
+      cl->done = d;
+      cl->cap_done = cap;
     }
   }
-  if (cl->n_failed < cl->cap_failed)
-    cl->failed[cl->n_failed++] = (ecc_completion_v1_t){.direction = ECC_DIR_LOAD,
-                                                       .status = ECC_ERR_TRANSFER,
-                                                       .transfer_id = p->transfer_id,
-                                                       .nbytes = 0};
+  if (cl->n_done < cl->cap_done)
+    cl->done[cl->n_done++] = (ecc_completion_v1_t){.direction = ECC_DIR_LOAD,
+                                                   .status = status,
+                                                   .transfer_id = p->transfer_id,
+                                                   .nbytes = status == ECC_OK ? p->nbytes : 0,
+                                                   .elapsed_ns = elapsed};
   pthread_mutex_unlock(&cl->lock);
 }
 
@@ -670,11 +679,15 @@ static struct pull *pull_of(struct ucx_client *cl, uint64_t req_id)
  * either way the server's pin is released. */
 static void pull_finish(struct ucx_client *cl, struct pull *p, const char *why)
 {
-  if (why == NULL && load_local(cl, p, false) != ECC_OK)
-    why = "the local copy could not start";
-  if (why != NULL) {
-    (void)conn_abort_reserved(cl->conn, p->local_token);
-    fail_pull(cl, p, why);
+  if (p->direct) {
+    queue_done(cl, p, why);
+  } else {
+    if (why == NULL && load_local(cl, p, false) != ECC_OK)
+      why = "the local copy could not start";
+    if (why != NULL) {
+      (void)conn_abort_reserved(cl->conn, p->local_token);
+      queue_done(cl, p, why);
+    }
   }
   release_remote(cl, &p->remote_token, 1);
   free(p->got);
@@ -729,7 +742,10 @@ static void on_data(void *user, struct net_peer *peer, const uint8_t *hdr, size_
   const char *problem = p != NULL ? chunk_problem(p, &d, len) : NULL;
   bool done = false;
   if (p != NULL && problem == NULL) {
-    place(cl, p, d.offset, data, len);
+    if (p->direct)
+      memcpy((uint8_t *)(uintptr_t)p->dst + d.offset, data, len); /* within dst_capacity */
+    else
+      place(cl, p, d.offset, data, len);
     p->got[d.offset / WIRE_DATA_CHUNK] = 1;
     p->progress_ns = ecc_now_ns();
     done = ++p->chunks_got == p->chunks;
@@ -794,8 +810,8 @@ static int check_loads(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, siz
 
 static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, const struct rpin *r)
 {
-  ecc_entry_v1_t local;
-  int rc = conn_reserve(cl->conn, r->key, r->nbytes, &local);
+  ecc_entry_v1_t local = {.state = ECC_ENTRY_RESERVED};
+  int rc = cl->cfg.cache ? conn_reserve(cl->conn, r->key, r->nbytes, &local) : ECC_OK;
   if (rc != ECC_OK)
     return rc;
   if (local.state == ECC_ENTRY_WRITING)
@@ -815,7 +831,9 @@ static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, cons
                      .remote_token = r->server_token,
                      .nbytes = r->nbytes,
                      .n_local = local.n_extents,
-                     .progress_ns = ecc_now_ns()};
+                     .direct = !cl->cfg.cache,
+                     .started_ns = ecc_now_ns()};
+  p->progress_ns = p->started_ns;
   memcpy(p->local, local.extents, sizeof(p->local));
   snprintf(p->key, sizeof(p->key), "%s", r->key);
   pthread_mutex_lock(&cl->lock);
@@ -824,7 +842,7 @@ static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, cons
   if (local.state == ECC_ENTRY_READY) {
     /* Already here from an earlier pull: no bytes cross the network. */
     if (load_local(cl, p, true) != ECC_OK)
-      fail_pull(cl, p, "the local copy could not start");
+      queue_done(cl, p, "the local copy could not start");
     release_remote(cl, &p->remote_token, 1);
     free(p);
     return ECC_OK;
@@ -900,9 +918,9 @@ int ucx_client_poll(struct ucx_client *cl, ecc_completion_v1_t *out, size_t cap,
   pthread_rwlock_unlock(&cl->net_lock);
   size_t k = 0;
   pthread_mutex_lock(&cl->lock);
-  while (k < cap && cl->n_failed > 0) {
-    out[k++] = cl->failed[0];
-    memmove(cl->failed, cl->failed + 1, --cl->n_failed * sizeof(*cl->failed));
+  while (k < cap && cl->n_done > 0) {
+    out[k++] = cl->done[0];
+    memmove(cl->done, cl->done + 1, --cl->n_done * sizeof(*cl->done));
   }
   pthread_mutex_unlock(&cl->lock);
   size_t more = 0;
@@ -937,7 +955,7 @@ void ucx_client_stop(struct ucx_client *cl)
   cl->net = NULL;
   fail_all_pulls(cl, "the connector was closed before its bytes came");
   free(cl->pins);
-  free(cl->failed);
+  free(cl->done);
   pthread_rwlock_destroy(&cl->net_lock);
   pthread_cond_destroy(&cl->cond);
   pthread_mutex_destroy(&cl->lock);

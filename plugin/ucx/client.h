@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client.h - the consumer host's side of the ucx plugin: lookups go to the
- * server, which pins what it finds; a load pulls the entry's blocks with
- * RMA gets into the local region (its directory caches the entry under the
- * same key), then the local engine copies them to the destination and the
- * server's pin is released.
+ * server, which pins what it finds; a load asks the server for the entry's
+ * bytes, which arrive as data messages into the local region (its directory
+ * keeps the entry under the same key), then the local engine copies them to
+ * the destination and the server's pin is released. With ucx.cache = false
+ * the bytes land in the destination as they arrive, and nothing is kept.
  *
  * Tokens of remote pins are valid in the process that looked them up. A
  * load's completion is reported by poll, like the shm connector's; its

@@ -26,6 +26,9 @@ static const ecc_param_v1_t own[UCX_N_OWN] = {
      "how long a lookup waits for the server's answer, and a silent server is tolerated "
      "(1..600000)"},
     {"ucx.connect_timeout_ms", "5000", "how long a client waits for the handshake (1..600000)"},
+    {"ucx.cache", "true",
+     "client: true keeps each pulled entry in this host's directory (a second load crosses no "
+     "network; the bytes are copied twice); false lands them in the destination as they arrive"},
 };
 
 ecc_param_v1_t ucx_params[UCX_N_PARAMS];
@@ -111,13 +114,19 @@ static int set_own(struct ucx_config *u, const char *key, const char *v, char *e
     return copy_text(key, v, u->net_devices, sizeof(u->net_devices), err, cap);
   if (strcmp(key, "ucx.deadline_ms") == 0)
     return parse_ms(key, v, &u->deadline_ms, err, cap);
+  if (strcmp(key, "ucx.cache") == 0) {
+    if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0)
+      return fail(err, cap, key, v, "want true or false");
+    u->cache = v[0] == 't';
+    return ECC_OK;
+  }
   return parse_ms(key, v, &u->connect_ms, err, cap);
 }
 
 int ucx_config_parse(const ecc_kv_v1_t *kv, size_t n, struct ucx_config *ucx,
                      struct plugin_config *local, char *err, size_t err_cap)
 {
-  struct ucx_config u = {.deadline_ms = 1000, .connect_ms = 5000};
+  struct ucx_config u = {.deadline_ms = 1000, .connect_ms = 5000, .cache = true};
   strcpy(u.transports, "tcp");
   ecc_kv_v1_t *rest = calloc(n > 0 ? n : 1, sizeof(*rest));
   if (rest == NULL)

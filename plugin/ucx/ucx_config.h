@@ -8,6 +8,7 @@
 #ifndef ECC_UCX_CONFIG_H
 #define ECC_UCX_CONFIG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "config.h"
@@ -23,10 +24,11 @@ struct ucx_config {
   char net_devices[128]; /* UCX_NET_DEVICES; "" for all */
   uint32_t deadline_ms;  /* the longest a request waits for the peer's answer */
   uint32_t connect_ms;   /* the longest the handshake waits */
+  bool cache;            /* client: keep pulled entries in the local directory */
 };
 
 /* Published keys: the shm connector's, then UCX_N_OWN of ours. */
-#define UCX_N_OWN 6
+#define UCX_N_OWN 7
 #define UCX_N_PARAMS (CONFIG_N_PARAMS + UCX_N_OWN)
 extern ecc_param_v1_t ucx_params[UCX_N_PARAMS];
 
