@@ -64,7 +64,7 @@ loads-before-saves @@ plugin/shm/*.c @@ size_t n = drain(c, &c->saves, out, cap,
 hist-edge @@ plugin/shm/*.c @@ bytes >= bounds[b] @@ bytes > bounds[b]
 hist-by-first-entry @@ plugin/shm/*.c @@ s->hist[hist_bucket(d->bytes)]++; @@ s->hist[hist_bucket(t->done[0].nbytes)]++;
 busy-not-summed @@ plugin/shm/*.c @@ s->busy_ns += t->elapsed_ns; @@ s->busy_ns = t->elapsed_ns;
-transfers-as-entries @@ plugin/shm/*.c @@ s->transfers++; @@ s->transfers += t->n_done;
+transfers-as-entries @@ plugin/shm/*.c @@ s->transfers++;\n  s->entries += t->n_done; @@ s->transfers += t->n_done;\n  s->entries += t->n_done;
 entries-as-transfers @@ plugin/shm/*.c @@ s->entries += t->n_done; @@ s->entries++;
 descriptors-as-entries @@ plugin/shm/*.c @@ s->descriptors += d->count; @@ s->descriptors += t->n_done;
 bytes-as-entries @@ plugin/shm/*.c @@ s->bytes += d->bytes; @@ s->bytes += t->n_done;

@@ -41,4 +41,20 @@ void handles_leave(unsigned slot);
  * or if it was created by another process (this one is a fork of it). */
 int handles_remove(ecc_handle_t h, struct conn **out);
 
+/* One entry point of a plugin's table that works on an open handle h: the
+ * handle is judged first (the ABI says so), then `fn args` runs on its
+ * connector c, whose arguments are the connector's to check. For the
+ * X-macro tables of calls in each plugin's plugin.c. */
+#define HANDLES_FORWARD(entry, fn, params, args) \
+  static int entry params                        \
+  {                                              \
+    unsigned slot;                               \
+    struct conn *c = handles_enter(h, &slot);    \
+    if (c == NULL)                               \
+      return ECC_ERR_CLOSED;                     \
+    int rc = fn args;                            \
+    handles_leave(slot);                         \
+    return rc;                                   \
+  }
+
 #endif /* ECC_HANDLES_H */

@@ -74,19 +74,7 @@ static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
   X(list, (ecc_handle_t h, uint64_t * cursor, ecc_listed_v1_t * out, size_t cap, size_t * n_out), \
     (c, cursor, out, cap, n_out))
 
-/* The handle is judged first (the ABI says so): arguments are the
- * connector's to check. */
-#define SHM_HANDLE_CALL(name, params, args)   \
-  static int shm_##name params                \
-  {                                           \
-    unsigned slot;                            \
-    struct conn *c = handles_enter(h, &slot); \
-    if (c == NULL)                            \
-      return ECC_ERR_CLOSED;                  \
-    int rc = conn_##name args;                \
-    handles_leave(slot);                      \
-    return rc;                                \
-  }
+#define SHM_HANDLE_CALL(name, params, args) HANDLES_FORWARD(shm_##name, conn_##name, params, args)
 SHM_HANDLE_CALLS(SHM_HANDLE_CALL)
 #undef SHM_HANDLE_CALL
 

@@ -107,71 +107,48 @@ static int ucx_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
   X(list, (ecc_handle_t h, uint64_t * cursor, ecc_listed_v1_t * out, size_t cap, size_t * n_out), \
     (c, cursor, out, cap, n_out))
 
-#define UCX_LOCAL_CALL(name, params, args)    \
-  static int ucx_##name params                \
-  {                                           \
-    unsigned slot;                            \
-    struct conn *c = handles_enter(h, &slot); \
-    if (c == NULL)                            \
-      return ECC_ERR_CLOSED;                  \
-    int rc = conn_##name args;                \
-    handles_leave(slot);                      \
-    return rc;                                \
-  }
+#define UCX_LOCAL_CALL(name, params, args) HANDLES_FORWARD(ucx_##name, conn_##name, params, args)
 UCX_LOCAL_CALLS(UCX_LOCAL_CALL)
 #undef UCX_LOCAL_CALL
 
 /* Calls a client sends to the server; a server answers them locally. */
-static int ucx_poll(ecc_handle_t h, ecc_completion_v1_t *out, size_t cap, size_t *n_out)
+static int poll_on(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_out)
 {
-  unsigned slot;
-  struct conn *c = handles_enter(h, &slot);
-  if (c == NULL)
-    return ECC_ERR_CLOSED;
   struct ucx_client *cl = client_of(c);
-  int rc = cl != NULL ? ucx_client_poll(cl, out, cap, n_out) : conn_poll(c, out, cap, n_out);
-  handles_leave(slot);
-  return rc;
+  return cl != NULL ? ucx_client_poll(cl, out, cap, n_out) : conn_poll(c, out, cap, n_out);
 }
 
-static int ucx_lookup(ecc_handle_t h, const char *const *keys, size_t n, uint32_t ranks,
-                      ecc_entry_v1_t *out)
+static int lookup_on(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
+                     ecc_entry_v1_t *out)
 {
-  unsigned slot;
-  struct conn *c = handles_enter(h, &slot);
-  if (c == NULL)
-    return ECC_ERR_CLOSED;
   struct ucx_client *cl = client_of(c);
-  int rc =
-      cl != NULL ? ucx_client_lookup(cl, keys, n, ranks, out) : conn_lookup(c, keys, n, ranks, out);
-  handles_leave(slot);
-  return rc;
+  return cl != NULL ? ucx_client_lookup(cl, keys, n, ranks, out)
+                    : conn_lookup(c, keys, n, ranks, out);
 }
 
-static int ucx_load_pinned(ecc_handle_t h, const ecc_load_pinned_v1_t *e, size_t n, void *stream)
+static int load_pinned_on(struct conn *c, const ecc_load_pinned_v1_t *e, size_t n, void *stream)
 {
-  unsigned slot;
-  struct conn *c = handles_enter(h, &slot);
-  if (c == NULL)
-    return ECC_ERR_CLOSED;
   struct ucx_client *cl = client_of(c);
-  int rc =
-      cl != NULL ? ucx_client_load_pinned(cl, e, n, stream) : conn_load_pinned(c, e, n, stream);
-  handles_leave(slot);
-  return rc;
+  return cl != NULL ? ucx_client_load_pinned(cl, e, n, stream) : conn_load_pinned(c, e, n, stream);
 }
 
-static int ucx_unpin(ecc_handle_t h, uint64_t token)
+static int unpin_on(struct conn *c, uint64_t token)
 {
-  unsigned slot;
-  struct conn *c = handles_enter(h, &slot);
-  if (c == NULL)
-    return ECC_ERR_CLOSED;
   struct ucx_client *cl = client_of(c);
-  int rc = cl != NULL ? ucx_client_unpin(cl, token) : conn_unpin(c, token);
-  handles_leave(slot);
-  return rc;
+  return cl != NULL ? ucx_client_unpin(cl, token) : conn_unpin(c, token);
 }
+
+HANDLES_FORWARD(ucx_poll, poll_on,
+                (ecc_handle_t h, ecc_completion_v1_t *out, size_t cap, size_t *n_out),
+                (c, out, cap, n_out))
+HANDLES_FORWARD(ucx_lookup, lookup_on,
+                (ecc_handle_t h, const char *const *keys, size_t n, uint32_t ranks,
+                 ecc_entry_v1_t *out),
+                (c, keys, n, ranks, out))
+HANDLES_FORWARD(ucx_load_pinned, load_pinned_on,
+                (ecc_handle_t h, const ecc_load_pinned_v1_t *e, size_t n, void *stream),
+                (c, e, n, stream))
+HANDLES_FORWARD(ucx_unpin, unpin_on, (ecc_handle_t h, uint64_t token), (c, token))
 
 static int ucx_shutdown(ecc_handle_t h)
 {
