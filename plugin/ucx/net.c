@@ -201,57 +201,119 @@ static void on_conn_request(ucp_conn_request_h req, void *arg)
 
 /* ---- messages ------------------------------------------------------------- */
 
+/* The peer a received message may be handed to: known, not failed, and
+ * with its bytes here. Every message of this layer is sent eager; a
+ * rendezvous one did not come from it and is dropped, as is one from an
+ * unknown sender. */
+static struct net_peer *sender_of(struct net *n, const ucp_am_recv_param_t *param, const char *what,
+                                  size_t len)
+{
+  struct net_peer *peer =
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? peer_of_ep(n, param->reply_ep) : NULL;
+  if (peer == NULL || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    log_msg(n->p.log, ECC_LOG_WARN, "ucx: %s of %zu bytes from an unknown sender dropped", what,
+            len);
+    return NULL;
+  }
+  return atomic_load(&peer->failed) ? NULL : peer;
+}
+
 static ucs_status_t on_am(void *arg, const void *header, size_t header_len, void *data, size_t len,
                           const ucp_am_recv_param_t *param)
 {
   (void)header;
   (void)header_len;
   struct net *n = arg;
-  struct net_peer *peer =
-      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? peer_of_ep(n, param->reply_ep) : NULL;
-  /* Every message is sent eager, so its bytes are here; a rendezvous one
-   * did not come from this layer and is dropped. */
-  if (peer == NULL || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-    log_msg(n->p.log, ECC_LOG_WARN, "ucx: a message of %zu bytes from an unknown sender dropped",
-            len);
-    return UCS_OK;
-  }
-  if (n->p.cb.on_message != NULL && !atomic_load(&peer->failed))
+  struct net_peer *peer = sender_of(n, param, "a message", len);
+  if (peer != NULL && n->p.cb.on_message != NULL)
     n->p.cb.on_message(n->p.cb.user, peer, data, len);
   return UCS_OK;
 }
 
-static void send_done(void *req, ucs_status_t status, void *user)
+/* What a message, a data message or a get carries to its completion. */
+struct op {
+  void (*done)(void *arg, int status); /* NULL: nobody waits for it */
+  void *arg;
+  void *owned;                    /* a message's copy, freed with the op */
+  uint8_t header[NET_MAX_HEADER]; /* a data message's: UCX reads it until the send completes */
+};
+
+static struct op *op_new(void (*done)(void *arg, int status), void *arg)
 {
-  (void)status;
-  free(user);
+  struct op *o = malloc(sizeof(*o));
+  if (o != NULL) {
+    o->done = done;
+    o->arg = arg;
+    o->owned = NULL;
+  }
+  return o;
+}
+
+/* Frees o and runs its done with status. */
+static void op_end(struct op *o, int status)
+{
+  void (*done)(void *, int) = o->done;
+  void *arg = o->arg;
+  free(o->owned);
+  free(o);
+  if (done != NULL)
+    done(arg, status);
+}
+
+static void op_done(void *req, ucs_status_t status, void *user)
+{
+  op_end(user, status == UCS_OK ? ECC_OK : ECC_ERR_TRANSFER);
   ucp_request_free(req);
 }
 
-static int send_locked(struct net *n, struct net_peer *p, const void *buf, size_t len)
+/* After posting: a refused request is the call's error and done never runs;
+ * one complete already runs done before the call returns. */
+static int op_posted(struct net *n, ucs_status_ptr_t r, struct op *o, const char *what, size_t len)
 {
-  if (p == NULL || atomic_load(&p->failed) || p->ep == NULL)
-    return ECC_ERR_TRANSFER;
-  void *copy = malloc(len > 0 ? len : 1);
-  if (copy == NULL)
-    return ECC_ERR_NOMEM;
-  memcpy(copy, buf, len);
+  if (UCS_PTR_IS_ERR(r)) {
+    o->done = NULL;
+    op_end(o, ECC_ERR_TRANSFER);
+    return log_fail(n->p.log, ECC_ERR_TRANSFER, "ucx: %s of %zu bytes failed: %s", what, len,
+                    ucs_status_string(UCS_PTR_STATUS(r)));
+  }
+  if (r == NULL)
+    op_end(o, ECC_OK);
+  ucp_worker_signal(n->worker);
+  return ECC_OK;
+}
+
+/* Posts an active message of the layer (AM id `id`), its completion to o.
+ * Eager, not rendezvous: over TCP a rendezvous is served by the sender's
+ * progress, and a peer that fails while one is open can abort UCX 1.13 (a
+ * get handler's fatal error); eager sends just complete with errors. */
+static int am_post(struct net *n, struct net_peer *p, unsigned id, const void *hdr, size_t hlen,
+                   const void *data, size_t len, struct op *o, const char *what)
+{
   ucp_request_param_t rp = {0};
   rp.op_attr_mask =
       UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   rp.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
-  rp.cb.send = send_done;
-  rp.user_data = copy;
-  ucs_status_ptr_t r = ucp_am_send_nbx(p->ep, NET_AM_ID, NULL, 0, copy, len, &rp);
-  if (r == NULL) {
-    free(copy);
-  } else if (UCS_PTR_IS_ERR(r)) {
-    free(copy);
-    return log_fail(n->p.log, ECC_ERR_TRANSFER, "ucx: send of %zu bytes failed: %s", len,
-                    ucs_status_string(UCS_PTR_STATUS(r)));
+  rp.cb.send = op_done;
+  rp.user_data = o;
+  return op_posted(n, ucp_am_send_nbx(p->ep, id, hdr, hlen, data, len, &rp), o, what, len);
+}
+
+static bool peer_usable(const struct net_peer *p)
+{
+  return p != NULL && !atomic_load(&p->failed) && p->ep != NULL;
+}
+
+static int send_locked(struct net *n, struct net_peer *p, const void *buf, size_t len)
+{
+  if (!peer_usable(p))
+    return ECC_ERR_TRANSFER;
+  struct op *o = op_new(NULL, NULL);
+  if (o == NULL || (o->owned = malloc(len > 0 ? len : 1)) == NULL) {
+    free(o);
+    return ECC_ERR_NOMEM;
   }
-  ucp_worker_signal(n->worker);
-  return ECC_OK;
+  memcpy(o->owned, buf, len);
+  return am_post(n, p, NET_AM_ID, NULL, 0, o->owned, len, o, "a message");
 }
 
 int net_send(struct net *n, struct net_peer *p, const void *buf, size_t len)
@@ -268,67 +330,17 @@ static ucs_status_t on_data_am(void *arg, const void *header, size_t header_len,
                                size_t len, const ucp_am_recv_param_t *param)
 {
   struct net *n = arg;
-  struct net_peer *peer =
-      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? peer_of_ep(n, param->reply_ep) : NULL;
-  if (peer == NULL || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-    log_msg(n->p.log, ECC_LOG_WARN,
-            "ucx: a data message of %zu bytes from an unknown sender dropped", len);
-    return UCS_OK;
-  }
-  if (n->p.cb.on_data != NULL && !atomic_load(&peer->failed))
+  struct net_peer *peer = sender_of(n, param, "a data message", len);
+  if (peer != NULL && n->p.cb.on_data != NULL)
     n->p.cb.on_data(n->p.cb.user, peer, header, header_len, data, len);
   return UCS_OK;
-}
-
-/* What a data message or a get carries to its completion. */
-struct op {
-  void (*done)(void *arg, int status);
-  void *arg;
-  uint8_t header[NET_MAX_HEADER]; /* a data message's: UCX reads it until the send completes */
-};
-
-static struct op *op_new(void (*done)(void *arg, int status), void *arg)
-{
-  struct op *o = malloc(sizeof(*o));
-  if (o != NULL) {
-    o->done = done;
-    o->arg = arg;
-  }
-  return o;
-}
-
-static void op_done(void *req, ucs_status_t status, void *user)
-{
-  struct op *o = user;
-  o->done(o->arg, status == UCS_OK ? ECC_OK : ECC_ERR_TRANSFER);
-  free(o);
-  ucp_request_free(req);
-}
-
-/* After posting: a refused request is the call's error and done never runs;
- * one complete already runs done before the call returns. */
-static int op_posted(struct net *n, ucs_status_ptr_t r, struct op *o, const char *what, size_t len)
-{
-  if (UCS_PTR_IS_ERR(r)) {
-    free(o);
-    return log_fail(n->p.log, ECC_ERR_TRANSFER, "ucx: %s of %zu bytes failed: %s", what, len,
-                    ucs_status_string(UCS_PTR_STATUS(r)));
-  }
-  if (r == NULL) {
-    void (*done)(void *, int) = o->done;
-    void *arg = o->arg;
-    free(o);
-    done(arg, ECC_OK);
-  }
-  ucp_worker_signal(n->worker);
-  return ECC_OK;
 }
 
 static int send_data_locked(struct net *n, struct net_peer *p, const void *hdr, size_t hlen,
                             const void *data, size_t len, void (*done)(void *arg, int status),
                             void *arg)
 {
-  if (p == NULL || atomic_load(&p->failed) || p->ep == NULL)
+  if (!peer_usable(p))
     return ECC_ERR_TRANSFER;
   if (hlen > NET_MAX_HEADER)
     return ECC_ERR_INVALID;
@@ -336,17 +348,7 @@ static int send_data_locked(struct net *n, struct net_peer *p, const void *hdr, 
   if (o == NULL)
     return ECC_ERR_NOMEM;
   memcpy(o->header, hdr, hlen);
-  ucp_request_param_t rp = {0};
-  rp.op_attr_mask =
-      UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  /* Eager, not rendezvous: over TCP a rendezvous is served by the sender's
-   * progress, and a peer that fails while one is open can abort UCX 1.13
-   * (a get handler's fatal error); eager sends just complete with errors. */
-  rp.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
-  rp.cb.send = op_done;
-  rp.user_data = o;
-  ucs_status_ptr_t r = ucp_am_send_nbx(p->ep, NET_DATA_ID, o->header, hlen, data, len, &rp);
-  return op_posted(n, r, o, "a data message", len);
+  return am_post(n, p, NET_DATA_ID, o->header, hlen, data, len, o, "a data message");
 }
 
 int net_send_data(struct net *n, struct net_peer *p, const void *hdr, size_t hlen, const void *data,
@@ -364,7 +366,7 @@ static int get_locked(struct net *n, struct net_peer *p, void *local, size_t len
                       void (*done)(void *arg, int status), void *arg)
 {
   const uint8_t *lo = n->p.region, *hi = lo + n->p.region_bytes;
-  if (p == NULL || atomic_load(&p->failed) || p->ep == NULL)
+  if (!peer_usable(p))
     return ECC_ERR_TRANSFER;
   if (p->rkey == NULL)
     return log_fail(n->p.log, ECC_ERR_TRANSFER, "ucx: no remote key from the peer yet");
