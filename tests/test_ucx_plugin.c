@@ -370,6 +370,13 @@ static void raw_msg(void *user, struct net_peer *p, const uint8_t *buf, size_t l
     atomic_fetch_add(&r->others, 1);
 }
 
+static bool raw_wait(atomic_int *v, int want)
+{
+  for (int t = 0; t < 1000 && atomic_load(v) < want; t++)
+    usleep(5000);
+  return atomic_load(v) >= want;
+}
+
 Test(ucx_plugin, hostile_messages_are_refused_and_the_server_serves_on)
 {
   uint16_t port = th_free_port();
@@ -396,28 +403,32 @@ Test(ucx_plugin, hostile_messages_are_refused_and_the_server_serves_on)
   cr_assert_eq(net_create(&np, &r.net, why, sizeof(why)), ECC_OK, "%s", why);
   struct net_peer *p = net_server_peer(r.net);
   uint8_t buf[512];
-  /* Garbage, then a lookup before any handshake. */
+  /* Each message waits for the server's answer to the one before: messages
+   * sent before the link is up may reach the server in another order. */
+  /* Garbage, then a lookup before any handshake: both refused. */
   for (size_t i = 0; i < sizeof(buf); i++)
     buf[i] = (uint8_t)(i * 37 + 11);
   cr_assert_eq(net_send(r.net, p, buf, 100), ECC_OK);
+  cr_assert(raw_wait(&r.refusals, 1), "garbage was not refused");
   const char *keys[] = {"kept"};
   size_t n = wire_encode_lookup(buf, sizeof(buf), 1, 1, 1, keys, 1);
   cr_assert_eq(net_send(r.net, p, buf, n), ECC_OK);
-  /* A proper handshake, then releases and pulls of pins this client never
-   * took, and a lookup cut short. */
+  cr_assert(raw_wait(&r.refusals, 2), "a lookup before the handshake was not refused");
+  /* A proper handshake (WELCOME), then releases of pins this client never
+   * took, a pull of one (PULLED), and a lookup cut short (refused). */
   struct wire_hello h = {wire_layout_hash(BS), 99, 0};
   n = wire_encode_hello(buf, sizeof(buf), 2, &h);
   cr_assert_eq(net_send(r.net, p, buf, n), ECC_OK);
+  cr_assert(raw_wait(&r.others, 1), "no WELCOME");
   const uint64_t foreign[] = {1, 2, 0x100000001ull};
   n = wire_encode_release(buf, sizeof(buf), 3, foreign, 3);
   cr_assert_eq(net_send(r.net, p, buf, n), ECC_OK);
   n = wire_encode_pull(buf, sizeof(buf), 4, 5, 1);
   cr_assert_eq(net_send(r.net, p, buf, n), ECC_OK);
+  cr_assert(raw_wait(&r.others, 2), "no PULLED for a pull of a pin this client never took");
   n = wire_encode_lookup(buf, sizeof(buf), 5, 6, 1, keys, 1);
   cr_assert_eq(net_send(r.net, p, buf, n - 3), ECC_OK);
-  for (int t = 0; t < 200 && atomic_load(&r.refusals) < 3; t++)
-    usleep(5000);
-  cr_expect_geq(atomic_load(&r.refusals), 3, "garbage, an early lookup and a cut one: refused");
+  cr_expect(raw_wait(&r.refusals, 3), "a cut lookup was not refused");
   cr_expect_eq(pins_on(srv, "kept"), 1u, "a client released a pin another holds");
   cr_assert_eq(ecc_close(holder), ECC_OK);
   /* The server still serves a proper client, and nothing of it was pinned. */
