@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "clock.h"
+#include "errtext.h"
 
 enum { SLOT_FREE, SLOT_OPEN, SLOT_CLOSING };
 
@@ -158,4 +159,15 @@ int handles_remove(ecc_handle_t h, struct conn **out)
   atomic_store(&s->state, SLOT_FREE);
   pthread_mutex_unlock(&table_lock);
   return ECC_OK;
+}
+
+int handles_add_reporting(struct conn *c, ecc_handle_t *out, char *err, size_t err_cap)
+{
+  int rc = handles_add(c, out);
+  if (rc == ECC_OK)
+    return ECC_OK;
+  return errtext_fail(err, err_cap, rc, "%s",
+                      rc == ECC_ERR_NOMEM ? "create: too many connectors open in this process"
+                                          : "create: cannot register the handler that tells "
+                                            "forked children from their parent");
 }

@@ -31,6 +31,9 @@ struct conn;
  * ECC_ERR_SYSTEM when the fork handler cannot be registered. */
 int handles_add(struct conn *c, ecc_handle_t *out);
 
+/* handles_add for a plugin's create: a failure's reason goes to err. */
+int handles_add_reporting(struct conn *c, ecc_handle_t *out, char *err, size_t err_cap);
+
 /* Enter a call on h: returns its connector (and the slot to leave), or
  * NULL if h is not open. Every successful enter needs one leave. */
 struct conn *handles_enter(ecc_handle_t h, unsigned *slot);

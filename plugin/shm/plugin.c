@@ -33,15 +33,10 @@ static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
   rc = conn_create(&cfg, args->host, args->err, args->err_cap, &c);
   if (rc != ECC_OK)
     return rc;
-  rc = handles_add(c, out);
-  if (rc != ECC_OK) {
+  rc = handles_add_reporting(c, out, args->err, args->err_cap);
+  if (rc != ECC_OK)
     conn_destroy(c);
-    return errtext_fail(args->err, args->err_cap, rc, "%s",
-                        rc == ECC_ERR_NOMEM ? "create: too many connectors open in this process"
-                                            : "create: cannot register the handler that tells "
-                                              "forked children from their parent");
-  }
-  return ECC_OK;
+  return rc;
 }
 
 /* The calls made on an open handle, each forwarded to conn_<name> between

@@ -78,7 +78,7 @@ static int ucx_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
   if (rc == ECC_OK)
     rc = side_start(c, &ucx, args->err, args->err_cap);
   if (rc == ECC_OK)
-    rc = handles_add(c, out);
+    rc = handles_add_reporting(c, out, args->err, args->err_cap);
   if (rc != ECC_OK && c != NULL) {
     side_stop(c);
     conn_destroy(c);
