@@ -552,3 +552,31 @@ Test(ucx_plugin, without_the_cache_entries_land_in_the_destination)
   cr_assert_eq(ecc_close(cli), ECC_OK);
   cr_assert_eq(ecc_close(srv), ECC_OK);
 }
+
+/* With the cache, each chunk lands in the destination and in the client's
+ * own region: the kept copy, read back through libecc-shm.so on the same
+ * region, holds the entry byte for byte. */
+Test(ucx_plugin, the_kept_copy_holds_the_entry_byte_for_byte)
+{
+  uint16_t port = th_free_port();
+  char region[64];
+  snprintf(region, sizeof(region), "%s", th_region_name());
+  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli = open_ok(ucx_ini("client", region, BS, port, NULL));
+  const uint64_t nbytes = (3u << 20) + 5; /* chunks of 256 KiB, the last one short */
+  int status = -1;
+  produce(srv, "kept", nbytes);
+  cr_assert_eq(consume(cli, "kept", nbytes, &status), 1);
+  cr_assert_eq(status, ECC_OK);
+  ecc_connector_t *local =
+      open_ok(th_ini_text("[plugin]\npath = %s\nlog_level = error\n\n"
+                          "[region]\nname = %s\nblock_size = %u\nsize = %llu\n\n"
+                          "[engine]\ntype = host\n\n[directory]\nenabled = true\n",
+                          ECC_PLUGIN_PATH, region, BS, (unsigned long long)BS * 2048));
+  int rc = consume(local, "kept", nbytes, &status);
+  cr_expect_eq(rc, 1, "the client kept no copy (%d)", rc);
+  cr_expect_eq(status, ECC_OK);
+  cr_assert_eq(ecc_close(local), ECC_OK);
+  cr_assert_eq(ecc_close(cli), ECC_OK);
+  cr_assert_eq(ecc_close(srv), ECC_OK);
+}

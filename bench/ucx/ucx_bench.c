@@ -96,12 +96,13 @@ static void wait_one(ecc_connector_t *c, ecc_completion_t *done)
     die("a transfer failed");
 }
 
-/* The server keeps one block per row, images of 880 rows. */
+/* The server keeps images of 880 rows, each in whole blocks of the largest
+ * row (sized to its bytes, not a block a row: that asked for 22 GB). */
 static void run_server(const struct opts *o)
 {
   uint64_t block = o->rows[o->n_rows - 1], total = 0;
   for (unsigned s = 0; s < o->n_rows; s++)
-    total += (uint64_t)o->entries * ROWS_PER_IMAGE * ((o->rows[s] + block - 1) / block) * block;
+    total += (uint64_t)o->entries * ((ROWS_PER_IMAGE * o->rows[s] + block - 1) / block) * block;
   ecc_connector_t *c = open_or_die(ini_for(o, "server", block, total + block, true));
   for (unsigned s = 0; s < o->n_rows; s++)
     for (unsigned k = 0; k < o->entries; k++) {

@@ -2,8 +2,9 @@
 /*
  * client.c - the consumer host's side (client.h): the handshake, lookups
  * waited for with a deadline, the remote pins this process holds, pulls
- * (data messages into a local reservation, then the local load, or straight
- * into the destination), and the completions only the client can report.
+ * (data messages into a local reservation and the destination at once, or
+ * into the destination alone), and the completions only the client can
+ * report.
  */
 #include "client.h"
 
@@ -47,6 +48,7 @@ struct pull {
   uint32_t n_local;
   ecc_extent_v1_t local[ECC_ENTRY_MAX_EXTENTS]; /* that reservation's blocks */
   bool direct; /* the bytes land in dst itself (ucx.cache = false) */
+  bool twice;  /* host engine with the cache: each chunk lands in both */
   uint64_t chunks, chunks_got;
   uint8_t *got; /* one byte per chunk: arrived */
   uint64_t started_ns;
@@ -681,6 +683,12 @@ static void pull_finish(struct ucx_client *cl, struct pull *p, const char *why)
 {
   if (p->direct) {
     queue_done(cl, p, why);
+  } else if (p->twice) {
+    if (why == NULL && conn_publish_written(cl->conn, p->local_token) != ECC_OK)
+      why = "the local copy could not be published";
+    if (why != NULL)
+      (void)conn_abort_reserved(cl->conn, p->local_token);
+    queue_done(cl, p, why);
   } else {
     if (why == NULL && load_local(cl, p, false) != ECC_OK)
       why = "the local copy could not start";
@@ -694,6 +702,21 @@ static void pull_finish(struct ucx_client *cl, struct pull *p, const char *why)
   free(p);
 }
 
+/* Stores a piece in the local copy and, for a pull that lands twice, in
+ * dst as well: piece by piece, so that the second copy reads from cache
+ * what the first just read (the chunk is cold, straight off the socket). */
+static void store(const struct pull *p, uint8_t *local, uint64_t off, const uint8_t *data,
+                  uint64_t len)
+{
+  enum { PIECE = 32 * 1024 };
+  for (uint64_t done = 0; done < len; done += PIECE) {
+    uint64_t n = len - done < PIECE ? len - done : PIECE;
+    memcpy(local + done, data + done, n);
+    if (p->twice)
+      memcpy((uint8_t *)(uintptr_t)p->dst + off + done, data + done, n); /* within dst_capacity */
+  }
+}
+
 /* Copies a chunk's bytes to where the entry's offset lies in the local
  * reservation (whose runs need not be cut as the server's are). */
 static void place(struct ucx_client *cl, const struct pull *p, uint64_t off, const uint8_t *data,
@@ -704,7 +727,7 @@ static void place(struct ucx_client *cl, const struct pull *p, uint64_t off, con
     uint64_t run = (uint64_t)p->local[r].n_blocks * bs;
     if (off < at + run) {
       uint64_t in = off - at, n = run - in < len ? run - in : len;
-      memcpy(cl->conn->region.blocks + (uint64_t)p->local[r].first_block * bs + in, data, n);
+      store(p, cl->conn->region.blocks + (uint64_t)p->local[r].first_block * bs + in, off, data, n);
       data += n;
       off += n;
       len -= n;
@@ -832,6 +855,7 @@ static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, cons
                      .nbytes = r->nbytes,
                      .n_local = local.n_extents,
                      .direct = !cl->cfg.cache,
+                     .twice = cl->cfg.cache && cl->conn->cfg.engine == ENGINE_HOST,
                      .started_ns = ecc_now_ns()};
   p->progress_ns = p->started_ns;
   memcpy(p->local, local.extents, sizeof(p->local));

@@ -27,8 +27,8 @@ static const ecc_param_v1_t own[UCX_N_OWN] = {
      "(1..600000)"},
     {"ucx.connect_timeout_ms", "5000", "how long a client waits for the handshake (1..600000)"},
     {"ucx.cache", "true",
-     "client: true keeps each pulled entry in this host's directory (a second load crosses no "
-     "network; the bytes are copied twice); false lands them in the destination as they arrive"},
+     "client: true keeps each pulled entry in this host's directory as well (a second load "
+     "crosses no network); false lands them in the destination alone"},
 };
 
 ecc_param_v1_t ucx_params[UCX_N_PARAMS];
