@@ -105,7 +105,7 @@ dir-sweep-forgets-passed-runs @@ plugin/shm/directory.c @@ for (uint32_t i = 0; 
 # The cross-host plugin.
 ucx-foreign-release @@ plugin/ucx/server.c @@ if (ss != NULL && release_one(ss, token)) @@ if (true)
 ucx-layout-unchecked @@ plugin/ucx/server.c @@ if (h->layout_hash != s->layout_hash) { @@ if (false) {
-ucx-no-watchdog @@ plugin/ucx/client.c @@ watch_pulls(cl); @@ (void)cl;
+ucx-no-watchdog @@ plugin/ucx/client.c @@   watch_pulls(user); @@   (void)user;
 ucx-gone-client-keeps-pins @@ plugin/ucx/server.c @@     drop_session(s, ss); @@     (void)ss;
 ucx-kept-copy-not-written @@ plugin/ucx/client.c @@     memcpy(local + done, data + done, n); @@     (void)local;
 dir-new-entry-unmarked @@ plugin/shm/directory.c @@ hand passes it once before it may be evicted. */\n  e->marked = 1; @@ hand passes it once before it may be evicted. */\n  e->marked = 0;

@@ -99,6 +99,14 @@ int conn_queue_load(struct conn *c, struct transfer *t, void *stream);
  * for one being saved. */
 int conn_publish_written(struct conn *c, uint64_t token);
 
+/* A held load (the ucx plugin's pulls with a CUDA engine): e->token names a
+ * reservation whose blocks are still being written by the caller; the copy
+ * of them to e->dst is queued now, ordered on `stream` as load_pinned's,
+ * and waits on the device until the caller stores into *hold (see
+ * engine_hold_release). Its polled record publishes the reservation on
+ * success, frees it otherwise. On error nothing is queued or claimed. */
+int conn_load_held(struct conn *c, const ecc_load_pinned_v1_t *e, void *stream, uint32_t **hold);
+
 /* Counts in the load statistics one entry a plugin built on the connector
  * delivered by other means than its engine (the ucx plugin's pulls). */
 void conn_count_load(struct conn *c, uint64_t bytes, uint64_t elapsed_ns, int status);

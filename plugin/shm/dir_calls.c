@@ -523,6 +523,66 @@ int conn_load_pinned(struct conn *c, const ecc_load_pinned_v1_t *e, size_t n, vo
   return rc;
 }
 
+/* ---- held loads ------------------------------------------------------------ */
+
+/* Claims the reservation and adds its runs, to be read into e->dst. */
+static int add_held(struct conn *c, struct transfer *t, const ecc_load_pinned_v1_t *e,
+                    struct dir_ref ref)
+{
+  struct dir_entry_info info;
+  char why[256] = "";
+  int rc = dir_claim(&c->dir, ref, &info, why, sizeof(why));
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "load (held, transfer %" PRIu64 "): %s", e->transfer_id, why);
+  if (e->dst == 0 || e->dst_capacity < info.nbytes || e->dst > UINT64_MAX - info.nbytes)
+    rc = log_fail(&c->log, ECC_ERR_INVALID,
+                  "load (held, transfer %" PRIu64 ", %s): destination too small or wrapping",
+                  e->transfer_id, info.key);
+  else if (desc_reserve(&t->view.desc, DIR_MAX_RUNS) != 0 || transfer_reserve_done(t, 1) != 0 ||
+           transfer_reserve_tokens(t, 1) != 0)
+    rc = log_fail(&c->log, ECC_ERR_NOMEM, "load (held): out of memory");
+  if (rc != ECC_OK) {
+    dir_unclaim(&c->dir, ref);
+    return rc;
+  }
+  add_runs(c, &t->view.desc, e->dst, &info, 0);
+  t->done[t->n_done] = (struct done_rec){e->transfer_id, info.nbytes};
+  t->tokens[t->n_done++] = e->token;
+  t->settles_reservations = true;
+  t->view.held = true;
+  t->view.direction = ECC_DIR_LOAD;
+  return ECC_OK;
+}
+
+int conn_load_held(struct conn *c, const ecc_load_pinned_v1_t *e, void *stream, uint32_t **hold)
+{
+  struct dir_ref ref;
+  if (!ref_of(e->token, &ref))
+    return log_fail(&c->log, ECC_ERR_CLOSED, "load (held): token 0 is no reservation");
+  conn_lock(c, &c->step_lock);
+  int rc = region_check(&c->region, &c->log);
+  struct transfer *t = rc == ECC_OK ? transfer_get(c) : NULL;
+  if (rc == ECC_OK && t == NULL)
+    rc = log_fail(&c->log, ECC_ERR_NOMEM, "load (held): out of memory for a transfer");
+  bool claimed = false;
+  if (rc == ECC_OK)
+    claimed = (rc = add_held(c, t, e, ref)) == ECC_OK;
+  if (rc == ECC_OK)
+    rc = conn_check_room(c, ECC_DIR_LOAD);
+  if (rc == ECC_OK)
+    rc = conn_engine_submit(c, t, stream);
+  if (rc == ECC_OK) {
+    *hold = t->view.hold; /* read before poll may see (and recycle) t */
+    rc = conn_queue_load(c, t, stream);
+  } else if (t != NULL) {
+    if (claimed)
+      dir_unclaim(&c->dir, ref);
+    transfer_put(c, t);
+  }
+  conn_unlock(c, &c->step_lock);
+  return rc;
+}
+
 /* ---- what a polled completion settles ------------------------------------- */
 
 int conn_dir_settle(struct conn *c, int direction, uint64_t token, int status)

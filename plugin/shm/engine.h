@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "descriptors.h"
 #include "ecc_plugin_v1.h"
@@ -27,7 +28,19 @@ struct transfer_view {
   int direction;        /* ECC_DIR_SAVE (device->region) or ECC_DIR_LOAD */
   struct desc_buf desc; /* what to copy */
   void *engine_state;   /* the engine's per-transfer state */
+  bool held;            /* a load whose source bytes are still arriving */
+  uint32_t *hold;       /* held: set by submit; the copy waits until engine_hold_release */
 };
+
+/* A held load's word: HOLD_WAITING until the one release. The copy runs
+ * after either value; HOLD_FAILED makes the transfer fail (its source never
+ * filled in). */
+enum { HOLD_WAITING = 0, HOLD_READY = 1, HOLD_FAILED = 2 };
+
+static inline void engine_hold_release(uint32_t *hold, int bytes_ok)
+{
+  __atomic_store_n(hold, bytes_ok ? HOLD_READY : HOLD_FAILED, __ATOMIC_RELEASE);
+}
 
 struct engine;
 
@@ -35,7 +48,9 @@ struct engine_ops {
   const char *name; /* "host" or "cuda" */
   /* Start copying t->desc asynchronously, ordered after work queued on the
    * host's `stream` (see flush in the ABI header for what NULL means to each
-   * engine). On error nothing was started. */
+   * engine). A held load (t->held) also waits, on the device, for the word
+   * submit points t->hold at; ECC_ERR_UNSUPPORTED where the engine cannot
+   * hold a copy. On error nothing was started. */
   int (*submit)(struct engine *e, struct transfer_view *t, void *stream);
   /* After a load's submit: make the host's `stream` wait for the copy. */
   int (*order_after)(struct engine *e, struct transfer_view *t, void *stream);
@@ -60,6 +75,13 @@ struct engine {
   bool pinned;      /* the region is registered with the driver */
   uint64_t pin_ns;  /* time spent registering */
 };
+
+/* Whether e copies with a GPU (its addresses may be device memory, which
+ * the CPU must not touch). */
+static inline bool engine_is_cuda(const struct engine *e)
+{
+  return strcmp(e->ops->name, "cuda") == 0;
+}
 
 /* The host (memcpy) engine: addresses are host memory, copies run on worker
  * threads. Always available. */

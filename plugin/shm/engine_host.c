@@ -174,6 +174,8 @@ static int host_submit(struct engine *eng, struct transfer_view *t, void *stream
   struct host_engine *e = eng->impl;
   if (stream != NULL)
     return ECC_ERR_INVALID; /* the connector names the problem */
+  if (t->held)
+    return ECC_ERR_UNSUPPORTED; /* its callers write the destination themselves */
   struct host_job *j = job_for(t);
   if (j == NULL)
     return ECC_ERR_NOMEM;

@@ -131,7 +131,7 @@ static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1_t *out, si
       size_t i = t->next_report++;
       report(t, &t->done[i], &out[n]);
       if (t->has_tokens && t->tokens[i] != 0)
-        out[n].status = conn_dir_settle(c, t->view.direction, t->tokens[i], out[n].status);
+        out[n].status = conn_dir_settle(c, transfer_settle_dir(t), t->tokens[i], out[n].status);
       n++;
     }
     if (t->next_report == t->n_done)
@@ -157,12 +157,13 @@ int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_ou
 
 /* The directory work of records never reported: a finished save's entry is
  * published all the same (its copy is complete), a failed or unsubmitted
- * one freed, a load's pin released. */
+ * one freed, a load's pin released (a held load's reservation settled as a
+ * save's). */
 void poll_settle_unreported(struct conn *c, struct transfer *t, int status)
 {
   for (size_t i = t->next_report; t->has_tokens && i < t->n_done; i++)
     if (t->tokens[i] != 0)
-      conn_dir_settle(c, t->view.direction, t->tokens[i], status);
+      conn_dir_settle(c, transfer_settle_dir(t), t->tokens[i], status);
 }
 
 void poll_drain_all(struct conn *c, struct fifo *f)

@@ -26,6 +26,9 @@ struct transfer *transfer_get(struct conn *c)
   t->keys_len = 0;
   t->next_report = 0;
   t->has_tokens = false;
+  t->settles_reservations = false;
+  t->view.held = false;
+  t->view.hold = NULL;
   t->finished = 0;
   t->status = ECC_OK;
   t->elapsed_ns = 0;

@@ -37,11 +37,19 @@ struct transfer {
                               * record of the transfer has one */
   size_t cap_tokens;         /* tokens allocated */
   bool has_tokens;           /* tokens[0 .. n_done) are valid */
+  bool settles_reservations; /* a held load: its tokens are reservations that its
+                              * success publishes (else frees), not pins */
   bool finished;             /* query() said so (status below is final) */
   int status;                /* ECC_OK or the failure reported by the engine */
   uint64_t elapsed_ns;       /* duration measured by the engine */
   struct transfer *next;     /* FIFO / free-list link */
 };
+
+/* The direction whose directory work a polled record of t does. */
+static inline int transfer_settle_dir(const struct transfer *t)
+{
+  return t->settles_reservations ? ECC_DIR_SAVE : t->view.direction;
+}
 
 /* Transfers in flight in one direction, oldest first. */
 struct fifo {

@@ -47,8 +47,9 @@ struct pull {
   uint64_t nbytes;
   uint32_t n_local;
   ecc_extent_v1_t local[ECC_ENTRY_MAX_EXTENTS]; /* that reservation's blocks */
-  bool direct; /* the bytes land in dst itself (ucx.cache = false) */
-  bool twice;  /* host engine with the cache: each chunk lands in both */
+  bool direct;    /* the bytes land in dst itself (ucx.cache = false) */
+  bool twice;     /* host engine with the cache: each chunk lands in both */
+  uint32_t *hold; /* CUDA engine: the queued copy of the reservation waits for it */
   uint64_t chunks, chunks_got;
   uint8_t *got; /* one byte per chunk: arrived */
   uint64_t started_ns;
@@ -118,6 +119,7 @@ static void on_data(void *user, struct net_peer *peer, const uint8_t *hdr, size_
                     const uint8_t *data, size_t len);
 static void fail_all_pulls(struct ucx_client *cl, const char *why);
 static void took_pulled(struct ucx_client *cl, const struct wire_pulled *m);
+static void on_tick(void *user);
 
 /* ---- messages from the server ------------------------------------------ */
 
@@ -302,7 +304,7 @@ static int connect_net(struct ucx_client *cl, uint32_t wait_ms, char *err, size_
                           .region = conn->region.blocks,
                           .region_bytes = conn->region.block_size * conn->region.num_blocks,
                           .log = cl->log,
-                          .cb = {cl, NULL, on_message, on_peer_error, on_data}};
+                          .cb = {cl, NULL, on_message, on_peer_error, on_data, on_tick}};
   int rc = net_create(&np, &cl->net, err, err_cap);
   if (rc == ECC_OK) {
     cl->peer = net_server_peer(cl->net);
@@ -367,11 +369,11 @@ int ucx_client_start(struct conn *conn, const struct ucx_config *cfg, char *err,
                      struct ucx_client **out)
 {
   *out = NULL;
-  if (conn->cfg.engine == ENGINE_CUDA)
+  if (engine_is_cuda(&conn->engine) && !cfg->cache)
     return errtext_fail(err, err_cap, ECC_ERR_CONFIG,
-                        "config: engine.type = cuda: the ucx plugin's client copies with the host "
-                        "engine only in this version (a pulled entry is copied when it arrives, "
-                        "which a stream cannot be ordered after)");
+                        "config: engine.type = cuda with ucx.cache = false: without the cache the "
+                        "bytes are written where they land by the CPU, which cannot write GPU "
+                        "memory; keep ucx.cache = true (the GPU copies from the local region)");
   struct ucx_client *cl = calloc(1, sizeof(*cl));
   if (cl == NULL)
     return errtext_fail(err, err_cap, ECC_ERR_NOMEM, "ucx: out of memory");
@@ -635,7 +637,7 @@ static void queue_done(struct ucx_client *cl, struct pull *p, const char *why)
 }
 
 /* The local copy of a pulled entry: published, pinned, loaded. */
-static int load_local(struct ucx_client *cl, struct pull *p, bool published)
+static int load_local(struct ucx_client *cl, struct pull *p, bool published, void *stream)
 {
   struct conn *c = cl->conn;
   int rc = published ? ECC_OK : conn_publish_written(c, p->local_token);
@@ -648,7 +650,7 @@ static int load_local(struct ucx_client *cl, struct pull *p, bool published)
   if (rc != ECC_OK)
     return rc;
   ecc_load_pinned_v1_t lp = {p->transfer_id, e.token, p->dst, p->dst_capacity};
-  rc = conn_load_pinned(c, &lp, 1, NULL);
+  rc = conn_load_pinned(c, &lp, 1, stream);
   if (rc != ECC_OK)
     (void)conn_unpin(c, e.token);
   return rc;
@@ -676,26 +678,21 @@ static struct pull *pull_of(struct ucx_client *cl, uint64_t req_id)
   return NULL;
 }
 
-/* A pull taken off the list: loaded from the local region if all its bytes
- * came, else its reservation given up and its failure queued for poll;
- * either way the server's pin is released. */
+/* A pull taken off the list, all its bytes in (why NULL) or not; either
+ * way the server's pin is released. A held copy (CUDA engine) runs now,
+ * and its record, polled from the connector, publishes the reservation or
+ * frees it and fails. Otherwise dst has the bytes already: the reservation
+ * is published or given up, and the completion queued here. */
 static void pull_finish(struct ucx_client *cl, struct pull *p, const char *why)
 {
-  if (p->direct) {
-    queue_done(cl, p, why);
-  } else if (p->twice) {
-    if (why == NULL && conn_publish_written(cl->conn, p->local_token) != ECC_OK)
-      why = "the local copy could not be published";
-    if (why != NULL)
-      (void)conn_abort_reserved(cl->conn, p->local_token);
-    queue_done(cl, p, why);
+  if (p->hold != NULL) {
+    engine_hold_release(p->hold, why == NULL);
   } else {
-    if (why == NULL && load_local(cl, p, false) != ECC_OK)
-      why = "the local copy could not start";
-    if (why != NULL) {
+    if (!p->direct && why == NULL && conn_publish_written(cl->conn, p->local_token) != ECC_OK)
+      why = "the local copy could not be published";
+    if (!p->direct && why != NULL)
       (void)conn_abort_reserved(cl->conn, p->local_token);
-      queue_done(cl, p, why);
-    }
+    queue_done(cl, p, why);
   }
   release_remote(cl, &p->remote_token, 1);
   free(p->got);
@@ -831,7 +828,19 @@ static int check_loads(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, siz
   return down ? link_error(cl) : rc;
 }
 
-static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, const struct rpin *r)
+/* With the CUDA engine: the copy from the reservation to dst, queued on
+ * `stream` now and held on the device until the bytes are in. */
+static int hold_copy(struct ucx_client *cl, struct pull *p, void *stream)
+{
+  ecc_load_pinned_v1_t held = {p->transfer_id, p->local_token, p->dst, p->dst_capacity};
+  int rc = conn_load_held(cl->conn, &held, stream, &p->hold);
+  if (p->hold == NULL)
+    (void)conn_abort_reserved(cl->conn, p->local_token);
+  return rc;
+}
+
+static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, const struct rpin *r,
+                      void *stream)
 {
   ecc_entry_v1_t local = {.state = ECC_ENTRY_RESERVED};
   int rc = cl->cfg.cache ? conn_reserve(cl->conn, r->key, r->nbytes, &local) : ECC_OK;
@@ -855,17 +864,28 @@ static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, cons
                      .nbytes = r->nbytes,
                      .n_local = local.n_extents,
                      .direct = !cl->cfg.cache,
-                     .twice = cl->cfg.cache && cl->conn->cfg.engine == ENGINE_HOST,
+                     .twice = cl->cfg.cache && !engine_is_cuda(&cl->conn->engine),
                      .started_ns = ecc_now_ns()};
   p->progress_ns = p->started_ns;
   memcpy(p->local, local.extents, sizeof(p->local));
   snprintf(p->key, sizeof(p->key), "%s", r->key);
+  /* The held copy is queued before any byte can arrive. Should it be queued
+   * with an error (the stream not ordered after it), the pull goes on and
+   * the error is returned, as load_pinned of the shm plugin does. */
+  int held_rc = ECC_OK;
+  if (local.state == ECC_ENTRY_RESERVED && engine_is_cuda(&cl->conn->engine)) {
+    held_rc = hold_copy(cl, p, stream);
+    if (p->hold == NULL) {
+      free(p);
+      return held_rc;
+    }
+  }
   pthread_mutex_lock(&cl->lock);
   pin_take_one(cl, r->token);
   pthread_mutex_unlock(&cl->lock);
   if (local.state == ECC_ENTRY_READY) {
     /* Already here from an earlier pull: no bytes cross the network. */
-    if (load_local(cl, p, true) != ECC_OK)
+    if (load_local(cl, p, true, stream) != ECC_OK)
       queue_done(cl, p, "the local copy could not start");
     release_remote(cl, &p->remote_token, 1);
     free(p);
@@ -889,7 +909,7 @@ static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, cons
     if (mine)
       pull_finish(cl, p, p->got == NULL ? "out of memory" : "the request could not be sent");
   }
-  return ECC_OK;
+  return held_rc;
 }
 
 int ucx_client_load_pinned(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, size_t n,
@@ -897,16 +917,17 @@ int ucx_client_load_pinned(struct ucx_client *cl, const ecc_load_pinned_v1_t *e,
 {
   if (n > 0 && e == NULL)
     return log_fail(cl->log, ECC_ERR_INVALID, "load_pinned: entries is NULL");
-  if (stream != NULL)
+  if (stream != NULL && !engine_is_cuda(&cl->conn->engine))
     return log_fail(cl->log, ECC_ERR_INVALID,
-                    "load_pinned: a stream was given; the ucx client copies with the host engine");
+                    "load_pinned: a stream was given, but the %s engine takes none; pass NULL",
+                    cl->conn->engine.ops->name);
   struct rpin *copy = n > 0 ? calloc(n, sizeof(*copy)) : NULL;
   if (n > 0 && copy == NULL)
     return log_fail(cl->log, ECC_ERR_NOMEM, "load_pinned: out of memory");
   pthread_rwlock_rdlock(&cl->net_lock);
   int rc = check_loads(cl, e, n, copy);
   for (size_t i = 0; rc == ECC_OK && i < n; i++) {
-    rc = start_pull(cl, &e[i], &copy[i]);
+    rc = start_pull(cl, &e[i], &copy[i], stream);
     if (rc != ECC_OK && i > 0)
       log_msg(cl->log, ECC_LOG_WARN,
               "load_pinned: entries 0..%zu were started; their completions follow", i - 1);
@@ -917,7 +938,9 @@ int ucx_client_load_pinned(struct ucx_client *cl, const ecc_load_pinned_v1_t *e,
 }
 
 /* A pull that has not moved for the deadline means a stopped or cut-off
- * server: the link is given up, which completes its gets with errors. */
+ * server: the link is given up, which fails the pulls in flight. Watched on
+ * the progress thread, not in poll: a held copy's stream may be waited for
+ * by a host that polls only afterwards. */
 static void watch_pulls(struct ucx_client *cl)
 {
   uint64_t now = ecc_now_ns(), limit = (uint64_t)cl->cfg.deadline_ms * 1000000ull;
@@ -933,13 +956,15 @@ static void watch_pulls(struct ucx_client *cl)
   net_peer_fail(cl->net, cl->peer, why);
 }
 
+static void on_tick(void *user)
+{
+  watch_pulls(user);
+}
+
 int ucx_client_poll(struct ucx_client *cl, ecc_completion_v1_t *out, size_t cap, size_t *n_out)
 {
   if (n_out == NULL || (cap > 0 && out == NULL))
     return log_fail(cl->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
-  pthread_rwlock_rdlock(&cl->net_lock);
-  watch_pulls(cl);
-  pthread_rwlock_unlock(&cl->net_lock);
   size_t k = 0;
   pthread_mutex_lock(&cl->lock);
   while (k < cap && cl->n_done > 0) {

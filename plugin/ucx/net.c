@@ -19,6 +19,7 @@
 #include <ucp/api/ucp.h>
 #include <ucs/debug/log_def.h>
 
+#include "clock.h"
 #include "errtext.h"
 
 #define NET_AM_ID 17u
@@ -480,10 +481,16 @@ static void *progress_main(void *arg)
 {
   struct net *n = arg;
   progress_of = n;
+  uint64_t last_tick = ecc_now_ns();
   while (!atomic_load(&n->stop)) {
     while (ucp_worker_progress(n->worker) != 0)
       ;
     close_pending_peers(n);
+    uint64_t now = ecc_now_ns();
+    if (n->p.cb.on_tick != NULL && now - last_tick >= NET_IDLE_MS * 1000000ull) {
+      last_tick = now;
+      n->p.cb.on_tick(n->p.cb.user);
+    }
     ucs_status_t st = ucp_worker_arm(n->worker);
     if (st == UCS_ERR_BUSY)
       continue;

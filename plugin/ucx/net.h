@@ -35,6 +35,9 @@ struct net_callbacks {
    * living for the call only. */
   void (*on_data)(void *user, struct net_peer *p, const uint8_t *hdr, size_t hlen,
                   const uint8_t *data, size_t len);
+  /* On the progress thread, about every 100 ms whether or not anything
+   * arrives (deadlines are watched here); may be NULL. */
+  void (*on_tick)(void *user);
 };
 
 struct net_params {

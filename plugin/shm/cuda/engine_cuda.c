@@ -30,6 +30,8 @@
 
 typedef CUresult (*ctx_get_fn)(CUcontext *ctx);
 typedef CUresult (*ctx_set_fn)(CUcontext ctx);
+typedef CUresult (*wait_value_fn)(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                  unsigned int flags);
 
 /* A transfer's events, pooled. */
 struct cuda_slot {
@@ -40,6 +42,8 @@ struct cuda_slot {
                             end event still belongs to the transfer it knew */
   uint64_t *tasks; /* pinned src[cap] dst[cap] len[cap] of split descriptors */
   size_t task_cap;
+  uint32_t *hold;             /* pinned: a held load's word (made on first use) */
+  int held;                   /* this use is a held load */
   struct cuda_slot *next;     /* free list */
   struct cuda_slot *all_next; /* every slot, for destroy */
 };
@@ -49,6 +53,7 @@ struct cuda_engine {
   CUcontext ctx;
   ctx_get_fn ctx_get;
   ctx_set_fn ctx_set;
+  wait_value_fn wait_value; /* cuStreamWaitValue32, for held loads; NULL if absent */
   struct ecc_log *log;
   struct copy_policy policy; /* the method per batch, and each direction's last submit */
   unsigned max_ctas;         /* min(engine.max_sms, SMs of the device) */
@@ -195,6 +200,7 @@ static struct cuda_slot *slot_get(struct cuda_engine *ce, const char **why)
   if (s != NULL) {
     s->next = NULL;
     s->failed = ECC_OK;
+    s->held = 0;
     s->uses++;
   }
   return s;
@@ -364,6 +370,37 @@ static cudaError_t order_before(struct cuda_engine *ce, struct cuda_slot *s, int
   return rc;
 }
 
+/* A held load: `stream` waits, on the device, until the slot's word is
+ * released (either value). Returns 0, or -1 with the reason in *why. */
+static int hold_copy(struct cuda_engine *ce, struct cuda_slot *s, cudaStream_t stream,
+                     const char **why)
+{
+  void *dev = NULL;
+  if (ce->wait_value == NULL) {
+    *why = "the driver has no cuStreamWaitValue32";
+    return -1;
+  }
+  if (s->hold == NULL)
+    s->hold = pin_pool_get(&ce->pins, sizeof(*s->hold));
+  if (s->hold == NULL) {
+    *why = "out of pinned memory";
+    return -1;
+  }
+  __atomic_store_n(s->hold, HOLD_WAITING, __ATOMIC_RELAXED); /* the slot's last use is over */
+  if (cudaHostGetDevicePointer(&dev, s->hold, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *why = "its word has no device address";
+    return -1;
+  }
+  if (ce->wait_value(stream, (CUdeviceptr)(uintptr_t)dev, HOLD_READY, CU_STREAM_WAIT_VALUE_GEQ) !=
+      CUDA_SUCCESS) {
+    *why = "cuStreamWaitValue32 failed";
+    return -1;
+  }
+  s->held = 1;
+  return 0;
+}
+
 static int cuda_submit(struct engine *e, struct transfer_view *t, void *host_stream)
 {
   struct cuda_engine *ce = e->impl;
@@ -390,6 +427,14 @@ static int cuda_submit(struct engine *e, struct transfer_view *t, void *host_str
     return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot order the copy after the stream: %s",
                     cudaGetErrorString(rc));
   }
+  if (t->held && hold_copy(ce, s, stream, &why) != 0) {
+    /* The start event alone is queued: nothing waits on it, nothing copied. */
+    slot_put(ce, s);
+    ctx_leave(ce, &g);
+    return log_fail(ce->log, ECC_ERR_UNSUPPORTED, "cuda: a load cannot wait for its bytes: %s",
+                    why);
+  }
+  t->hold = s->hold;
   run_copy(ce, s, t, dir, &p, stream);
   rc = cudaEventRecord(s->end, stream);
   if (rc != cudaSuccess) {
@@ -456,6 +501,8 @@ static int cuda_query(struct engine *e, struct transfer_view *t, int *status, ui
     else
       (void)cudaGetLastError();
     *status = s->failed;
+    if (s->held && __atomic_load_n(s->hold, __ATOMIC_ACQUIRE) == HOLD_FAILED)
+      *status = ECC_ERR_TRANSFER; /* the bytes it copied never came */
   } else {
     (void)cudaGetLastError();
     *status = ECC_ERR_DEVICE;
@@ -494,6 +541,7 @@ static void engine_free(struct cuda_engine *ce)
     struct cuda_slot *s = ce->all_slots;
     ce->all_slots = s->all_next;
     pin_pool_put(&ce->pins, s->tasks);
+    pin_pool_put(&ce->pins, s->hold);
     slot_destroy(s);
   }
   ce->free_slots = NULL;
@@ -711,6 +759,7 @@ int engine_cuda_create(const struct plugin_config *cfg, struct region *r, struct
   }
   ce->ctx_get = (ctx_get_fn)cuda_driver_fn("cuCtxGetCurrent", 4000);
   ce->ctx_set = (ctx_set_fn)cuda_driver_fn("cuCtxSetCurrent", 4000);
+  ce->wait_value = (wait_value_fn)cuda_driver_fn("cuStreamWaitValue32", 12000);
   if (ce->ctx_get == NULL || ce->ctx_set == NULL) {
     pin_pool_destroy(&ce->pins);
     pthread_mutex_destroy(&ce->lock);
