@@ -108,6 +108,7 @@ ucx-layout-unchecked @@ plugin/ucx/server.c @@ if (h->layout_hash != s->layout_h
 ucx-no-watchdog @@ plugin/ucx/client.c @@   watch_pulls(user); @@   (void)user;
 ucx-gone-client-keeps-pins @@ plugin/ucx/server.c @@     drop_session(s, ss); @@     (void)ss;
 ucx-kept-copy-not-written @@ plugin/ucx/client.c @@     memcpy(local + done, data + done, n); @@     (void)local;
+ucx-ipv6-prefers-nothing @@ plugin/ucx/net.c @@ st = ucp_config_modify(cfg, "AF_PRIO", "inet6"); @@ st = UCS_OK;
 dir-new-entry-unmarked @@ plugin/shm/directory.c @@ hand passes it once before it may be evicted. */\n  e->marked = 1; @@ hand passes it once before it may be evicted. */\n  e->marked = 0;
 EOF
 }

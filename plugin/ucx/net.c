@@ -522,6 +522,12 @@ static int sockaddr_of(const char *addr, uint16_t port, struct sockaddr_storage 
   return -1;
 }
 
+static bool is_ipv6(const char *addr)
+{
+  struct in6_addr a6;
+  return addr != NULL && inet_pton(AF_INET6, addr, &a6) == 1;
+}
+
 static int start_context(struct net *n, char *why, size_t cap)
 {
   ucp_config_t *cfg;
@@ -535,6 +541,12 @@ static int start_context(struct net *n, char *why, size_t cap)
    * otherwise). */
   if (st == UCS_OK && n->p.server)
     st = ucp_config_modify(cfg, "CM_REUSEADDR", "y");
+  /* With an IPv6 address on an interface that also has an IPv4 one, UCX
+   * 1.13 corrupted its heap on the server's first accept (the wireup took
+   * the IPv4 address first): the TCP transport is told to prefer IPv6. A
+   * site's own setting of UCX_TCP_AF_PRIO wins. */
+  if (st == UCS_OK && is_ipv6(n->p.addr) && getenv("UCX_TCP_AF_PRIO") == NULL)
+    st = ucp_config_modify(cfg, "AF_PRIO", "inet6");
   if (st != UCS_OK)
     return errtext_fail(why, cap, ECC_ERR_CONFIG, "ucx: configuration refused: %s",
                         ucs_status_string(st));
