@@ -118,6 +118,21 @@ static void model_found(const struct wire_msg *m, const uint8_t *buf, size_t len
           f->entries_bytes);
 }
 
+/* ECC_OK: a found entry and a key within the buffer; otherwise neither. */
+static void model_described(const struct wire_msg *m, const uint8_t *buf, size_t len)
+{
+  const struct wire_described *d = &m->u.described;
+  REQUIRE(d->status >= ECC_STATUS_MIN && d->status <= ECC_OK, "DESCRIBED status %d decoded",
+          d->status);
+  if (d->status != ECC_OK) {
+    REQUIRE(d->entry.found == 0 && d->key.len == 0, "DESCRIBED error with an entry decoded");
+    return;
+  }
+  REQUIRE(d->entry.found == 1, "DESCRIBED ECC_OK with an absent entry decoded");
+  model_entry(&d->entry, 0);
+  model_key(&d->key, 0, buf, len);
+}
+
 static void model_body(const struct wire_msg *m, const uint8_t *buf, size_t len)
 {
   switch (m->h.type) {
@@ -150,6 +165,9 @@ static void model_body(const struct wire_msg *m, const uint8_t *buf, size_t len)
   case WIRE_PULLED:
     REQUIRE(m->u.pulled.status >= ECC_STATUS_MIN && m->u.pulled.status <= -1,
             "PULLED status %d decoded", m->u.pulled.status);
+    break;
+  case WIRE_DESCRIBED:
+    model_described(m, buf, len);
     break;
   default:
     break;
@@ -204,6 +222,17 @@ static size_t encode_release(const struct wire_msg *m, uint8_t *out, size_t cap)
   return wire_encode_release(out, cap, m->h.seq, tokens, m->u.release.n);
 }
 
+/* The key is a view into the message: the encoder wants a C string. */
+static size_t encode_described(const struct wire_msg *m, uint8_t *out, size_t cap)
+{
+  const struct wire_described *d = &m->u.described;
+  char key[ECC_KEY_MAX + 1];
+  if (d->key.len > 0)
+    memcpy(key, d->key.key, d->key.len);
+  key[d->key.len] = '\0';
+  return wire_encode_described(out, cap, m->h.seq, d->req_id, d->status, &d->entry, key);
+}
+
 static size_t encode_again(const struct wire_msg *m, uint8_t *out, size_t cap)
 {
   char reason[WIRE_MAX_REASON + 1];
@@ -226,6 +255,10 @@ static size_t encode_again(const struct wire_msg *m, uint8_t *out, size_t cap)
     return wire_encode_pull(out, cap, m->h.seq, m->u.pull.req_id, m->u.pull.token);
   case WIRE_PULLED:
     return wire_encode_pulled(out, cap, m->h.seq, m->u.pulled.req_id, m->u.pulled.status);
+  case WIRE_DESCRIBE:
+    return wire_encode_describe(out, cap, m->h.seq, m->u.describe.req_id, m->u.describe.token);
+  case WIRE_DESCRIBED:
+    return encode_described(m, out, cap);
   default:
     return wire_encode_ping(out, cap, m->h.seq, m->h.type == WIRE_PONG, m->u.ping.nonce);
   }
@@ -285,6 +318,25 @@ static void same_fields(const struct wire_msg *a, const struct wire_msg *b)
     break;
   case WIRE_RELEASE:
     REQUIRE(a->u.release.n == b->u.release.n, "RELEASE fields differ");
+    break;
+  case WIRE_PULL:
+    REQUIRE(memcmp(&a->u.pull, &b->u.pull, sizeof(a->u.pull)) == 0, "PULL fields differ");
+    break;
+  case WIRE_PULLED:
+    REQUIRE(memcmp(&a->u.pulled, &b->u.pulled, sizeof(a->u.pulled)) == 0, "PULLED fields differ");
+    break;
+  case WIRE_DESCRIBE:
+    REQUIRE(memcmp(&a->u.describe, &b->u.describe, sizeof(a->u.describe)) == 0,
+            "DESCRIBE fields differ");
+    break;
+  case WIRE_DESCRIBED:
+    REQUIRE(a->u.described.req_id == b->u.described.req_id &&
+                a->u.described.status == b->u.described.status &&
+                memcmp(&a->u.described.entry, &b->u.described.entry,
+                       sizeof(a->u.described.entry)) == 0 &&
+                a->u.described.key.len == b->u.described.key.len &&
+                memcmp(a->u.described.key.key, b->u.described.key.key, a->u.described.key.len) == 0,
+            "DESCRIBED fields differ");
     break;
   default:
     REQUIRE(a->u.ping.nonce == b->u.ping.nonce, "nonces differ");

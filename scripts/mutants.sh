@@ -103,12 +103,14 @@ dir-load-keeps-its-pin @@ plugin/shm/dir_calls.c @@ rc = dir_unpin(&c->dir, pin,
 dir-gaps-not-used @@ plugin/shm/directory.c @@ *in_gap = gap_take(sh, q->n_blocks, &runs[0].first); @@ *in_gap = false;
 dir-sweep-forgets-passed-runs @@ plugin/shm/directory.c @@ for (uint32_t i = 0; i < w->n; i++)\n    gap_note(sh, w->free[i].first, w->free[i].count); @@ for (uint32_t i = 0; i < w->n; i++)\n    (void)sh;
 # The cross-host plugin.
-ucx-foreign-release @@ plugin/ucx/server.c @@ if (ss != NULL && release_one(ss, token)) @@ if (true)
+ucx-foreign-release @@ plugin/ucx/server.c @@ if (ss != NULL && group_held(s, ss, token, &owner) != NULL && release_one(owner, token)) @@ if (ss != NULL && (group_held(s, ss, token, &owner), true))
 ucx-layout-unchecked @@ plugin/ucx/server.c @@ if (h->layout_hash != s->layout_hash) { @@ if (false) {
 ucx-no-watchdog @@ plugin/ucx/client.c @@   watch_pulls(user); @@   (void)user;
 ucx-gone-client-keeps-pins @@ plugin/ucx/server.c @@     drop_session(s, ss); @@     (void)ss;
 ucx-kept-copy-not-written @@ plugin/ucx/client.c @@     memcpy(local + done, data + done, n); @@     (void)local;
 ucx-ipv6-prefers-nothing @@ plugin/ucx/net.c @@ st = ucp_config_modify(cfg, "AF_PRIO", "inet6"); @@ st = UCS_OK;
+ucx-groups-ignored @@ plugin/ucx/server.c @@ return b->peer != NULL && b->welcomed && a->group_id != 0 && b->group_id == a->group_id; @@ return false && a && b;
+ucx-pins-dropped-not-handed-over @@ plugin/ucx/server.c @@ (void)hand_over(s, ss); @@ (void)s;
 dir-new-entry-unmarked @@ plugin/shm/directory.c @@ hand passes it once before it may be evicted. */\n  e->marked = 1; @@ hand passes it once before it may be evicted. */\n  e->marked = 0;
 EOF
 }

@@ -416,7 +416,7 @@ Test(ucx_plugin, hostile_messages_are_refused_and_the_server_serves_on)
   cr_assert(raw_wait(&r.refusals, 2), "a lookup before the handshake was not refused");
   /* A proper handshake (WELCOME), then releases of pins this client never
    * took, a pull of one (PULLED), and a lookup cut short (refused). */
-  struct wire_hello h = {wire_layout_hash(BS), 99, 0};
+  struct wire_hello h = {wire_layout_hash(BS), 99, 0, 0};
   n = wire_encode_hello(buf, sizeof(buf), 2, &h);
   cr_assert_eq(net_send(r.net, p, buf, n), ECC_OK);
   cr_assert(raw_wait(&r.others, 1), "no WELCOME");
@@ -578,5 +578,132 @@ Test(ucx_plugin, the_kept_copy_holds_the_entry_byte_for_byte)
   cr_expect_eq(status, ECC_OK);
   cr_assert_eq(ecc_close(local), ECC_OK);
   cr_assert_eq(ecc_close(cli), ECC_OK);
+  cr_assert_eq(ecc_close(srv), ECC_OK);
+}
+
+/* ---- tokens handed between processes of one host -------------------------- */
+
+#define SHARED_BYTES ((1u << 20) + 3)
+
+/* A worker: its own connector on the scheduler's region (so of its group);
+ * says it is up, then for each token it reads loads the entry and writes
+ * the load's status (one byte, its negation), until its input closes. */
+__attribute__((constructor)) static void worker_child(void)
+{
+  const char *role, *ini;
+  int in, out;
+  if (!th_child_args(&role, &ini, &in, &out) || strcmp(role, "ucx-worker") != 0)
+    return;
+  ecc_connector_t *cli = NULL;
+  char err[512];
+  if (ecc_open(ini, NULL, &cli, err, sizeof(err)) != ECC_OK)
+    _exit(2);
+  uint8_t *dst = malloc(SHARED_BYTES);
+  uint64_t token;
+  if (dst == NULL || write(out, "r", 1) != 1)
+    _exit(3);
+  while (read(in, &token, sizeof(token)) == (ssize_t)sizeof(token)) {
+    ecc_load_pinned_t lp = {1, token, (uint64_t)(uintptr_t)dst, SHARED_BYTES};
+    memset(dst, 0, SHARED_BYTES);
+    int rc = ecc_load_pinned(cli, &lp, 1, NULL);
+    ecc_completion_t done;
+    size_t n = 0;
+    for (int t = 0; rc == ECC_OK && n == 0 && t < 10000; t++)
+      if (ecc_poll(cli, &done, 1, &n) != ECC_OK || n == 0)
+        usleep(1000);
+    if (rc == ECC_OK)
+      rc = n == 1 ? done.status : ECC_ERR_TRANSFER;
+    for (uint64_t i = 0; rc == ECC_OK && i < SHARED_BYTES; i++)
+      if (dst[i] != pattern("shared", i))
+        rc = ECC_ERR_RANGE; /* wrong bytes */
+    uint8_t status = (uint8_t)-rc;
+    if (write(out, &status, 1) != 1)
+      _exit(4);
+  }
+  ecc_close(cli);
+  _exit(0);
+}
+
+struct worker {
+  pid_t pid;
+  int to, from;
+};
+
+static void worker_start(struct worker *w, const char *ini)
+{
+  int to[2], from[2];
+  cr_assert_eq(pipe2(to, O_CLOEXEC), 0);
+  cr_assert_eq(pipe2(from, O_CLOEXEC), 0);
+  w->pid = th_spawn_self("ucx-worker", ini, to[0], from[1]);
+  close(to[0]);
+  close(from[1]);
+  w->to = to[1];
+  w->from = from[0];
+  char c;
+  cr_assert_eq(read(w->from, &c, 1), 1, "a worker did not start");
+}
+
+/* The worker's load of token: its status. */
+static int worker_load(struct worker *w, uint64_t token)
+{
+  uint8_t status;
+  cr_assert_eq(write(w->to, &token, sizeof(token)), (ssize_t)sizeof(token));
+  cr_assert_eq(read(w->from, &status, 1), 1, "the worker died");
+  return -(int)status;
+}
+
+static void worker_stop(struct worker *w)
+{
+  close(w->to);
+  int st = 0;
+  waitpid(w->pid, &st, 0);
+  close(w->from);
+  cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a worker ended with status 0x%x", st);
+}
+
+/* As a scheduler does with the shm connector: one process looks entries up
+ * for two ranks and hands the token to two worker processes of its host,
+ * each of which loads it; the scheduler may be gone by then. A process of
+ * another host (another region) cannot use the token. */
+Test(ucx_plugin, a_token_looked_up_in_one_process_is_loaded_by_the_others_of_its_host)
+{
+  uint16_t port = th_free_port();
+  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
+  produce(srv, "shared", SHARED_BYTES);
+  char region[64];
+  snprintf(region, sizeof(region), "%s", th_region_name());
+  const char *host_ini = ucx_ini("client", region, BS, port, NULL);
+  ecc_connector_t *sched = open_ok(host_ini);
+  struct worker w1, w2;
+  worker_start(&w1, host_ini);
+  worker_start(&w2, host_ini);
+
+  const char *keys[] = {"shared"};
+  ecc_entry_t e;
+  cr_assert_eq(ecc_lookup(sched, keys, 1, 2, &e), ECC_OK);
+  cr_assert_eq(e.state, ECC_ENTRY_READY);
+  cr_assert_eq(pins_on(srv, "shared"), 1u, "one pin, of two ranks");
+
+  ecc_connector_t *other = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  uint8_t *dst = malloc(SHARED_BYTES);
+  ecc_load_pinned_t lp = {1, e.token, (uint64_t)(uintptr_t)dst, SHARED_BYTES};
+  cr_expect_eq(ecc_load_pinned(other, &lp, 1, NULL), ECC_ERR_CLOSED, "another group's token");
+  cr_expect_eq(ecc_unpin(other, e.token), ECC_ERR_CLOSED, "another group's token");
+  cr_expect_eq(pins_on(srv, "shared"), 1u, "another group's calls changed the pins");
+  cr_assert_eq(ecc_close(other), ECC_OK);
+  free(dst);
+
+  /* The scheduler goes; its pins pass to the workers' sessions. */
+  cr_assert_eq(ecc_close(sched), ECC_OK);
+  cr_expect_eq(pins_on(srv, "shared"), 1u, "the scheduler's pin went with it");
+  cr_expect_eq(worker_load(&w1, e.token), ECC_OK, "the first worker's load (a pull)");
+  cr_expect_eq(worker_load(&w2, e.token), ECC_OK, "the second worker's (from the host's copy)");
+  for (int t = 0; t < 200 && pins_on(srv, "shared") != 0; t++)
+    usleep(5000);
+  cr_expect_eq(pins_on(srv, "shared"), 0u, "the ranks were not all released");
+  /* Both ranks are used: a third load of the token is refused. */
+  cr_expect_eq(worker_load(&w1, e.token), ECC_ERR_CLOSED, "a token used up");
+  worker_stop(&w1);
+  worker_stop(&w2);
   cr_assert_eq(ecc_close(srv), ECC_OK);
 }

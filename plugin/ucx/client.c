@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,12 +23,15 @@
 #include "connector_private.h"
 #include "errtext.h"
 #include "net.h"
+#include "region.h"
 #include "wire.h"
 
-/* A server pin this process holds: what the server said of its entry. */
+/* A server pin this process holds, or one of its group it borrowed for a
+ * load (a token another process looked up): what the server said of it. */
 struct rpin {
-  uint64_t token;        /* the one this process handed out: never given twice */
+  uint64_t token;        /* the one handed out: the server's, mixed with the server's id */
   uint64_t server_token; /* the server's, which a restarted server gives again */
+  bool borrowed;         /* another process's: used once here, never released at close */
   uint64_t nbytes;
   uint32_t left; /* releases due */
   uint32_t n_runs;
@@ -57,7 +61,7 @@ struct pull {
   char key[ECC_KEY_MAX + 1];
 };
 
-/* A LOOKUP waiting for its FOUND. */
+/* A LOOKUP waiting for its FOUND, or a DESCRIBE for its DESCRIBED. */
 struct waiter {
   struct waiter *next;
   uint64_t req_id;
@@ -65,6 +69,8 @@ struct waiter {
   int status;
   uint32_t n;
   struct wire_found_entry *entries; /* n of them, copied from the reply */
+  struct wire_found_entry described;
+  char key[ECC_KEY_MAX + 1]; /* DESCRIBED's */
 };
 
 enum { LINK_CONNECTING, LINK_UP, LINK_DOWN };
@@ -79,6 +85,7 @@ struct ucx_client {
   struct net *net;
   struct net_peer *peer;
   uint64_t client_id;
+  uint64_t group_id; /* this host's processes on the same region */
   atomic_uint_fast64_t seq;
   pthread_mutex_t lock; /* everything below */
   pthread_cond_t cond;
@@ -87,7 +94,6 @@ struct ucx_client {
   char link_why[256];
   uint64_t server_id;
   uint64_t next_req;
-  uint64_t next_token; /* the last token handed out */
   struct waiter *waiters;
   struct rpin *pins;
   size_t n_pins, cap_pins;
@@ -191,6 +197,24 @@ static void took_found(struct ucx_client *cl, struct net_peer *peer, const struc
   }
 }
 
+static void took_described(struct ucx_client *cl, const struct wire_described *d)
+{
+  pthread_mutex_lock(&cl->lock);
+  struct waiter *w = cl->waiters;
+  while (w != NULL && w->req_id != d->req_id)
+    w = w->next;
+  if (w != NULL && !w->done) {
+    w->done = true;
+    w->status = d->status;
+    w->described = d->entry;
+    if (d->key.len > 0)
+      memcpy(w->key, d->key.key, d->key.len);
+    w->key[d->key.len] = '\0';
+    pthread_cond_broadcast(&cl->cond);
+  }
+  pthread_mutex_unlock(&cl->lock);
+}
+
 static void on_message(void *user, struct net_peer *p, const uint8_t *buf, size_t len)
 {
   struct ucx_client *cl = user;
@@ -212,6 +236,9 @@ static void on_message(void *user, struct net_peer *p, const uint8_t *buf, size_
     break;
   case WIRE_PULLED:
     took_pulled(cl, &m.u.pulled);
+    break;
+  case WIRE_DESCRIBED:
+    took_described(cl, &m.u.described);
     break;
   case WIRE_PONG:
     break;
@@ -263,9 +290,11 @@ static int handshake(struct ucx_client *cl, uint32_t wait_ms, char *err, size_t 
 {
   struct wire_hello h = {.layout_hash = wire_layout_hash(cl->conn->region.block_size),
                          .client_id = cl->client_id,
-                         .tp_rank = cl->conn->cfg.tp_rank};
+                         .tp_rank = cl->conn->cfg.tp_rank,
+                         .group_id = cl->group_id};
   uint8_t buf[WIRE_HEADER_BYTES + 32];
   int rc = send_to_server(cl, buf, wire_encode_hello(buf, sizeof(buf), 0, &h));
+  _Static_assert(sizeof(buf) >= WIRE_HEADER_BYTES + 28, "a HELLO fits");
   uint64_t deadline = deadline_after(wait_ms);
   pthread_mutex_lock(&cl->lock);
   while (rc == ECC_OK && cl->link == LINK_CONNECTING && ecc_now_ns() < deadline)
@@ -290,6 +319,31 @@ static uint64_t random_id(void)
   uint64_t x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32;
   x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ull;
   return x ^ (x >> 29);
+}
+
+static void fnv_mix(uint64_t *h, const void *p, size_t n)
+{
+  for (size_t i = 0; i < n; i++) {
+    *h ^= ((const uint8_t *)p)[i];
+    *h *= 0x100000001b3ull;
+  }
+}
+
+/* The processes of this host that share the region make one group (the
+ * server lets them use each other's pins): this host's name, the region
+ * file's identity and the moment and process that created it. */
+static uint64_t group_of(const struct conn *c)
+{
+  const struct region_header *rh = (const struct region_header *)c->region.map;
+  char host[256] = "";
+  uint64_t h = 0xcbf29ce484222325ull;
+  (void)gethostname(host, sizeof(host) - 1);
+  fnv_mix(&h, host, strlen(host));
+  fnv_mix(&h, &c->region.dev, sizeof(c->region.dev));
+  fnv_mix(&h, &c->region.ino, sizeof(c->region.ino));
+  fnv_mix(&h, &rh->created_unix_ns, sizeof(rh->created_unix_ns));
+  fnv_mix(&h, &rh->creator_pid, sizeof(rh->creator_pid));
+  return h != 0 ? h : 1;
 }
 
 /* A new link; the handshake may take wait_ms. */
@@ -381,6 +435,7 @@ int ucx_client_start(struct conn *conn, const struct ucx_config *cfg, char *err,
   cl->log = &conn->log;
   cl->cfg = *cfg;
   cl->client_id = random_id();
+  cl->group_id = group_of(conn);
   pthread_mutex_init(&cl->lock, NULL);
   pthread_cond_init(&cl->cond, NULL);
   pthread_rwlock_init(&cl->net_lock, NULL);
@@ -415,7 +470,7 @@ static uint64_t pin_add(struct ucx_client *cl, const struct wire_found_entry *f,
                         uint32_t ranks)
 {
   for (size_t i = 0; i < cl->n_pins; i++)
-    if (cl->pins[i].server_token == f->token) {
+    if (cl->pins[i].server_token == f->token && !cl->pins[i].borrowed) {
       cl->pins[i].left += ranks;
       return cl->pins[i].token;
     }
@@ -428,9 +483,15 @@ static uint64_t pin_add(struct ucx_client *cl, const struct wire_found_entry *f,
     cl->pins = np;
     cl->cap_pins = cap;
   }
+  /* Another process of the group turns the token back into the server's
+   * with the same server id; after a restart the id differs, and an old
+   * token names no pin. */
+  uint64_t token = f->token ^ cl->server_id;
+  if (token == 0)
+    return 0;
   p = &cl->pins[cl->n_pins++];
   memset(p, 0, sizeof(*p));
-  p->token = ++cl->next_token;
+  p->token = token;
   p->server_token = f->token;
   p->nbytes = f->nbytes;
   p->left = ranks;
@@ -590,8 +651,94 @@ int ucx_client_lookup(struct ucx_client *cl, const char *const *keys, size_t n, 
   return rc;
 }
 
+/* ---- tokens of other processes of the group -------------------------------- */
+
+/* Asks the server what the pin behind a token this process never received
+ * is; with ECC_OK it is added as borrowed, for one release (lock not held,
+ * net_lock held for reading). ECC_ERR_CLOSED: no pin of the group. */
+static int describe(struct ucx_client *cl, uint64_t token)
+{
+  struct waiter w = {0};
+  pthread_mutex_lock(&cl->lock);
+  int rc = cl->link == LINK_UP ? ECC_OK : ECC_ERR_TRANSFER;
+  uint64_t server_token = token ^ cl->server_id;
+  w.req_id = ++cl->next_req;
+  w.next = cl->waiters;
+  cl->waiters = &w;
+  pthread_mutex_unlock(&cl->lock);
+  uint8_t buf[WIRE_HEADER_BYTES + 16];
+  if (rc == ECC_OK)
+    rc = send_to_server(cl, buf,
+                        wire_encode_describe(buf, sizeof(buf), atomic_fetch_add(&cl->seq, 1),
+                                             w.req_id, server_token));
+  pthread_mutex_lock(&cl->lock);
+  int got = wait_found(cl, &w);
+  rc = rc != ECC_OK ? rc : got;
+  if (rc == ECC_OK && w.described.token != server_token)
+    rc = ECC_ERR_CLOSED; /* not the pin asked for: never used as if it were */
+  struct rpin *p = NULL;
+  if (rc == ECC_OK && pin_add(cl, &w.described, w.key, 1) == token) {
+    p = pin_find(cl, token);
+    p->borrowed = true;
+  } else if (rc == ECC_OK) {
+    rc = ECC_ERR_NOMEM;
+  }
+  bool timed_out = !w.done && cl->link == LINK_UP;
+  pthread_mutex_unlock(&cl->lock);
+  if (timed_out) {
+    net_peer_fail(cl->net, cl->peer, "no answer to a describe within the deadline");
+    return link_error(cl);
+  }
+  return rc;
+}
+
+/* Borrowed pins of this call given up again: the call was refused. */
+static void forget_borrowed(struct ucx_client *cl, const uint64_t *tokens, size_t n)
+{
+  pthread_mutex_lock(&cl->lock);
+  for (size_t i = 0; i < n; i++) {
+    struct rpin *p = pin_find(cl, tokens[i]);
+    if (p != NULL && p->borrowed)
+      *p = cl->pins[--cl->n_pins];
+  }
+  pthread_mutex_unlock(&cl->lock);
+}
+
+/* Every token of e[] this process holds no pin for is described (a token
+ * handed from another process of the group); those the server knows are
+ * borrowed. *n_borrowed of them are listed in borrowed[]. Unknown tokens
+ * are left for the caller's checks to refuse by name. */
+static int borrow_unknown(struct ucx_client *cl, const uint64_t *tokens, size_t n,
+                          uint64_t *borrowed, size_t *n_borrowed)
+{
+  *n_borrowed = 0;
+  for (size_t i = 0; i < n; i++) {
+    pthread_mutex_lock(&cl->lock);
+    bool known = tokens[i] == 0 || pin_find(cl, tokens[i]) != NULL;
+    pthread_mutex_unlock(&cl->lock);
+    if (known)
+      continue;
+    int rc = describe(cl, tokens[i]);
+    if (rc == ECC_OK)
+      borrowed[(*n_borrowed)++] = tokens[i];
+    else if (rc != ECC_ERR_CLOSED)
+      return rc;
+  }
+  return ECC_OK;
+}
+
 int ucx_client_unpin(struct ucx_client *cl, uint64_t token)
 {
+  int rc = ensure_link(cl);
+  if (rc != ECC_OK)
+    return rc;
+  uint64_t borrowed;
+  size_t n_borrowed;
+  pthread_rwlock_rdlock(&cl->net_lock);
+  rc = borrow_unknown(cl, &token, 1, &borrowed, &n_borrowed);
+  pthread_rwlock_unlock(&cl->net_lock);
+  if (rc != ECC_OK)
+    return rc;
   pthread_mutex_lock(&cl->lock);
   uint64_t server_token = pin_take_one(cl, token);
   pthread_mutex_unlock(&cl->lock);
@@ -893,21 +1040,24 @@ static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, cons
   }
   p->chunks = (p->nbytes + WIRE_DATA_CHUNK - 1) / WIRE_DATA_CHUNK;
   p->got = calloc(p->chunks, 1);
+  bool no_memory = p->got == NULL;
+  uint64_t remote = p->remote_token;
   pthread_mutex_lock(&cl->lock);
-  p->req_id = ++cl->next_req;
+  uint64_t req_id = p->req_id = ++cl->next_req;
   p->next = cl->pulls;
   cl->pulls = p;
   cl->n_pulls++;
   pthread_mutex_unlock(&cl->lock);
+  /* From here p may be finished and freed by the progress thread (the link
+   * failed): only what was read before is used, until p is taken back. */
   uint8_t buf[WIRE_HEADER_BYTES + 16];
-  size_t len =
-      wire_encode_pull(buf, sizeof(buf), atomic_fetch_add(&cl->seq, 1), p->req_id, p->remote_token);
-  if (p->got == NULL || send_to_server(cl, buf, len) != ECC_OK) {
+  size_t len = wire_encode_pull(buf, sizeof(buf), atomic_fetch_add(&cl->seq, 1), req_id, remote);
+  if (no_memory || send_to_server(cl, buf, len) != ECC_OK) {
     pthread_mutex_lock(&cl->lock);
     bool mine = pull_take(cl, p);
     pthread_mutex_unlock(&cl->lock);
     if (mine)
-      pull_finish(cl, p, p->got == NULL ? "out of memory" : "the request could not be sent");
+      pull_finish(cl, p, no_memory ? "out of memory" : "the request could not be sent");
   }
   return held_rc;
 }
@@ -922,18 +1072,32 @@ int ucx_client_load_pinned(struct ucx_client *cl, const ecc_load_pinned_v1_t *e,
                     "load_pinned: a stream was given, but the %s engine takes none; pass NULL",
                     cl->conn->engine.ops->name);
   struct rpin *copy = n > 0 ? calloc(n, sizeof(*copy)) : NULL;
-  if (n > 0 && copy == NULL)
+  uint64_t *tokens = n > 0 ? calloc(2 * n, sizeof(*tokens)) : NULL;
+  if (n > 0 && (copy == NULL || tokens == NULL)) {
+    free(copy);
+    free(tokens);
     return log_fail(cl->log, ECC_ERR_NOMEM, "load_pinned: out of memory");
-  pthread_rwlock_rdlock(&cl->net_lock);
-  int rc = check_loads(cl, e, n, copy);
-  for (size_t i = 0; rc == ECC_OK && i < n; i++) {
-    rc = start_pull(cl, &e[i], &copy[i], stream);
-    if (rc != ECC_OK && i > 0)
-      log_msg(cl->log, ECC_LOG_WARN,
-              "load_pinned: entries 0..%zu were started; their completions follow", i - 1);
   }
+  for (size_t i = 0; i < n; i++)
+    tokens[i] = e[i].token;
+  uint64_t *borrowed = tokens + n;
+  size_t n_borrowed = 0, started = 0;
+  pthread_rwlock_rdlock(&cl->net_lock);
+  int rc = borrow_unknown(cl, tokens, n, borrowed, &n_borrowed);
+  if (rc == ECC_OK)
+    rc = check_loads(cl, e, n, copy);
+  for (; rc == ECC_OK && started < n; started++) {
+    rc = start_pull(cl, &e[started], &copy[started], stream);
+    if (rc != ECC_OK && started > 0)
+      log_msg(cl->log, ECC_LOG_WARN,
+              "load_pinned: entries 0..%zu were started; their completions follow", started - 1);
+  }
+  /* A refused entry keeps no borrowed pin: the group's other loads need it. */
+  if (rc != ECC_OK)
+    forget_borrowed(cl, borrowed, n_borrowed);
   pthread_rwlock_unlock(&cl->net_lock);
   free(copy);
+  free(tokens);
   return rc;
 }
 
@@ -986,20 +1150,15 @@ void ucx_client_stop(struct ucx_client *cl)
   pthread_mutex_lock(&cl->lock);
   while (cl->n_pulls > 0 && ecc_now_ns() < deadline)
     wait_until(cl, deadline);
-  size_t left = cl->n_pulls, due = 0;
-  for (size_t i = 0; i < cl->n_pins; i++)
-    due += cl->pins[i].left;
-  uint64_t *tokens = calloc(due + 1, sizeof(*tokens));
-  uint32_t n = 0;
-  for (size_t i = 0; tokens != NULL && i < cl->n_pins; i++)
-    for (uint32_t k = 0; k < cl->pins[i].left; k++)
-      tokens[n++] = cl->pins[i].server_token;
+  size_t left = cl->n_pulls, pins = cl->n_pins;
   pthread_mutex_unlock(&cl->lock);
   if (left > 0)
     log_msg(cl->log, ECC_LOG_WARN, "ucx: closing with %zu pulls in flight", left);
-  if (n > 0)
-    release_remote(cl, tokens, n);
-  free(tokens);
+  /* The pins still held are not released one by one: the server hands them
+   * to another process of this host's group when the link closes (a worker
+   * may still load a token this process looked up), or drops them. */
+  if (pins > 0)
+    log_msg(cl->log, ECC_LOG_DEBUG, "ucx: closing with %zu pins held", pins);
   net_destroy(cl->net);
   cl->net = NULL;
   fail_all_pulls(cl, "the connector was closed before its bytes came");

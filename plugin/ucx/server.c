@@ -2,7 +2,9 @@
 /*
  * server.c - the producer host's side (server.h): sessions per client, the
  * handshake, lookups answered with pins, releases, and the pins of a client
- * that went away dropped.
+ * that went away dropped. Clients of one group (the processes of a consumer
+ * host that share a region) may describe, pull and release each other's
+ * pins, so that a scheduler can hand its tokens to worker processes.
  */
 #include "server.h"
 
@@ -26,12 +28,14 @@ struct held {
   uint64_t token;
   uint32_t left;
   struct wire_found_entry entry;
+  char key[ECC_KEY_MAX + 1];
 };
 
 struct session {
   struct net_peer *peer; /* NULL: a free session */
   bool welcomed;
   uint64_t client_id;
+  uint64_t group_id; /* 0: none, the pins are this session's alone */
   struct held *held;
   size_t n_held, cap_held;
 };
@@ -77,7 +81,8 @@ static struct session *session_of(struct ucx_server *s, struct net_peer *p, bool
   return free_one;
 }
 
-static bool hold(struct session *ss, const struct wire_found_entry *e, uint32_t ranks)
+static bool hold(struct session *ss, const struct wire_found_entry *e, uint32_t ranks,
+                 const char *key)
 {
   if (ss->n_held == ss->cap_held) {
     size_t cap = ss->cap_held ? 2 * ss->cap_held : 64;
@@ -87,16 +92,38 @@ static bool hold(struct session *ss, const struct wire_found_entry *e, uint32_t 
     ss->held = h;
     ss->cap_held = cap;
   }
-  ss->held[ss->n_held++] = (struct held){e->token, ranks, *e};
+  struct held *h = &ss->held[ss->n_held++];
+  *h = (struct held){e->token, ranks, *e, ""};
+  snprintf(h->key, sizeof(h->key), "%s", key);
   return true;
 }
 
-static const struct held *held_of(const struct session *ss, uint64_t token)
+static struct held *held_of(struct session *ss, uint64_t token)
 {
   for (size_t i = 0; i < ss->n_held; i++)
     if (ss->held[i].token == token)
       return &ss->held[i];
   return NULL;
+}
+
+static bool same_group(const struct session *a, const struct session *b)
+{
+  return b->peer != NULL && b->welcomed && a->group_id != 0 && b->group_id == a->group_id;
+}
+
+/* The pin behind token that ss may use: its own, else one of its group's;
+ * *owner is the session holding it. NULL if neither holds it. */
+static struct held *group_held(struct ucx_server *s, struct session *ss, uint64_t token,
+                               struct session **owner)
+{
+  struct held *h = held_of(ss, token);
+  *owner = ss;
+  for (size_t i = 0; h == NULL && i < sizeof(s->sessions) / sizeof(s->sessions[0]); i++)
+    if (&s->sessions[i] != ss && same_group(ss, &s->sessions[i])) {
+      h = held_of(&s->sessions[i], token);
+      *owner = &s->sessions[i];
+    }
+  return h;
 }
 
 /* One release of token by this client: false if it holds none. */
@@ -111,8 +138,35 @@ static bool release_one(struct session *ss, uint64_t token)
   return false;
 }
 
+/* A session that goes while others of its group live hands them its pins
+ * (a worker may be pulling one): true if it did. */
+static bool hand_over(struct ucx_server *s, struct session *ss)
+{
+  struct session *heir = NULL;
+  for (size_t i = 0; heir == NULL && i < sizeof(s->sessions) / sizeof(s->sessions[0]); i++)
+    if (&s->sessions[i] != ss && same_group(ss, &s->sessions[i]))
+      heir = &s->sessions[i];
+  if (heir == NULL || ss->n_held == 0)
+    return heir != NULL;
+  size_t need = heir->n_held + ss->n_held;
+  if (need > heir->cap_held) {
+    struct held *h = realloc(heir->held, need * sizeof(*h));
+    if (h == NULL)
+      return false;
+    heir->held = h;
+    heir->cap_held = need;
+  }
+  memcpy(heir->held + heir->n_held, ss->held, ss->n_held * sizeof(*ss->held));
+  heir->n_held = need;
+  log_msg(s->log, ECC_LOG_INFO, "ucx: client %016" PRIx64 " gone: %zu pins handed to %016" PRIx64,
+          ss->client_id, ss->n_held, heir->client_id);
+  ss->n_held = 0;
+  return true;
+}
+
 static void drop_session(struct ucx_server *s, struct session *ss)
 {
+  (void)hand_over(s, ss);
   for (size_t i = 0; i < ss->n_held; i++)
     for (uint32_t k = 0; k < ss->held[i].left; k++)
       (void)conn_unpin(s->conn, ss->held[i].token);
@@ -169,6 +223,7 @@ static void welcome(struct ucx_server *s, struct net_peer *p, const struct wire_
   if (ss != NULL) {
     ss->welcomed = true;
     ss->client_id = h->client_id;
+    ss->group_id = h->group_id;
   }
   pthread_mutex_unlock(&s->lock);
   if (ss == NULL) {
@@ -224,7 +279,7 @@ static void answer_lookup(struct ucx_server *s, struct net_peer *p, const struct
   for (uint32_t i = 0; i < n; i++) {
     to_found(&w->out[i], &w->found[i]);
     /* A pin nobody could release is dropped at once, and reported absent. */
-    if (w->found[i].found && (ss == NULL || !hold(ss, &w->found[i], q->ranks))) {
+    if (w->found[i].found && (ss == NULL || !hold(ss, &w->found[i], q->ranks, w->keys[i]))) {
       for (uint32_t k = 0; k < q->ranks; k++)
         (void)conn_unpin(s->conn, w->found[i].token);
       memset(&w->found[i], 0, sizeof(w->found[i]));
@@ -244,8 +299,9 @@ static void take_release(struct ucx_server *s, struct net_peer *p, const struct 
   struct session *ss = session_of(s, p, false);
   for (uint32_t i = 0; i < m->u.release.n; i++) {
     uint64_t token = wire_release_token(m, i);
-    /* A client releases only its own pins, never another's. */
-    if (ss != NULL && release_one(ss, token))
+    /* A client releases only its own pins or its group's, never another's. */
+    struct session *owner = NULL;
+    if (ss != NULL && group_held(s, ss, token, &owner) != NULL && release_one(owner, token))
       (void)conn_unpin(s->conn, token);
     else
       foreign++;
@@ -341,8 +397,8 @@ static void answer_pull(struct ucx_server *s, struct net_peer *p, const struct w
 {
   struct wire_found_entry e;
   pthread_mutex_lock(&s->lock);
-  struct session *ss = session_of(s, p, false);
-  const struct held *h = ss != NULL ? held_of(ss, q->token) : NULL;
+  struct session *ss = session_of(s, p, false), *owner;
+  const struct held *h = ss != NULL ? group_held(s, ss, q->token, &owner) : NULL;
   if (h != NULL)
     e = h->entry;
   pthread_mutex_unlock(&s->lock);
@@ -357,6 +413,25 @@ static void answer_pull(struct ucx_server *s, struct net_peer *p, const struct w
   uint8_t buf[WIRE_HEADER_BYTES + 16];
   send_msg(s, p, buf,
            wire_encode_pulled(buf, sizeof(buf), atomic_fetch_add(&s->seq, 1), q->req_id, rc));
+}
+
+/* What a pin of the client's group is: its entry and key. */
+static void answer_describe(struct ucx_server *s, struct net_peer *p, const struct wire_describe *q)
+{
+  struct wire_found_entry e;
+  char key[ECC_KEY_MAX + 1] = "";
+  pthread_mutex_lock(&s->lock);
+  struct session *ss = session_of(s, p, false), *owner;
+  const struct held *h = ss != NULL ? group_held(s, ss, q->token, &owner) : NULL;
+  if (h != NULL) {
+    e = h->entry;
+    memcpy(key, h->key, sizeof(key));
+  }
+  pthread_mutex_unlock(&s->lock);
+  uint8_t buf[WIRE_HEADER_BYTES + 48 + 8 * WIRE_MAX_RUNS + ECC_KEY_MAX];
+  send_msg(s, p, buf,
+           wire_encode_described(buf, sizeof(buf), atomic_fetch_add(&s->seq, 1), q->req_id,
+                                 h != NULL ? ECC_OK : ECC_ERR_CLOSED, &e, key));
 }
 
 /* ---- callbacks of the UCX layer ------------------------------------------- */
@@ -393,6 +468,9 @@ static void on_message(void *user, struct net_peer *p, const uint8_t *buf, size_
     break;
   case WIRE_PULL:
     answer_pull(s, p, &m.u.pull);
+    break;
+  case WIRE_DESCRIBE:
+    answer_describe(s, p, &m.u.describe);
     break;
   case WIRE_PING:
     send_msg(s, p, pong,

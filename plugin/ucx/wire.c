@@ -23,6 +23,9 @@
  *   PONG     nonce u64                                             8 bytes
  *   PULL     req_id u64, token u64                                 16 bytes
  *   PULLED   req_id u64, status i32                                12 bytes
+ *   DESCRIBE req_id u64, token u64                                 16 bytes
+ *   DESCRIBED req_id u64, status i32, pad u32 (0), then with       16 + (20 + 8 n_runs
+ *            ECC_OK one entry as in FOUND and its key as in LOOKUP  + 2 + key) with ECC_OK
  *   data     (header of a data message, not a message type) magic u32,
  *            version u16, flags u16 (0), req_id u64, offset u64    24 bytes
  *
@@ -37,7 +40,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define HELLO_BODY 20u
+#define HELLO_BODY 28u
 #define WELCOME_FIXED 32u
 #define REFUSE_FIXED 6u
 #define LOOKUP_FIXED 16u
@@ -50,6 +53,8 @@
 #define PING_BODY 8u
 #define PULL_BODY 16u
 #define PULLED_BODY 12u
+#define DESCRIBE_BODY 16u
+#define DESCRIBED_FIXED 16u
 
 /* The counts bound every body far below WIRE_MAX_BODY, which stays a coarse
  * first check that needs no knowledge of the type. */
@@ -354,6 +359,7 @@ static int dec_hello(const uint8_t *b, size_t len, struct wire_hello *m, const s
   m->layout_hash = ld64(b);
   m->client_id = ld64(b + 8);
   m->tp_rank = ld32(b + 16);
+  m->group_id = ld64(b + 20);
   return ECC_OK;
 }
 
@@ -540,6 +546,66 @@ static int dec_pulled(const uint8_t *b, size_t len, struct wire_pulled *m, const
   return ECC_OK;
 }
 
+/* A reason the shared entry and key checks gave ("FOUND entry 0: ..."),
+ * said again under the type that carried them. */
+static int named_as(const struct why *w, int rc, const char *type)
+{
+  if (w == NULL || w->buf == NULL || w->cap == 0 || strlen(w->buf) < 6 ||
+      strncmp(w->buf + 6, type, strlen(type)) == 0)
+    return rc;
+  char inner[256];
+  snprintf(inner, sizeof(inner), "%s", w->buf + 6); /* past "wire: " */
+  return fail(w, rc, "%s: %s", type, inner);
+}
+
+static int dec_describe(const uint8_t *b, size_t len, struct wire_describe *m, const struct why *w)
+{
+  if (len != DESCRIBE_BODY)
+    return fail(w, ECC_ERR_INVALID, "DESCRIBE body: length %zu, must be %u", len, DESCRIBE_BODY);
+  m->req_id = ld64(b);
+  m->token = ld64(b + 8);
+  return ECC_OK;
+}
+
+static int described_problem(int32_t status, const struct why *w)
+{
+  if (status < ECC_STATUS_MIN || status > ECC_OK)
+    return fail(w, ECC_ERR_INVALID,
+                "DESCRIBED status %d, must be ECC_OK or an ECC_ERR_* value (%d..0)", status,
+                ECC_STATUS_MIN);
+  return ECC_OK;
+}
+
+static int dec_described(const uint8_t *b, size_t len, struct wire_described *m,
+                         const struct why *w)
+{
+  if (len < DESCRIBED_FIXED)
+    return short_body("DESCRIBED", len, DESCRIBED_FIXED, w);
+  m->req_id = ld64(b);
+  m->status = (int32_t)ld32(b + 8);
+  uint32_t pad = ld32(b + 12);
+  int rc = described_problem(m->status, w);
+  if (rc == ECC_OK && pad != 0)
+    rc = fail(w, ECC_ERR_INVALID, "DESCRIBED pad %u, must be 0", pad);
+  if (rc != ECC_OK)
+    return rc;
+  struct rd r = {b + DESCRIBED_FIXED, len - DESCRIBED_FIXED};
+  if (m->status != ECC_OK) {
+    if (r.left != 0)
+      return fail(w, ECC_ERR_INVALID, "DESCRIBED status %d (%s) with %zu bytes after it", m->status,
+                  status_name(m->status), r.left);
+    return ECC_OK;
+  }
+  rc = take_entry(&r, 0, &m->entry, w);
+  if (rc == ECC_OK && m->entry.found != 1)
+    rc = fail(w, ECC_ERR_INVALID, "DESCRIBED with ECC_OK: the entry is absent");
+  if (rc == ECC_OK)
+    rc = take_key(&r, 0, &m->key, w);
+  if (rc == ECC_OK && r.left != 0)
+    rc = fail(w, ECC_ERR_INVALID, "DESCRIBED body: %zu bytes after the key", r.left);
+  return rc == ECC_OK ? rc : named_as(w, rc, "DESCRIBED");
+}
+
 static int decode_body(const uint8_t *b, size_t len, struct wire_msg *m, const struct why *w)
 {
   switch (m->h.type) {
@@ -562,6 +628,10 @@ static int decode_body(const uint8_t *b, size_t len, struct wire_msg *m, const s
     return dec_pull(b, len, &m->u.pull, w);
   case WIRE_PULLED:
     return dec_pulled(b, len, &m->u.pulled, w);
+  case WIRE_DESCRIBE:
+    return dec_describe(b, len, &m->u.describe, w);
+  case WIRE_DESCRIBED:
+    return dec_described(b, len, &m->u.described, w);
   default: /* decode_header let no other type through */
     return fail(w, ECC_ERR_INVALID, "header type %u, not a message type", m->h.type);
   }
@@ -650,7 +720,8 @@ size_t wire_encode_hello(uint8_t *buf, size_t cap, uint64_t seq, const struct wi
   uint8_t *p = put_header(buf, WIRE_HELLO, HELLO_BODY, seq);
   p = st64(p, m->layout_hash);
   p = st64(p, m->client_id);
-  st32(p, m->tp_rank);
+  p = st32(p, m->tp_rank);
+  st64(p, m->group_id);
   return WIRE_HEADER_BYTES + HELLO_BODY;
 }
 
@@ -811,6 +882,45 @@ size_t wire_encode_pulled(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_i
   return WIRE_HEADER_BYTES + PULLED_BODY;
 }
 
+size_t wire_encode_describe(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id, uint64_t token)
+{
+  if (!fits(buf, cap, DESCRIBE_BODY))
+    return 0;
+  uint8_t *p = put_header(buf, WIRE_DESCRIBE, DESCRIBE_BODY, seq);
+  p = st64(p, req_id);
+  st64(p, token);
+  return WIRE_HEADER_BYTES + DESCRIBE_BODY;
+}
+
+size_t wire_encode_described(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id,
+                             int32_t status, const struct wire_found_entry *entry, const char *key)
+{
+  if (described_problem(status, NULL) != ECC_OK)
+    return 0;
+  size_t body = DESCRIBED_FIXED, klen = 0;
+  if (status == ECC_OK) {
+    if (entry == NULL || entry->found != 1 || key == NULL)
+      return 0;
+    size_t eb = entries_bytes(entry, 1), kb = keys_bytes(&key, 1);
+    if (eb == 0 || kb == 0)
+      return 0;
+    klen = kb - KEY_FIXED;
+    body += eb + kb;
+  }
+  if (!fits(buf, cap, body))
+    return 0;
+  uint8_t *p = put_header(buf, WIRE_DESCRIBED, body, seq);
+  p = st64(p, req_id);
+  p = st32(p, (uint32_t)status);
+  p = st32(p, 0);
+  if (status == ECC_OK) {
+    p = put_entry(p, entry);
+    p = st16(p, (uint32_t)klen);
+    stbytes(p, key, klen);
+  }
+  return WIRE_HEADER_BYTES + body;
+}
+
 void wire_encode_data(uint8_t out[WIRE_DATA_HEADER_BYTES], uint64_t req_id, uint64_t offset)
 {
   uint8_t *p = st32(out, WIRE_MAGIC);
@@ -869,6 +979,12 @@ size_t wire_max_bytes(enum wire_type type)
     break;
   case WIRE_PULLED:
     body = PULLED_BODY;
+    break;
+  case WIRE_DESCRIBE:
+    body = DESCRIBE_BODY;
+    break;
+  case WIRE_DESCRIBED:
+    body = DESCRIBED_FIXED + ENTRY_FIXED + WIRE_MAX_RUNS * RUN_BYTES + KEY_FIXED + ECC_KEY_MAX;
     break;
   default:
     return 0;

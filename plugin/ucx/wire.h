@@ -39,7 +39,7 @@
 #include "ecc_common.h"
 
 #define WIRE_MAGIC 0x57434345u /* "ECCW" read as little-endian bytes */
-#define WIRE_VERSION 1u
+#define WIRE_VERSION 2u
 #define WIRE_HEADER_BYTES 24u
 #define WIRE_MAX_BODY (1u << 20) /* no message body is longer */
 #define WIRE_MAX_KEYS 256u       /* keys per LOOKUP, entries per FOUND */
@@ -59,7 +59,9 @@
   X(PING, 7)             \
   X(PONG, 8)             \
   X(PULL, 9)             \
-  X(PULLED, 10)
+  X(PULLED, 10)          \
+  X(DESCRIBE, 11)        \
+  X(DESCRIBED, 12)
 
 enum wire_type {
 #define WIRE_TYPE_ENUM(name, value) WIRE_##name = value,
@@ -90,6 +92,8 @@ struct wire_hello {
   uint64_t layout_hash; /* wire_layout_hash of the client's configuration */
   uint64_t client_id;   /* random per client process start: names it in the server's logs */
   uint32_t tp_rank;     /* the client's rank, for logs */
+  uint64_t group_id;    /* the client host's processes that share one region: the pins of
+                         * one are the others' to describe, pull and release; 0: none */
 };
 
 struct wire_welcome {
@@ -160,6 +164,21 @@ struct wire_pulled {
   int32_t status;  /* an ECC_ERR_* value: why no (more) bytes come */
 };
 
+/* A client process asks what a pin another process of its group took is
+ * (a token handed from a scheduler to a worker): the server answers with
+ * DESCRIBED, the entry and its key, or the error. */
+struct wire_describe {
+  uint64_t req_id; /* echoed by DESCRIBED */
+  uint64_t token;  /* the server's pin token */
+};
+
+struct wire_described {
+  uint64_t req_id;               /* the DESCRIBE's */
+  int32_t status;                /* ECC_OK, or why not (ECC_ERR_CLOSED: no pin of the group) */
+  struct wire_found_entry entry; /* with ECC_OK: found 1; else all 0 */
+  struct wire_key key;           /* with ECC_OK: the entry's key; else len 0 (view) */
+};
+
 struct wire_ping {
   uint64_t nonce; /* echoed by PONG */
 };
@@ -177,6 +196,8 @@ struct wire_msg {
     struct wire_ping ping; /* PING and PONG */
     struct wire_pull pull;
     struct wire_pulled pulled;
+    struct wire_describe describe;
+    struct wire_described described;
   } u;
 };
 
@@ -211,6 +232,12 @@ size_t wire_encode_ping(uint8_t *buf, size_t cap, uint64_t seq, int pong, uint64
 
 size_t wire_encode_pull(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id, uint64_t token);
 size_t wire_encode_pulled(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id, int32_t status);
+size_t wire_encode_describe(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id,
+                            uint64_t token);
+/* With status ECC_OK, entry (found) and key describe the pin; otherwise both
+ * are ignored (may be NULL). */
+size_t wire_encode_described(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id,
+                             int32_t status, const struct wire_found_entry *entry, const char *key);
 
 /* The header of a data message, which carries bytes of a pulled entry as
  * its payload (a separate active message, so that the bytes need no copy
