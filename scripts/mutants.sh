@@ -111,6 +111,7 @@ ucx-kept-copy-not-written @@ plugin/ucx/client.c @@     memcpy(local + done, dat
 ucx-ipv6-prefers-nothing @@ plugin/ucx/net.c @@ st = ucp_config_modify(cfg, "AF_PRIO", "inet6"); @@ st = UCS_OK;
 ucx-groups-ignored @@ plugin/ucx/server.c @@ return b->peer != NULL && b->welcomed && a->group_id != 0 && b->group_id == a->group_id; @@ return false && a && b;
 ucx-pins-dropped-not-handed-over @@ plugin/ucx/server.c @@ (void)hand_over(s, ss); @@ (void)s;
+ucx-close-forced @@ plugin/ucx/net.c @@ bool force = atomic_load(&peer->failed); @@ bool force = true;
 dir-new-entry-unmarked @@ plugin/shm/directory.c @@ hand passes it once before it may be evicted. */\n  e->marked = 1; @@ hand passes it once before it may be evicted. */\n  e->marked = 0;
 EOF
 }

@@ -695,6 +695,10 @@ Test(ucx_plugin, a_token_looked_up_in_one_process_is_loaded_by_the_others_of_its
 
   /* The scheduler goes; its pins pass to the workers' sessions. */
   cr_assert_eq(ecc_close(sched), ECC_OK);
+  /* The server notices the closed link within milliseconds here: give it
+   * time enough to have dropped the pin, had it not handed it over. */
+  for (int t = 0; t < 60 && pins_on(srv, "shared") == 1; t++)
+    usleep(5000);
   cr_expect_eq(pins_on(srv, "shared"), 1u, "the scheduler's pin went with it");
   cr_expect_eq(worker_load(&w1, e.token), ECC_OK, "the first worker's load (a pull)");
   cr_expect_eq(worker_load(&w2, e.token), ECC_OK, "the second worker's (from the host's copy)");
@@ -705,5 +709,30 @@ Test(ucx_plugin, a_token_looked_up_in_one_process_is_loaded_by_the_others_of_its
   cr_expect_eq(worker_load(&w1, e.token), ECC_ERR_CLOSED, "a token used up");
   worker_stop(&w1);
   worker_stop(&w2);
+  cr_assert_eq(ecc_close(srv), ECC_OK);
+}
+
+/* A client that closes with pins held, alone in its group: the server
+ * learns of the close at once and drops them. Before, the close was forced,
+ * which told the server nothing while another client (here in another
+ * process) was connected, and the pins stayed. */
+Test(ucx_plugin, a_closed_client_s_pins_are_dropped_by_the_server)
+{
+  uint16_t port = th_free_port();
+  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
+  produce(srv, "left", 3 * BS);
+  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  struct worker other; /* another client, in another process, stays connected */
+  worker_start(&other, ucx_ini("client", th_region_name(), BS, port, NULL));
+  const char *keys[] = {"left"};
+  ecc_entry_t e;
+  cr_assert_eq(ecc_lookup(cli, keys, 1, 4, &e), ECC_OK);
+  cr_assert_eq(e.state, ECC_ENTRY_READY);
+  cr_assert_eq(pins_on(srv, "left"), 1u);
+  cr_assert_eq(ecc_close(cli), ECC_OK);
+  for (int t = 0; t < 200 && pins_on(srv, "left") != 0; t++)
+    usleep(5000);
+  cr_expect_eq(pins_on(srv, "left"), 0u, "the closed client's pin is still held");
+  worker_stop(&other);
   cr_assert_eq(ecc_close(srv), ECC_OK);
 }

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * client.c - the consumer host's side (client.h): the handshake, lookups
- * waited for with a deadline, the remote pins this process holds, pulls
- * (data messages into a local reservation and the destination at once, or
- * into the destination alone), and the completions only the client can
+ * waited for with a deadline, the remote pins this process holds or
+ * borrowed from its group, pulls (data messages into a local reservation
+ * and the destination at once, into a reservation a held GPU copy reads,
+ * or into the destination alone), and the completions only the client can
  * report.
  */
 #include "client.h"

@@ -2,15 +2,18 @@
 /*
  * client.h - the consumer host's side of the ucx plugin: lookups go to the
  * server, which pins what it finds; a load asks the server for the entry's
- * bytes, which arrive as data messages into the local region (its directory
- * keeps the entry under the same key), then the local engine copies them to
- * the destination and the server's pin is released. With ucx.cache = false
- * the bytes land in the destination as they arrive, and nothing is kept.
+ * bytes, which arrive as data messages into a reservation in the local
+ * region (its directory then keeps the entry under the same key), and the
+ * server's pin is released. With the host engine each chunk is also written
+ * to the destination as it arrives; with the CUDA engine the copy to the
+ * destination is queued on the caller's stream at once and held on the
+ * device until the last chunk is in. With ucx.cache = false (host engine
+ * only) the bytes land in the destination alone and nothing is kept.
  *
- * Tokens of remote pins are valid in the process that looked them up. A
- * load's completion is reported by poll, like the shm connector's; its
- * copy to the destination starts once the bytes have arrived, so the host
- * engine only (it takes no streams): a CUDA engine is refused at create.
+ * Tokens are usable by every process of the host's group (those sharing
+ * the region): one that a process did not look up itself is described by
+ * the server first. A load's completion is reported by poll, like the shm
+ * connector's.
  */
 #ifndef ECC_UCX_CLIENT_H
 #define ECC_UCX_CLIENT_H
@@ -35,8 +38,9 @@ int ucx_client_unpin(struct ucx_client *cl, uint64_t token);
 /* Failed pulls first, then the local connector's completions. */
 int ucx_client_poll(struct ucx_client *cl, ecc_completion_v1_t *out, size_t cap, size_t *n_out);
 
-/* Waits for pulls in flight (at most the deadline), releases the remote
- * pins still held, disconnects, frees. */
+/* Waits for pulls in flight (at most the deadline), disconnects (the
+ * server then hands the pins still held to another process of the group,
+ * or drops them), frees. */
 void ucx_client_stop(struct ucx_client *cl);
 
 #endif

@@ -29,6 +29,7 @@
 /* How long the progress thread sleeps when nothing happens: the longest a
  * stop request waits, since ucp_worker_signal wakes it at once otherwise. */
 #define NET_IDLE_MS 100
+#define NET_CLOSE_MS 500 /* a graceful close, before it is forced */
 
 struct net_peer {
   struct net *net;
@@ -679,23 +680,33 @@ int net_create(const struct net_params *p, struct net **out, char *why, size_t w
   return rc;
 }
 
-/* Closes an endpoint, forcing it when the peer is gone (a graceful close
- * would wait for a peer that never answers). */
+/* Closes an endpoint: gracefully while the peer lives, so that it learns
+ * of the close at once (a forced close tells it nothing, and a server then
+ * kept a gone client's session and pins); forced when the peer failed. A
+ * graceful close the peer has not answered within NET_CLOSE_MS is left to
+ * the worker's destruction. */
 static void close_ep(struct net *n, struct net_peer *peer)
 {
   if (peer->rkey != NULL)
     ucp_rkey_destroy(peer->rkey);
+  peer->rkey = NULL;
   if (peer->ep == NULL)
     return;
+  bool force = atomic_load(&peer->failed);
   ucp_request_param_t rp = {0};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  rp.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   ucs_status_ptr_t r = ucp_ep_close_nbx(peer->ep, &rp);
-  if (UCS_PTR_IS_PTR(r)) {
-    while (ucp_request_check_status(r) == UCS_INPROGRESS)
-      ucp_worker_progress(n->worker);
-    ucp_request_free(r);
-  }
+  peer->ep = NULL;
+  if (!UCS_PTR_IS_PTR(r))
+    return;
+  uint64_t deadline = ecc_now_ns() + NET_CLOSE_MS * 1000000ull;
+  while (ucp_request_check_status(r) == UCS_INPROGRESS && (force || ecc_now_ns() < deadline))
+    ucp_worker_progress(n->worker);
+  if (ucp_request_check_status(r) == UCS_INPROGRESS)
+    log_msg(n->p.log, ECC_LOG_DEBUG, "ucx: a peer did not answer a close within %u ms",
+            NET_CLOSE_MS);
+  ucp_request_free(r); /* released by UCX when it completes, if it has not */
 }
 
 void net_destroy(struct net *n)
