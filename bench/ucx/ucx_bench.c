@@ -9,7 +9,10 @@
  *                                    images of 880 rows, then serves
  *   ecc-ucx-bench client ADDR:PORT   looks each image up and loads it (every
  *                                    byte checked), then times raw pushes;
- *                                    prints one line per row size
+ *                                    prints one line per row size; with a
+ *                                    GPU, also into device memory through
+ *                                    the CUDA engine, and into host memory
+ *                                    followed by a cudaMemcpy
  *   ecc-ucx-bench raw-server ADDR:PORT  the raw side's sender
  * Options: --rows LIST (bytes per row, default 3072,65536,2097152),
  * --entries N (default 4), --plugin PATH, --region-dir DIR.
@@ -24,6 +27,7 @@
 
 #include "clock.h"
 #include "ecc_host.h"
+#include "gpu_dst.h"
 #include "net.h"
 #include "wire.h"
 
@@ -49,7 +53,7 @@ static uint8_t byte_of(uint64_t i, unsigned k)
 }
 
 static const char *ini_for(const struct opts *o, const char *role, uint64_t block, uint64_t bytes,
-                           bool cache)
+                           bool cache, const char *engine)
 {
   static char path[64];
   snprintf(path, sizeof(path), "/tmp/ecc-ucx-bench-%d.ini", (int)getpid());
@@ -57,13 +61,14 @@ static const char *ini_for(const struct opts *o, const char *role, uint64_t bloc
   if (f == NULL)
     die("cannot write the INI file");
   fprintf(f,
-          "[plugin]\npath = %s\nlog_level = warn\n[region]\nname = ucxbench-%s%s-%d\n%s%s%s"
-          "block_size = %" PRIu64 "\nsize = %" PRIu64 "\n[engine]\ntype = host\n"
+          "[plugin]\npath = %s\nlog_level = warn\n[region]\nname = ucxbench-%s%s-%s-%d\n%s%s%s"
+          "block_size = %" PRIu64 "\nsize = %" PRIu64 "\n[engine]\ntype = %s\n"
           "[directory]\nenabled = true\n[ucx]\nrole = %s\naddress = %s\ndeadline_ms = 10000\n"
           "cache = %s\n",
-          o->plugin, role, cache ? "" : "-direct", (int)getpid(), o->region_dir ? "dir = " : "",
-          o->region_dir ? o->region_dir : "", o->region_dir ? "\n" : "", block, bytes, role,
-          o->address, cache ? "true" : "false");
+          o->plugin, role, cache ? "" : "-direct", engine, (int)getpid(),
+          o->region_dir ? "dir = " : "", o->region_dir ? o->region_dir : "",
+          o->region_dir ? "\n" : "", block, bytes, engine, role, o->address,
+          cache ? "true" : "false");
   fclose(f);
   return path;
 }
@@ -103,7 +108,7 @@ static void run_server(const struct opts *o)
   uint64_t block = o->rows[o->n_rows - 1], total = 0;
   for (unsigned s = 0; s < o->n_rows; s++)
     total += (uint64_t)o->entries * ((ROWS_PER_IMAGE * o->rows[s] + block - 1) / block) * block;
-  ecc_connector_t *c = open_or_die(ini_for(o, "server", block, total + block, true));
+  ecc_connector_t *c = open_or_die(ini_for(o, "server", block, total + block, true, "host"));
   for (unsigned s = 0; s < o->n_rows; s++)
     for (unsigned k = 0; k < o->entries; k++) {
       uint64_t n = ROWS_PER_IMAGE * o->rows[s];
@@ -242,11 +247,31 @@ static double raw_rate(struct raw *r, uint64_t bytes, unsigned times)
 
 /* ---- the client ---- */
 
+/* Where a pass's loads go: host memory, checked there; device memory
+ * (dev), read back into host for the check; or host memory then copied to
+ * dev within the timed span (upload). */
+struct target {
+  uint8_t *host;
+  void *dev;
+  bool upload;
+};
+
+static void check_image(const struct target *t, uint64_t n, unsigned k)
+{
+  if (t->dev != NULL && !t->upload && gpu_dst_read(t->dev, t->host, n) != 0)
+    die("reading the device memory back failed");
+  for (uint64_t i = 0; i < n; i++)
+    if (t->host[i] != byte_of(i, k))
+      die("WRONG BYTES");
+}
+
 /* Each image of row size s pulled once: GB/s. The client's copies are
  * removed afterwards, so that the next pass crosses the link again. */
-static double pull_pass(ecc_connector_t *c, const struct opts *o, unsigned s, uint8_t *dst)
+static double pull_pass(ecc_connector_t *c, const struct opts *o, unsigned s,
+                        const struct target *t)
 {
   uint64_t n = ROWS_PER_IMAGE * o->rows[s], spent = 0;
+  uint8_t *into = t->dev != NULL && !t->upload ? t->dev : t->host;
   for (unsigned k = 0; k < o->entries; k++) {
     char key[64];
     snprintf(key, sizeof(key), "rows%" PRIu64 "-%u", o->rows[s], k);
@@ -255,15 +280,15 @@ static double pull_pass(ecc_connector_t *c, const struct opts *o, unsigned s, ui
     uint64_t t0 = ecc_now_ns();
     if (ecc_lookup(c, keys, 1, 1, &e) != ECC_OK || e.state != ECC_ENTRY_READY)
       die("lookup failed");
-    ecc_load_pinned_t lp = {k, e.token, (uint64_t)(uintptr_t)dst, n};
+    ecc_load_pinned_t lp = {k, e.token, (uint64_t)(uintptr_t)into, n};
     ecc_completion_t done;
     if (ecc_load_pinned(c, &lp, 1, NULL) != ECC_OK)
       die("load failed");
     wait_one(c, &done);
+    if (t->upload && gpu_dst_upload(t->dev, t->host, n) != 0)
+      die("cudaMemcpy to the device failed");
     spent += ecc_now_ns() - t0;
-    for (uint64_t i = 0; i < n; i++)
-      if (dst[i] != byte_of(i, k))
-        die("WRONG BYTES");
+    check_image(t, n, k);
   }
   for (unsigned k = 0; k < o->entries; k++) {
     char key[64];
@@ -277,10 +302,11 @@ static double pull_pass(ecc_connector_t *c, const struct opts *o, unsigned s, ui
 
 /* The first pass touches the client's region pages for the first time (a
  * cost paid once per region): the figure is the better of the next two. */
-static double pull_rate(ecc_connector_t *c, const struct opts *o, unsigned s, uint8_t *dst)
+static double pull_rate(ecc_connector_t *c, const struct opts *o, unsigned s,
+                        const struct target *t)
 {
-  (void)pull_pass(c, o, s, dst);
-  double a = pull_pass(c, o, s, dst), b = pull_pass(c, o, s, dst);
+  (void)pull_pass(c, o, s, t);
+  double a = pull_pass(c, o, s, t), b = pull_pass(c, o, s, t);
   return a > b ? a : b;
 }
 
@@ -288,25 +314,39 @@ static void run_client(const struct opts *o)
 {
   uint64_t most = ROWS_PER_IMAGE * o->rows[o->n_rows - 1];
   uint64_t block = o->rows[o->n_rows - 1];
-  ecc_connector_t *c = open_or_die(ini_for(o, "client", block, most + block, true));
+  ecc_connector_t *c = open_or_die(ini_for(o, "client", block, most + block, true, "host"));
   /* The same pulls landing in the destination, nothing kept (ucx.cache = false). */
-  ecc_connector_t *direct = open_or_die(ini_for(o, "client", block, block, false));
+  ecc_connector_t *direct = open_or_die(ini_for(o, "client", block, block, false, "host"));
   static struct raw r;
   if (raw_open(&r, o, 0, most) != ECC_OK)
     exit(1);
-  uint8_t *dst = malloc(most);
-  if (dst == NULL)
+  struct target host = {malloc(most), NULL, false};
+  if (host.host == NULL)
     die("out of memory");
-  printf("%-10s %12s %14s %14s %14s\n", "row bytes", "image bytes", "ecc GB/s", "no-cache GB/s",
+  /* With a GPU: the pulls into device memory through the CUDA engine, and
+   * the host pulls followed by a cudaMemcpy, as a host would do without. */
+  void *dev = gpu_dst_alloc(most);
+  struct target gpu = {host.host, dev, false}, upload = {host.host, dev, true};
+  ecc_connector_t *cuda =
+      dev != NULL ? open_or_die(ini_for(o, "client", block, most + block, true, "cuda")) : NULL;
+  printf("%-10s %12s %14s %14s %14s", "row bytes", "image bytes", "ecc GB/s", "no-cache GB/s",
          "raw UCX GB/s");
+  printf(dev != NULL ? " %14s %16s\n" : "\n", "ecc->GPU GB/s", "host+memcpy GB/s");
   for (unsigned s = 0; s < o->n_rows; s++) {
-    double ours = pull_rate(c, o, s, dst);
-    double landed = pull_rate(direct, o, s, dst);
+    double ours = pull_rate(c, o, s, &host);
+    double landed = pull_rate(direct, o, s, &host);
     double raw = raw_rate(&r, ROWS_PER_IMAGE * o->rows[s], o->entries);
-    printf("%-10" PRIu64 " %12" PRIu64 " %14.3f %14.3f %14.3f\n", o->rows[s],
+    printf("%-10" PRIu64 " %12" PRIu64 " %14.3f %14.3f %14.3f", o->rows[s],
            ROWS_PER_IMAGE * o->rows[s], ours, landed, raw);
+    if (dev != NULL)
+      printf(" %14.3f %16.3f", pull_rate(cuda, o, s, &gpu), pull_rate(c, o, s, &upload));
+    printf("\n");
   }
   net_destroy(r.net);
+  if (cuda != NULL)
+    ecc_close(cuda);
+  gpu_dst_free(dev);
+  free(host.host);
   ecc_close(direct);
   ecc_close(c);
 }
