@@ -862,14 +862,22 @@ size_t wire_encode_ping(uint8_t *buf, size_t cap, uint64_t seq, int pong, uint64
   return WIRE_HEADER_BYTES + PING_BODY;
 }
 
-size_t wire_encode_pull(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id, uint64_t token)
+/* PULL and DESCRIBE: a request id and a token, 16 bytes. */
+static size_t encode_token_request(uint8_t *buf, size_t cap, enum wire_type type, uint64_t seq,
+                                   uint64_t req_id, uint64_t token)
 {
+  _Static_assert(PULL_BODY == 16 && DESCRIBE_BODY == 16, "both bodies are req_id, token");
   if (!fits(buf, cap, PULL_BODY))
     return 0;
-  uint8_t *p = put_header(buf, WIRE_PULL, PULL_BODY, seq);
+  uint8_t *p = put_header(buf, type, PULL_BODY, seq);
   p = st64(p, req_id);
   st64(p, token);
   return WIRE_HEADER_BYTES + PULL_BODY;
+}
+
+size_t wire_encode_pull(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id, uint64_t token)
+{
+  return encode_token_request(buf, cap, WIRE_PULL, seq, req_id, token);
 }
 
 size_t wire_encode_pulled(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id, int32_t status)
@@ -884,12 +892,7 @@ size_t wire_encode_pulled(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_i
 
 size_t wire_encode_describe(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id, uint64_t token)
 {
-  if (!fits(buf, cap, DESCRIBE_BODY))
-    return 0;
-  uint8_t *p = put_header(buf, WIRE_DESCRIBE, DESCRIBE_BODY, seq);
-  p = st64(p, req_id);
-  st64(p, token);
-  return WIRE_HEADER_BYTES + DESCRIBE_BODY;
+  return encode_token_request(buf, cap, WIRE_DESCRIBE, seq, req_id, token);
 }
 
 size_t wire_encode_described(uint8_t *buf, size_t cap, uint64_t seq, uint64_t req_id,

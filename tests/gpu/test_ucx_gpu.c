@@ -107,8 +107,11 @@ static pid_t start_server(uint16_t port)
   return pid;
 }
 
+/* pid 0: stopped already. */
 static void stop_server(pid_t pid)
 {
+  if (pid <= 0)
+    return;
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
 }
@@ -172,21 +175,50 @@ static uint32_t pins_on(ecc_connector_t *c, const char *key)
   return pins;
 }
 
-Test(ucx_gpu, a_pulled_entry_lands_in_device_memory_in_stream_order, .timeout = 120)
+/* A server process, a client with the CUDA engine, a stream of the
+ * caller's, and room for the larger entry on the device and in pinned
+ * host memory (where it is read back). */
+struct rig {
+  pid_t pid;
+  ecc_connector_t *c;
+  cudaStream_t s;
+  void *dst;
+  uint8_t *host;
+};
+
+static void rig_up(struct rig *r, const char *client_extra)
 {
   need_gpu();
   uint16_t port = th_free_port();
-  pid_t pid = start_server(port);
-  ecc_connector_t *c = open_client(port, "deadline_ms = 3000\n");
-  cudaStream_t s;
-  ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
-  uint64_t n = sizes[1];
-  void *dst;
-  uint8_t *host;
-  ck(cudaMalloc(&dst, n), "cudaMalloc");
-  ck(cudaMallocHost((void **)&host, n), "cudaMallocHost");
-  ck(cudaMemset(dst, 0, n), "memset");
+  r->pid = start_server(port);
+  r->c = open_client(port, client_extra);
+  ck(cudaStreamCreateWithFlags(&r->s, cudaStreamNonBlocking), "stream");
+  ck(cudaMalloc(&r->dst, sizes[1]), "cudaMalloc");
+  ck(cudaMallocHost((void **)&r->host, sizes[1]), "cudaMallocHost");
+  ck(cudaMemset(r->dst, 0, sizes[1]), "memset");
   ck(cudaDeviceSynchronize(), "memset");
+}
+
+/* The server is killed here if the test has not already. */
+static void rig_down(struct rig *r)
+{
+  cr_assert_eq(ecc_close(r->c), ECC_OK);
+  stop_server(r->pid);
+  cudaFreeHost(r->host);
+  cudaFree(r->dst);
+  cudaStreamDestroy(r->s);
+}
+
+Test(ucx_gpu, a_pulled_entry_lands_in_device_memory_in_stream_order, .timeout = 120)
+{
+  struct rig r;
+  rig_up(&r, "deadline_ms = 3000\n");
+  ecc_connector_t *c = r.c;
+  cudaStream_t s = r.s;
+  pid_t pid = r.pid;
+  uint64_t n = sizes[1];
+  void *dst = r.dst;
+  uint8_t *host = r.host;
 
   /* The server is stopped: the bytes come only after the read back was
    * queued, and the stream must wait for them. */
@@ -225,12 +257,7 @@ Test(ucx_gpu, a_pulled_entry_lands_in_device_memory_in_stream_order, .timeout = 
   cr_expect_eq(wrong_bytes(host, small), 0u, "bytes on the legacy stream are wrong");
   done = one_completion(c);
   cr_expect_eq(done.status, ECC_OK);
-
-  cr_assert_eq(ecc_close(c), ECC_OK);
-  stop_server(pid);
-  cudaFreeHost(host);
-  cudaFree(dst);
-  cudaStreamDestroy(s);
+  rig_down(&r);
 }
 
 /* The server stops, then dies, while a load is held: each time the stream
@@ -238,17 +265,14 @@ Test(ucx_gpu, a_pulled_entry_lands_in_device_memory_in_stream_order, .timeout = 
  * fails; the client keeps no copy. */
 Test(ucx_gpu, a_stopped_or_killed_server_releases_the_stream_with_an_error, .timeout = 120)
 {
-  need_gpu();
-  uint16_t port = th_free_port();
-  pid_t pid = start_server(port);
-  ecc_connector_t *c = open_client(port, "deadline_ms = 300\n");
-  cudaStream_t s;
-  ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  struct rig r;
+  rig_up(&r, "deadline_ms = 300\n");
+  ecc_connector_t *c = r.c;
+  cudaStream_t s = r.s;
+  pid_t pid = r.pid;
   uint64_t n = sizes[1];
-  void *dst;
-  uint8_t *host;
-  ck(cudaMalloc(&dst, n), "cudaMalloc");
-  ck(cudaMallocHost((void **)&host, n), "cudaMallocHost");
+  void *dst = r.dst;
+  uint8_t *host = r.host;
 
   uint64_t token = lookup_one(c, "g-1");
   kill(pid, SIGSTOP);
@@ -266,8 +290,8 @@ Test(ucx_gpu, a_stopped_or_killed_server_releases_the_stream_with_an_error, .tim
   /* The server resumes; the next lookup makes a new link. Then it dies. */
   kill(pid, SIGCONT);
   token = lookup_one(c, "g-1");
-  kill(pid, SIGKILL);
-  waitpid(pid, NULL, 0);
+  stop_server(pid);
+  r.pid = 0;
   ecc_load_pinned_t lp = {9, token, (uint64_t)(uintptr_t)dst, n};
   int rc = ecc_load_pinned(c, &lp, 1, s);
   if (rc == ECC_OK) {
@@ -279,10 +303,7 @@ Test(ucx_gpu, a_stopped_or_killed_server_releases_the_stream_with_an_error, .tim
   } else {
     cr_expect_eq(rc, ECC_ERR_TRANSFER, "load_pinned after the server died: %d", rc);
   }
-  cr_assert_eq(ecc_close(c), ECC_OK);
-  cudaFreeHost(host);
-  cudaFree(dst);
-  cudaStreamDestroy(s);
+  rig_down(&r);
 }
 
 Test(ucx_gpu, the_cuda_engine_without_the_cache_is_refused_by_name)
