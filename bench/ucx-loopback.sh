@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # bench/ucx-loopback.sh [BUILD_DIR] [ecc-ucx-bench options] - ecc-ucx-bench's
-# server, raw sender and client on one host over TCP on the loopback, for a
-# machine where network namespaces cannot be made (bench/ucx-netns.sh is
-# the measurement between two hosts' worth of stacks, with iperf3). With a
-# GPU the client adds its device-memory columns. Leaves nothing behind.
+# server, raw sender and client on one host over TCP on the loopback, with
+# no namespaces and no iperf3 (bench/ucx-netns.sh measures between two
+# network namespaces, against iperf3). With a GPU the client adds its
+# device-memory columns. Leaves nothing behind.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"

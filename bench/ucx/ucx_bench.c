@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ucx_bench.c - ecc-ucx-bench: entries pulled across hosts through
- * libecc-ucx.so, against raw UCX data messages of the same bytes over the
- * same link. bench/ucx-netns.sh runs it between two network namespaces,
+ * libecc-ucx.so, against raw UCX data messages and raw UCX gets (RMA) of the
+ * same bytes over the same link. bench/ucx-netns.sh runs it between two network namespaces,
  * with iperf3 on the same veth for the link's own limit.
  *
  *   ecc-ucx-bench server ADDR:PORT   saves, for each row size, ENTRIES
@@ -144,6 +144,7 @@ struct raw {
   uint64_t bytes;
   _Atomic uint64_t got;
   atomic_int inflight;
+  atomic_bool keyed; /* client: the server's region key arrived (for gets) */
 };
 
 static void raw_sent(void *arg, int status)
@@ -154,12 +155,31 @@ static void raw_sent(void *arg, int status)
   atomic_fetch_sub(&r->inflight, 1);
 }
 
-/* A request (its bytes: 8, the size wanted) makes the raw server push that
- * many bytes back in RAW_CHUNK messages. */
+/* Its region's base and packed key, for a client's gets. */
+static void send_key(struct raw *r, struct net_peer *p)
+{
+  const void *rkey;
+  size_t len;
+  uint64_t base;
+  static uint8_t msg[8 + 4096];
+  if (net_region_key(r->net, &rkey, &len, &base) != ECC_OK || len > sizeof(msg) - 8)
+    die("the raw region has no key");
+  memcpy(msg, &base, 8);
+  memcpy(msg + 8, rkey, len);
+  if (net_send(r->net, p, msg, 8 + len) != ECC_OK)
+    die("sending the raw region's key failed");
+}
+
+/* A request of 8 bytes (the size wanted) makes the raw server push that
+ * many bytes back in RAW_CHUNK messages; one of 1 byte asks for its key. */
 static void raw_server_msg(void *user, struct net_peer *p, const uint8_t *buf, size_t len)
 {
   struct raw *r = user;
   uint64_t want;
+  if (len == 1) {
+    send_key(r, p);
+    return;
+  }
   if (len != sizeof(want))
     return;
   memcpy(&want, buf, sizeof(want));
@@ -184,6 +204,18 @@ static void raw_client_data(void *user, struct net_peer *p, const uint8_t *hdr, 
   atomic_fetch_add(&r->got, len);
 }
 
+static void raw_client_msg(void *user, struct net_peer *p, const uint8_t *buf, size_t len)
+{
+  struct raw *r = user;
+  uint64_t base;
+  if (len <= 8)
+    return;
+  memcpy(&base, buf, 8);
+  if (net_peer_region(r->net, p, buf + 8, len - 8, base) != ECC_OK)
+    die("the raw server's key was refused");
+  atomic_store(&r->keyed, true);
+}
+
 static int raw_open(struct raw *r, const struct opts *o, int server, uint64_t bytes)
 {
   char host[64];
@@ -198,15 +230,15 @@ static int raw_open(struct raw *r, const struct opts *o, int server, uint64_t by
   if (r->buf == NULL)
     die("out of memory");
   memset(r->buf, 0x5a, bytes);
-  struct net_params np = {
-      .server = server,
-      .addr = host,
-      .port = (uint16_t)(atoi(colon + 1) + 1),
-      .transports = "tcp",
-      .region = r->buf,
-      .region_bytes = bytes,
-      .log = &r->log,
-      .cb = {r, NULL, server ? raw_server_msg : NULL, NULL, server ? NULL : raw_client_data}};
+  struct net_params np = {.server = server,
+                          .addr = host,
+                          .port = (uint16_t)(atoi(colon + 1) + 1),
+                          .transports = "tcp",
+                          .region = r->buf,
+                          .region_bytes = bytes,
+                          .log = &r->log,
+                          .cb = {r, NULL, server ? raw_server_msg : raw_client_msg, NULL,
+                                 server ? NULL : raw_client_data}};
   char why[256];
   int rc = net_create(&np, &r->net, why, sizeof(why));
   if (rc != ECC_OK)
@@ -226,6 +258,12 @@ static void run_raw_server(const struct opts *o)
     pause();
 }
 
+static double median3(const double v[3])
+{
+  double a = v[0], b = v[1], c = v[2];
+  return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+}
+
 /* GB/s of raw pushes of `bytes`, median of three. */
 static double raw_rate(struct raw *r, uint64_t bytes, unsigned times)
 {
@@ -241,8 +279,44 @@ static double raw_rate(struct raw *r, uint64_t bytes, unsigned times)
     }
     best[t] = (double)bytes * times / (double)(ecc_now_ns() - t0);
   }
-  double a = best[0], b = best[1], c = best[2];
-  return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+  return median3(best);
+}
+
+static void raw_got(void *arg, int status)
+{
+  struct raw *r = arg;
+  if (status != ECC_OK)
+    die("a raw get failed");
+  atomic_fetch_sub(&r->inflight, 1);
+}
+
+/* GB/s of raw gets of `bytes` from the server's region, RAW_CHUNK each and
+ * all in flight at once (the way a client would pull an entry by RMA),
+ * median of three. */
+static double raw_get_rate(struct raw *r, uint64_t bytes, unsigned times)
+{
+  struct net_peer *server = net_server_peer(r->net);
+  uint8_t ask = 'k';
+  if (!atomic_load(&r->keyed) && net_send(r->net, server, &ask, 1) != ECC_OK)
+    die("asking for the raw region's key failed");
+  while (!atomic_load(&r->keyed))
+    usleep(50);
+  double best[3];
+  for (int t = 0; t < 3; t++) {
+    uint64_t t0 = ecc_now_ns();
+    for (unsigned k = 0; k < times; k++) {
+      for (uint64_t off = 0; off < bytes; off += RAW_CHUNK) {
+        uint64_t n = bytes - off < RAW_CHUNK ? bytes - off : RAW_CHUNK;
+        atomic_fetch_add(&r->inflight, 1);
+        if (net_get(r->net, server, r->buf + off, n, off, raw_got, r) != ECC_OK)
+          die("a raw get was refused");
+      }
+      while (atomic_load(&r->inflight) > 0)
+        usleep(50);
+    }
+    best[t] = (double)bytes * times / (double)(ecc_now_ns() - t0);
+  }
+  return median3(best);
 }
 
 /* ---- the client ---- */
@@ -329,15 +403,16 @@ static void run_client(const struct opts *o)
   struct target gpu = {host.host, dev, false}, upload = {host.host, dev, true};
   ecc_connector_t *cuda =
       dev != NULL ? open_or_die(ini_for(o, "client", block, most + block, true, "cuda")) : NULL;
-  printf("%-10s %12s %14s %14s %14s", "row bytes", "image bytes", "ecc GB/s", "no-cache GB/s",
-         "raw UCX GB/s");
+  printf("%-10s %12s %14s %14s %14s %14s", "row bytes", "image bytes", "ecc GB/s", "no-cache GB/s",
+         "raw UCX GB/s", "raw get GB/s");
   printf(dev != NULL ? " %14s %16s\n" : "\n", "ecc->GPU GB/s", "host+memcpy GB/s");
   for (unsigned s = 0; s < o->n_rows; s++) {
     double ours = pull_rate(c, o, s, &host);
     double landed = pull_rate(direct, o, s, &host);
     double raw = raw_rate(&r, ROWS_PER_IMAGE * o->rows[s], o->entries);
-    printf("%-10" PRIu64 " %12" PRIu64 " %14.3f %14.3f %14.3f", o->rows[s],
-           ROWS_PER_IMAGE * o->rows[s], ours, landed, raw);
+    double got = raw_get_rate(&r, ROWS_PER_IMAGE * o->rows[s], o->entries);
+    printf("%-10" PRIu64 " %12" PRIu64 " %14.3f %14.3f %14.3f %14.3f", o->rows[s],
+           ROWS_PER_IMAGE * o->rows[s], ours, landed, raw, got);
     if (dev != NULL)
       printf(" %14.3f %16.3f", pull_rate(cuda, o, s, &gpu), pull_rate(c, o, s, &upload));
     printf("\n");
