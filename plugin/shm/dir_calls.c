@@ -455,6 +455,23 @@ int conn_save_reserved(struct conn *c, const ecc_save_reserved_v1_t *e, size_t n
 
 /* ---- loads of pinned entries ---------------------------------------------- */
 
+/* Whether e's destination can take the entry: ECC_OK, or the error,
+ * logged as `what`'s for entry idx. */
+static int check_dst(struct conn *c, const char *what, size_t idx, const ecc_load_pinned_v1_t *e,
+                     const struct dir_entry_info *info)
+{
+  if (e->dst == 0 || e->dst_capacity < info->nbytes)
+    return log_fail(&c->log, e->dst == 0 ? ECC_ERR_INVALID : ECC_ERR_RANGE,
+                    "%s: entry %zu (transfer %" PRIu64 ", %s): %s", what, idx, e->transfer_id,
+                    info->key,
+                    e->dst == 0 ? "NULL destination" : "destination smaller than the entry");
+  if (e->dst > UINT64_MAX - info->nbytes)
+    return log_fail(&c->log, ECC_ERR_INVALID,
+                    "%s: entry %zu (transfer %" PRIu64 "): destination wraps around", what, idx,
+                    e->transfer_id);
+  return ECC_OK;
+}
+
 /* Entry i's pin is live and its destination holds the entry: it is added
  * to the transfer (nothing in the directory changes). */
 static int add_pinned(struct conn *c, struct transfer *t, const ecc_load_pinned_v1_t *e, size_t idx)
@@ -467,15 +484,8 @@ static int add_pinned(struct conn *c, struct transfer *t, const ecc_load_pinned_
   if (rc != ECC_OK)
     return log_fail(&c->log, rc, "load_pinned: entry %zu (transfer %" PRIu64 "): %s", idx,
                     e->transfer_id, why[0] != '\0' ? why : "token 0 is no pin");
-  if (e->dst == 0 || e->dst_capacity < info.nbytes)
-    return log_fail(&c->log, e->dst == 0 ? ECC_ERR_INVALID : ECC_ERR_RANGE,
-                    "load_pinned: entry %zu (transfer %" PRIu64 ", %s): %s", idx, e->transfer_id,
-                    info.key,
-                    e->dst == 0 ? "NULL destination" : "destination smaller than the entry");
-  if (e->dst > UINT64_MAX - info.nbytes)
-    return log_fail(&c->log, ECC_ERR_INVALID,
-                    "load_pinned: entry %zu (transfer %" PRIu64 "): destination wraps around", idx,
-                    e->transfer_id);
+  if ((rc = check_dst(c, "load_pinned", idx, e, &info)) != ECC_OK)
+    return rc;
   add_runs(c, &t->view.desc, e->dst, &info, 0);
   t->done[t->n_done] = (struct done_rec){e->transfer_id, info.nbytes};
   t->tokens[t->n_done++] = e->token;
@@ -534,12 +544,9 @@ static int add_held(struct conn *c, struct transfer *t, const ecc_load_pinned_v1
   int rc = dir_claim(&c->dir, ref, &info, why, sizeof(why));
   if (rc != ECC_OK)
     return log_fail(&c->log, rc, "load (held, transfer %" PRIu64 "): %s", e->transfer_id, why);
-  if (e->dst == 0 || e->dst_capacity < info.nbytes || e->dst > UINT64_MAX - info.nbytes)
-    rc = log_fail(&c->log, ECC_ERR_INVALID,
-                  "load (held, transfer %" PRIu64 ", %s): destination too small or wrapping",
-                  e->transfer_id, info.key);
-  else if (desc_reserve(&t->view.desc, DIR_MAX_RUNS) != 0 || transfer_reserve_done(t, 1) != 0 ||
-           transfer_reserve_tokens(t, 1) != 0)
+  rc = check_dst(c, "load (held)", 0, e, &info);
+  if (rc == ECC_OK && (desc_reserve(&t->view.desc, DIR_MAX_RUNS) != 0 ||
+                       transfer_reserve_done(t, 1) != 0 || transfer_reserve_tokens(t, 1) != 0))
     rc = log_fail(&c->log, ECC_ERR_NOMEM, "load (held): out of memory");
   if (rc != ECC_OK) {
     dir_unclaim(&c->dir, ref);

@@ -53,8 +53,8 @@ struct pull {
   uint32_t n_local;
   ecc_extent_v1_t local[ECC_ENTRY_MAX_EXTENTS]; /* that reservation's blocks */
   bool direct;    /* the bytes land in dst itself (ucx.cache = false) */
-  bool twice;     /* host engine with the cache: each chunk lands in both */
-  uint32_t *hold; /* CUDA engine: the queued copy of the reservation waits for it */
+  uint32_t *hold; /* CUDA engine: the queued copy of the reservation waits for it; NULL: the host
+                   * engine, whose pulls with the cache write each chunk to dst too */
   uint64_t chunks, chunks_got;
   uint8_t *got; /* one byte per chunk: arrived */
   uint64_t started_ns;
@@ -162,6 +162,15 @@ static void took_refuse(struct ucx_client *cl, const struct wire_refuse *r)
   log_msg(cl->log, ECC_LOG_ERROR, "ucx: %s", text);
 }
 
+/* The call waiting for the answer to req_id, or NULL (lock held). */
+static struct waiter *waiter_of(struct ucx_client *cl, uint64_t req_id)
+{
+  struct waiter *w = cl->waiters;
+  while (w != NULL && w->req_id != req_id)
+    w = w->next;
+  return w;
+}
+
 static void took_found(struct ucx_client *cl, struct net_peer *peer, const struct wire_msg *m)
 {
   const struct wire_found *f = &m->u.found;
@@ -169,9 +178,7 @@ static void took_found(struct ucx_client *cl, struct net_peer *peer, const struc
   for (uint32_t i = 0; copy != NULL && i < f->n; i++)
     wire_found_entry(m, i, &copy[i]);
   pthread_mutex_lock(&cl->lock);
-  struct waiter *w = cl->waiters;
-  while (w != NULL && w->req_id != f->req_id)
-    w = w->next;
+  struct waiter *w = waiter_of(cl, f->req_id);
   if (w != NULL && !w->done) {
     w->done = true;
     w->status = f->n > 0 && copy == NULL ? ECC_ERR_NOMEM : f->status;
@@ -201,9 +208,7 @@ static void took_found(struct ucx_client *cl, struct net_peer *peer, const struc
 static void took_described(struct ucx_client *cl, const struct wire_described *d)
 {
   pthread_mutex_lock(&cl->lock);
-  struct waiter *w = cl->waiters;
-  while (w != NULL && w->req_id != d->req_id)
-    w = w->next;
+  struct waiter *w = waiter_of(cl, d->req_id);
   if (w != NULL && !w->done) {
     w->done = true;
     w->status = d->status;
@@ -544,13 +549,30 @@ static int wait_found(struct ucx_client *cl, struct waiter *w)
   while (*at != w)
     at = &(*at)->next;
   *at = w->next;
-  if (w->done)
-    return w->status;
-  if (cl->link != LINK_UP)
-    return ECC_ERR_TRANSFER;
-  snprintf(cl->link_why, sizeof(cl->link_why), "no answer to a lookup within %u ms",
-           cl->cfg.deadline_ms);
-  return ECC_ERR_TRANSFER;
+  return w->done ? w->status : ECC_ERR_TRANSFER;
+}
+
+/* Lists w for the answer to a new request id: ECC_OK, or ECC_ERR_TRANSFER
+ * when the link is down (w is listed all the same; wait_found unlists it). */
+static int waiter_start(struct ucx_client *cl, struct waiter *w)
+{
+  pthread_mutex_lock(&cl->lock);
+  int rc = cl->link == LINK_UP ? ECC_OK : ECC_ERR_TRANSFER;
+  w->req_id = ++cl->next_req;
+  w->next = cl->waiters;
+  cl->waiters = w;
+  pthread_mutex_unlock(&cl->lock);
+  return rc;
+}
+
+/* A server that did not answer `what` within the deadline is stopped or
+ * cut off: given up now, not after TCP's minutes (lock not held). */
+static int give_up(struct ucx_client *cl, const char *what)
+{
+  char why[96];
+  snprintf(why, sizeof(why), "no answer to a %s within %u ms", what, cl->cfg.deadline_ms);
+  net_peer_fail(cl->net, cl->peer, why);
+  return link_error(cl);
 }
 
 /* One LOOKUP of at most WIRE_MAX_KEYS keys. */
@@ -562,12 +584,7 @@ static int lookup_chunk(struct ucx_client *cl, const char *const *keys, uint32_t
   if (buf == NULL)
     return log_fail(cl->log, ECC_ERR_NOMEM, "ucx: out of memory");
   struct waiter w = {0};
-  pthread_mutex_lock(&cl->lock);
-  int rc = cl->link == LINK_UP ? ECC_OK : ECC_ERR_TRANSFER;
-  w.req_id = ++cl->next_req;
-  w.next = cl->waiters;
-  cl->waiters = &w;
-  pthread_mutex_unlock(&cl->lock);
+  int rc = waiter_start(cl, &w);
   size_t len =
       wire_encode_lookup(buf, cap, atomic_fetch_add(&cl->seq, 1), w.req_id, ranks, keys, n);
   if (rc == ECC_OK)
@@ -597,13 +614,8 @@ static int lookup_chunk(struct ucx_client *cl, const char *const *keys, uint32_t
   bool timed_out = !w.done && link == LINK_UP;
   pthread_mutex_unlock(&cl->lock);
   free(w.entries);
-  if (timed_out) {
-    /* A stopped or cut-off server: given up now, not after TCP's minutes. */
-    char why[96];
-    snprintf(why, sizeof(why), "no answer to a lookup within %u ms", cl->cfg.deadline_ms);
-    net_peer_fail(cl->net, cl->peer, why);
-    return link_error(cl);
-  }
+  if (timed_out)
+    return give_up(cl, "lookup");
   if (rc != ECC_OK && link != LINK_UP)
     return link_error(cl);
   if (rc != ECC_OK && got == ECC_ERR_TRANSFER)
@@ -660,12 +672,9 @@ int ucx_client_lookup(struct ucx_client *cl, const char *const *keys, size_t n, 
 static int describe(struct ucx_client *cl, uint64_t token)
 {
   struct waiter w = {0};
+  int rc = waiter_start(cl, &w);
   pthread_mutex_lock(&cl->lock);
-  int rc = cl->link == LINK_UP ? ECC_OK : ECC_ERR_TRANSFER;
   uint64_t server_token = token ^ cl->server_id;
-  w.req_id = ++cl->next_req;
-  w.next = cl->waiters;
-  cl->waiters = &w;
   pthread_mutex_unlock(&cl->lock);
   uint8_t buf[WIRE_HEADER_BYTES + 16];
   if (rc == ECC_OK)
@@ -686,11 +695,7 @@ static int describe(struct ucx_client *cl, uint64_t token)
   }
   bool timed_out = !w.done && cl->link == LINK_UP;
   pthread_mutex_unlock(&cl->lock);
-  if (timed_out) {
-    net_peer_fail(cl->net, cl->peer, "no answer to a describe within the deadline");
-    return link_error(cl);
-  }
-  return rc;
+  return timed_out ? give_up(cl, "describe") : rc;
 }
 
 /* Borrowed pins of this call given up again: the call was refused. */
@@ -847,8 +852,8 @@ static void pull_finish(struct ucx_client *cl, struct pull *p, const char *why)
   free(p);
 }
 
-/* Stores a piece in the local copy and, for a pull that lands twice, in
- * dst as well: piece by piece, so that the second copy reads from cache
+/* Stores a piece in the local copy and, unless a held GPU copy will read
+ * it from there (the host engine writes dst itself), in dst as well: piece by piece, so that the second copy reads from cache
  * what the first just read (the chunk is cold, straight off the socket). */
 static void store(const struct pull *p, uint8_t *local, uint64_t off, const uint8_t *data,
                   uint64_t len)
@@ -857,7 +862,7 @@ static void store(const struct pull *p, uint8_t *local, uint64_t off, const uint
   for (uint64_t done = 0; done < len; done += PIECE) {
     uint64_t n = len - done < PIECE ? len - done : PIECE;
     memcpy(local + done, data + done, n);
-    if (p->twice)
+    if (p->hold == NULL)
       memcpy((uint8_t *)(uintptr_t)p->dst + off + done, data + done, n); /* within dst_capacity */
   }
 }
@@ -1012,7 +1017,6 @@ static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, cons
                      .nbytes = r->nbytes,
                      .n_local = local.n_extents,
                      .direct = !cl->cfg.cache,
-                     .twice = cl->cfg.cache && !engine_is_cuda(&cl->conn->engine),
                      .started_ns = ecc_now_ns()};
   p->progress_ns = p->started_ns;
   memcpy(p->local, local.extents, sizeof(p->local));

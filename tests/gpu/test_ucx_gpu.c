@@ -213,49 +213,44 @@ Test(ucx_gpu, a_pulled_entry_lands_in_device_memory_in_stream_order, .timeout = 
 {
   struct rig r;
   rig_up(&r, "deadline_ms = 3000\n");
-  ecc_connector_t *c = r.c;
-  cudaStream_t s = r.s;
-  pid_t pid = r.pid;
   uint64_t n = sizes[1];
-  void *dst = r.dst;
-  uint8_t *host = r.host;
 
   /* The server is stopped: the bytes come only after the read back was
    * queued, and the stream must wait for them. */
-  uint64_t token = lookup_one(c, "g-1");
-  kill(pid, SIGSTOP);
-  load_and_read_back(c, token, 5, dst, host, n, s);
+  uint64_t token = lookup_one(r.c, "g-1");
+  kill(r.pid, SIGSTOP);
+  load_and_read_back(r.c, token, 5, r.dst, r.host, n, r.s);
   usleep(300000);
-  cr_expect_eq(cudaStreamQuery(s), cudaErrorNotReady, "the stream ran before the bytes came");
-  kill(pid, SIGCONT);
-  ck(cudaStreamSynchronize(s), "sync");
-  cr_expect_eq(wrong_bytes(host, n), 0u, "bytes read back after the load are wrong");
-  ecc_completion_t done = one_completion(c);
+  cr_expect_eq(cudaStreamQuery(r.s), cudaErrorNotReady, "the stream ran before the bytes came");
+  kill(r.pid, SIGCONT);
+  ck(cudaStreamSynchronize(r.s), "sync");
+  cr_expect_eq(wrong_bytes(r.host, n), 0u, "bytes read back after the load are wrong");
+  ecc_completion_t done = one_completion(r.c);
   cr_expect_eq(done.transfer_id, 5u);
   cr_expect_eq(done.status, ECC_OK);
   cr_expect_eq(done.nbytes, n);
-  cr_expect_eq(pins_on(c, "g-1"), 0u, "the client's copy is missing or still pinned");
+  cr_expect_eq(pins_on(r.c, "g-1"), 0u, "the client's copy is missing or still pinned");
 
   /* The second load is served from the client's region. */
-  memset(host, 0, n);
-  ck(cudaMemset(dst, 0, n), "memset");
+  memset(r.host, 0, n);
+  ck(cudaMemset(r.dst, 0, n), "memset");
   ck(cudaDeviceSynchronize(), "memset");
-  load_and_read_back(c, lookup_one(c, "g-1"), 6, dst, host, n, s);
-  ck(cudaStreamSynchronize(s), "sync");
-  cr_expect_eq(wrong_bytes(host, n), 0u, "bytes of the kept copy are wrong");
-  done = one_completion(c);
+  load_and_read_back(r.c, lookup_one(r.c, "g-1"), 6, r.dst, r.host, n, r.s);
+  ck(cudaStreamSynchronize(r.s), "sync");
+  cr_expect_eq(wrong_bytes(r.host, n), 0u, "bytes of the kept copy are wrong");
+  done = one_completion(r.c);
   cr_expect_eq(done.transfer_id, 6u);
   cr_expect_eq(done.status, ECC_OK);
 
   /* A small entry, on the legacy default stream (NULL). */
   uint64_t small = sizes[0];
-  memset(host, 0, small);
-  ecc_load_pinned_t lp = {7, lookup_one(c, "g-0"), (uint64_t)(uintptr_t)dst, n};
-  cr_assert_eq(ecc_load_pinned(c, &lp, 1, NULL), ECC_OK);
-  ck(cudaMemcpyAsync(host, dst, small, cudaMemcpyDeviceToHost, cudaStreamLegacy), "read back");
+  memset(r.host, 0, small);
+  ecc_load_pinned_t lp = {7, lookup_one(r.c, "g-0"), (uint64_t)(uintptr_t)r.dst, n};
+  cr_assert_eq(ecc_load_pinned(r.c, &lp, 1, NULL), ECC_OK);
+  ck(cudaMemcpyAsync(r.host, r.dst, small, cudaMemcpyDeviceToHost, cudaStreamLegacy), "read back");
   ck(cudaStreamSynchronize(cudaStreamLegacy), "sync");
-  cr_expect_eq(wrong_bytes(host, small), 0u, "bytes on the legacy stream are wrong");
-  done = one_completion(c);
+  cr_expect_eq(wrong_bytes(r.host, small), 0u, "bytes on the legacy stream are wrong");
+  done = one_completion(r.c);
   cr_expect_eq(done.status, ECC_OK);
   rig_down(&r);
 }
@@ -267,36 +262,31 @@ Test(ucx_gpu, a_stopped_or_killed_server_releases_the_stream_with_an_error, .tim
 {
   struct rig r;
   rig_up(&r, "deadline_ms = 300\n");
-  ecc_connector_t *c = r.c;
-  cudaStream_t s = r.s;
-  pid_t pid = r.pid;
   uint64_t n = sizes[1];
-  void *dst = r.dst;
-  uint8_t *host = r.host;
 
-  uint64_t token = lookup_one(c, "g-1");
-  kill(pid, SIGSTOP);
+  uint64_t token = lookup_one(r.c, "g-1");
+  kill(r.pid, SIGSTOP);
   uint64_t t0 = th_now_ns();
-  load_and_read_back(c, token, 8, dst, host, n, s);
-  ck(cudaStreamSynchronize(s), "sync");
+  load_and_read_back(r.c, token, 8, r.dst, r.host, n, r.s);
+  ck(cudaStreamSynchronize(r.s), "sync");
   double waited = (double)(th_now_ns() - t0) / 1e9;
   cr_expect_lt(waited, 5.0, "the stream waited %.1f s for a stopped server", waited);
-  ecc_completion_t done = one_completion(c);
+  ecc_completion_t done = one_completion(r.c);
   cr_expect_eq(done.transfer_id, 8u);
   cr_expect_eq(done.status, ECC_ERR_TRANSFER, "a load from a stopped server: status %d",
                done.status);
-  cr_expect_eq(pins_on(c, "g-1"), UINT32_MAX, "a failed pull was kept in the client's directory");
+  cr_expect_eq(pins_on(r.c, "g-1"), UINT32_MAX, "a failed pull was kept in the client's directory");
 
   /* The server resumes; the next lookup makes a new link. Then it dies. */
-  kill(pid, SIGCONT);
-  token = lookup_one(c, "g-1");
-  stop_server(pid);
+  kill(r.pid, SIGCONT);
+  token = lookup_one(r.c, "g-1");
+  stop_server(r.pid);
   r.pid = 0;
-  ecc_load_pinned_t lp = {9, token, (uint64_t)(uintptr_t)dst, n};
-  int rc = ecc_load_pinned(c, &lp, 1, s);
+  ecc_load_pinned_t lp = {9, token, (uint64_t)(uintptr_t)r.dst, n};
+  int rc = ecc_load_pinned(r.c, &lp, 1, r.s);
   if (rc == ECC_OK) {
-    ck(cudaStreamSynchronize(s), "sync");
-    done = one_completion(c);
+    ck(cudaStreamSynchronize(r.s), "sync");
+    done = one_completion(r.c);
     cr_expect_eq(done.transfer_id, 9u);
     cr_expect_eq(done.status, ECC_ERR_TRANSFER, "a load from a killed server: status %d",
                  done.status);
