@@ -111,6 +111,10 @@ int conn_load_held(struct conn *c, const ecc_load_pinned_v1_t *e, void *stream, 
  * delivered by other means than its engine (the ucx plugin's pulls). */
 void conn_count_load(struct conn *c, uint64_t bytes, uint64_t elapsed_ns, int status);
 
+/* `ranks` releases of one pin in one directory call (a peer's session that
+ * ends gives back every rank it still held). */
+int conn_unpin_ranks(struct conn *c, uint64_t token, uint32_t ranks);
+
 /* conn_lookup for another host's client (the ucx plugin's server): pins for
  * a peer whatever this process's own role, which names its local calls. */
 int conn_lookup_for_peer(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,

@@ -153,8 +153,7 @@ static void release_pins(struct conn *c, const ecc_entry_v1_t *out, size_t n, ui
     struct dir_pin_ref pin;
     if (out[i].state != ECC_ENTRY_READY || !pin_of(out[i].token, &pin))
       continue;
-    for (uint32_t r = 0; r < ranks; r++)
-      dir_unpin(&c->dir, pin, NULL, 0);
+    (void)dir_unpin_ranks(&c->dir, pin, ranks, NULL, 0);
   }
 }
 
@@ -223,6 +222,21 @@ int conn_unpin(struct conn *c, uint64_t token)
   if (rc != ECC_OK)
     return log_fail(&c->log, rc, "unpin: token 0x%" PRIx64 ": %s", token,
                     why[0] != '\0' ? why : "names no pin");
+  return ECC_OK;
+}
+
+int conn_unpin_ranks(struct conn *c, uint64_t token, uint32_t ranks)
+{
+  int rc = need_directory(c, "unpin");
+  if (rc != ECC_OK)
+    return rc;
+  struct dir_pin_ref pin;
+  char why[256] = "";
+  rc =
+      pin_of(token, &pin) ? dir_unpin_ranks(&c->dir, pin, ranks, why, sizeof(why)) : ECC_ERR_CLOSED;
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "unpin of %" PRIu32 " ranks: token 0x%" PRIx64 ": %s", ranks,
+                    token, why[0] != '\0' ? why : "names no pin");
   return ECC_OK;
 }
 

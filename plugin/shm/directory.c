@@ -1543,6 +1543,25 @@ int dir_unpin(struct dir *d, struct dir_pin_ref ref, char *why, size_t why_cap)
   return rc;
 }
 
+int dir_unpin_ranks(struct dir *d, struct dir_pin_ref ref, uint32_t ranks, char *why,
+                    size_t why_cap)
+{
+  if (ranks == 0)
+    return errtext_fail(why, why_cap, ECC_ERR_INVALID, "directory: unpin of 0 ranks");
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  struct dir_pin *pin = pin_ref_live(d, ref, why, why_cap);
+  if (pin == NULL)
+    rc = ECC_ERR_CLOSED;
+  else if (pin->ranks_left > ranks)
+    pin->ranks_left -= ranks;
+  else
+    pin_free(d->sh, ref.slot);
+  dir_unlock(d);
+  return rc;
+}
+
 static int range_in_runs(const struct dir_slot *e, uint32_t first, uint32_t count, char *why,
                          size_t cap)
 {

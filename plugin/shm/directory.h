@@ -185,6 +185,12 @@ int dir_lookup(struct dir *d, const char *const *keys, size_t n, uint32_t ranks,
  * ECC_ERR_CLOSED if stale (already fully released, or dropped). */
 int dir_unpin(struct dir *d, struct dir_pin_ref pin, char *why, size_t why_cap);
 
+/* `ranks` releases of a pin at once, under one lock (a peer that goes away
+ * gives back all it held): more than are left frees it. ECC_ERR_INVALID for
+ * ranks 0, ECC_ERR_CLOSED if stale. */
+int dir_unpin_ranks(struct dir *d, struct dir_pin_ref pin, uint32_t ranks, char *why,
+                    size_t why_cap);
+
 /* Whether blocks [first, first + count) lie in the entry that `pin` holds
  * (in its runs: a range over a gap between two runs does not) and the pin
  * is live: ECC_OK, else ECC_ERR_RANGE naming the first block outside (an
