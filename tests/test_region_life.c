@@ -1042,6 +1042,7 @@ Test(life, leftover_temporary_files_go_and_unheld_regions_stay_without_reaping)
 struct opener {
   struct region_params p;
   struct region r;
+  struct ecc_log log; /* join_in_thread's */
   int rc;
   atomic_int done;
 };
@@ -1088,6 +1089,128 @@ Test(life, temporary_file_being_built_is_waited_for_not_removed)
   cr_expect_eq(o.r.ino, ino_of(path));
   region_close(&o.r, &tlog);
   cr_expect_eq(th_count_entries(rdir), 0);
+}
+
+/* ---- a builder that dies while joiners wait ---------------------------- */
+
+static int format_nothing(void *arg, uint8_t *mem, uint64_t bytes, struct ecc_log *log)
+{
+  (void)arg;
+  (void)mem;
+  (void)bytes;
+  (void)log;
+  return ECC_OK;
+}
+
+/* A builder's directory formatter that tells the test it is mid-build (its
+ * file sized, pre-faulted and locked) and never returns. */
+static int format_and_hang(void *arg, uint8_t *mem, uint64_t bytes, struct ecc_log *log)
+{
+  (void)mem;
+  (void)bytes;
+  (void)log;
+  if (write(*(int *)arg, "b", 1) != 1)
+    _exit(3);
+  for (;;)
+    pause();
+}
+
+static struct region_params with_directory(struct region_params p, int *ready_fd)
+{
+  p.dir_bytes = 4096;
+  p.dir_format = ready_fd != NULL ? format_and_hang : format_nothing;
+  p.dir_arg = ready_fd;
+  return p;
+}
+
+/* Forks a real builder of `name` and returns once it is mid-build. */
+static pid_t builder_mid_build(const char *name)
+{
+  int ready[2];
+  cr_assert_eq(pipe(ready), 0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    close(ready[0]);
+    struct ecc_log quiet;
+    log_init(&quiet, NULL);
+    struct region_params p = with_directory(params(rdir, name, REGION_AUTO, 2000, 0), &ready[1]);
+    struct region r;
+    region_open(&p, &r, &quiet);
+    _exit(4); /* never reached: the formatter hangs */
+  }
+  close(ready[1]);
+  char c;
+  cr_assert_eq(read(ready[0], &c, 1), 1, "the builder did not get to its directory");
+  close(ready[0]);
+  return pid;
+}
+
+static void *join_in_thread(void *arg)
+{
+  struct opener *o = arg;
+  o->rc = region_open(&o->p, &o->r, &o->log);
+  atomic_store(&o->done, 1);
+  return NULL;
+}
+
+Test(life, joiners_of_a_builder_killed_mid_build_fail_at_once_and_remove_its_file)
+{
+  const char *name = th_region_name();
+  pid_t builder = builder_mid_build(name);
+  cr_assert(th_exists(tmp_of(name)));
+  struct opener o[2];
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) {
+    memset(&o[i], 0, sizeof(o[i]));
+    o[i].p = with_directory(params(rdir, name, REGION_JOIN, 8000, 0), NULL);
+    log_init(&o[i].log, NULL);
+    cr_assert_eq(pthread_create(&t[i], NULL, join_in_thread, &o[i]), 0);
+  }
+  usleep(100 * 1000);
+  cr_expect_eq(atomic_load(&o[0].done) + atomic_load(&o[1].done), 0,
+               "a joiner did not wait for a live builder");
+  uint64_t killed = th_now_ns();
+  cr_assert_eq(kill(builder, SIGKILL), 0);
+  cr_assert_eq(waitpid(builder, NULL, 0), builder);
+  for (int i = 0; i < 2; i++) {
+    pthread_join(t[i], NULL);
+    double ms = (double)(th_now_ns() - killed) / 1e6;
+    const char *text = th_log_last(&o[i].log);
+    cr_expect_eq(o[i].rc, ECC_ERR_REGION, "joiner %d: rc %d: %s", i, o[i].rc, text);
+    cr_expect_lt(ms, 2000.0, "joiner %d returned %.0f ms after its builder died", i, ms);
+    char pid[32];
+    snprintf(pid, sizeof(pid), "(pid %d) died", (int)builder);
+    cr_expect_not_null(strstr(text, pid), "joiner %d: '%s' lacks '%s'", i, text, pid);
+    cr_expect_not_null(strstr(text, "Start the process that creates the region again"), "%s", text);
+    log_destroy(&o[i].log);
+  }
+  cr_expect(!th_exists(tmp_of(name)), "the dead builder's temporary file is still there");
+  cr_expect_eq(th_count_entries(rdir), 0);
+}
+
+/* A builder that died between creating its file and locking it left it
+ * empty: a joiner gives it a moment, then knows. */
+Test(life, empty_temporary_file_nobody_takes_up_ends_the_join_within_a_second)
+{
+  const char *name = th_region_name();
+  struct opener o = {.p = params(rdir, name, REGION_JOIN, 8000, 0)};
+  log_init(&o.log, NULL);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, join_in_thread, &o), 0);
+  usleep(50 * 1000);
+  uint64_t made = th_now_ns();
+  int fd = open(tmp_of(name), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  pthread_join(t, NULL);
+  double ms = (double)(th_now_ns() - made) / 1e6;
+  cr_expect_eq(o.rc, ECC_ERR_REGION, "rc %d: %s", o.rc, th_log_last(&o.log));
+  cr_expect_gt(ms, 400.0, "an empty file was judged before a builder could lock it");
+  cr_expect_lt(ms, 1500.0, "the join ended %.0f ms after the file appeared", ms);
+  cr_expect_not_null(strstr(th_log_last(&o.log), "died or gave up"), "%s", th_log_last(&o.log));
+  cr_expect(!th_exists(tmp_of(name)));
+  log_destroy(&o.log);
 }
 
 /* ---- sparse regions at join ---------------------------------------------- */

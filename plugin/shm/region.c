@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -184,6 +185,173 @@ static void fill_out(struct region *out, int fd, const struct stat *st, uint8_t 
   out->creator = creator;
 }
 
+/* ---- the memory cgroup --------------------------------------------------- */
+
+/* The first line of a small file, without its newline; 0 if readable. */
+static int read_line(const char *path, char *buf, size_t cap)
+{
+  FILE *f = fopen(path, "re");
+  if (f == NULL)
+    return -1;
+  char *got = fgets(buf, (int)cap, f);
+  fclose(f);
+  if (got == NULL)
+    return -1;
+  buf[strcspn(buf, "\n")] = '\0';
+  return 0;
+}
+
+/* A whole decimal number; "max" (v2's no limit) and anything else is -1. */
+static int parse_bytes(const char *text, uint64_t *out)
+{
+  if (text[0] < '0' || text[0] > '9')
+    return -1;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (errno != 0 || *end != '\0')
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static int read_bytes(const char *dir, const char *name, uint64_t *out)
+{
+  char path[PATH_MAX + 64], line[64];
+  int n = snprintf(path, sizeof(path), "%s/%s", dir, name);
+  if (n < 0 || (size_t)n >= sizeof(path) || read_line(path, line, sizeof(line)) != 0)
+    return -1;
+  return parse_bytes(line, out);
+}
+
+/* Page cache the kernel reclaims before it kills: the file LRU lists of
+ * memory.stat (tmpfs pages are not on them). v1 names them total_*. */
+static uint64_t reclaimable(const char *dir, int version)
+{
+  char path[PATH_MAX + 64], line[128];
+  snprintf(path, sizeof(path), "%s/memory.stat", dir);
+  FILE *f = fopen(path, "re");
+  if (f == NULL)
+    return 0;
+  const char *prefix = version == 1 ? "total_" : "";
+  uint64_t sum = 0;
+  while (fgets(line, sizeof(line), f) != NULL) {
+    char key[64];
+    unsigned long long v;
+    if (sscanf(line, "%63s %llu", key, &v) != 2 || strncmp(key, prefix, strlen(prefix)) != 0)
+      continue;
+    const char *k = key + strlen(prefix);
+    if (strcmp(k, "inactive_file") == 0 || strcmp(k, "active_file") == 0)
+      sum += v;
+  }
+  fclose(f);
+  return sum;
+}
+
+/* One cgroup directory's limit, kept in *out if it leaves the least room. */
+static void consider_cgroup(const char *dir, int version, struct region_memcg *out)
+{
+  uint64_t limit, usage;
+  if (read_bytes(dir, version == 1 ? "memory.limit_in_bytes" : "memory.max", &limit) != 0 ||
+      read_bytes(dir, version == 1 ? "memory.usage_in_bytes" : "memory.current", &usage) != 0)
+    return;
+  uint64_t cache = reclaimable(dir, version);
+  uint64_t used = usage > cache ? usage - cache : 0;
+  uint64_t room = limit > used ? limit - used : 0;
+  if (out->limited && room >= out->room)
+    return;
+  out->limited = true;
+  out->limit = limit;
+  out->used = used;
+  out->room = room;
+  snprintf(out->where, sizeof(out->where), "%s", dir);
+}
+
+/* The process's cgroup path in the hierarchy holding the memory controller
+ * (v1), else in the unified one (v2); 0 if found. */
+static int memcg_path(const char *proc_cgroup, char *path, size_t cap, int *version)
+{
+  FILE *f = fopen(proc_cgroup, "re");
+  if (f == NULL)
+    return -1;
+  char line[PATH_MAX + 64];
+  int found = 0;
+  while (found != 1 && fgets(line, sizeof(line), f) != NULL) {
+    line[strcspn(line, "\n")] = '\0';
+    char *ctl = strchr(line, ':');
+    char *rel = ctl != NULL ? strchr(ctl + 1, ':') : NULL;
+    if (rel == NULL || rel[1] != '/')
+      continue;
+    *rel++ = '\0';
+    *ctl++ = '\0';
+    bool v1_memory = false;
+    for (char *save = NULL, *c = strtok_r(ctl, ",", &save); c != NULL;
+         c = strtok_r(NULL, ",", &save))
+      v1_memory |= strcmp(c, "memory") == 0;
+    bool v2 = strcmp(line, "0") == 0 && *ctl == '\0';
+    if (v1_memory || (v2 && found == 0)) {
+      snprintf(path, cap, "%s", rel);
+      *version = v1_memory ? 1 : 2;
+      found = *version == 1 ? 1 : 2;
+    }
+  }
+  fclose(f);
+  return found != 0 ? 0 : -1;
+}
+
+int region_memcg_room(const char *proc_cgroup, const char *cgroup_root, struct region_memcg *out)
+{
+  memset(out, 0, sizeof(*out));
+  char rel[PATH_MAX], base[PATH_MAX], dir[PATH_MAX], probe[PATH_MAX + 32];
+  if (memcg_path(proc_cgroup, rel, sizeof(rel), &out->version) != 0)
+    return -1;
+  struct stat st;
+  snprintf(probe, sizeof(probe), "%s/cgroup.controllers", cgroup_root);
+  if (out->version == 1)
+    snprintf(base, sizeof(base), "%s/memory", cgroup_root);
+  else if (stat(probe, &st) == 0)
+    snprintf(base, sizeof(base), "%s", cgroup_root);
+  else
+    snprintf(base, sizeof(base), "%s/unified", cgroup_root); /* a hybrid system's v2 */
+  if (stat(base, &st) != 0 || !S_ISDIR(st.st_mode))
+    return -1;
+  /* From the process's cgroup up to the root; a directory that is not
+   * there (a container sees its own cgroup as the root) is passed over. */
+  size_t len = strlen(rel);
+  for (;;) {
+    while (len > 1 && rel[len - 1] == '/')
+      len--;
+    int n = snprintf(dir, sizeof(dir), "%s%.*s", base, len > 1 ? (int)len : 0, rel);
+    if (n > 0 && (size_t)n < sizeof(dir))
+      consider_cgroup(dir, out->version, out);
+    if (len <= 1)
+      break;
+    while (len > 0 && rel[len - 1] != '/')
+      len--;
+  }
+  return 0;
+}
+
+/* The builder's pages are charged to its memory cgroup as it allocates
+ * them, and a cgroup that cannot hold them kills the process before the
+ * allocation can fail: refuse while refusing is still an error. */
+static int check_memcg(uint64_t total, const char *path, struct ecc_log *log)
+{
+  struct region_memcg m;
+  if (region_memcg_room("/proc/self/cgroup", "/sys/fs/cgroup", &m) != 0 || !m.limited ||
+      total <= m.room)
+    return ECC_OK;
+  return log_fail(log, ECC_ERR_NOMEM,
+                  "region %s needs %llu bytes (%.1f MiB), but this process's memory cgroup %s "
+                  "has room for %llu more (limit %llu, %llu in use that cannot be reclaimed): "
+                  "a region's tmpfs pages are charged to the cgroup of the process that builds "
+                  "it, which would be killed while filling them. Raise the memory limit of the "
+                  "cgroup (the container) or lower region.size",
+                  path, (unsigned long long)total, (double)total / (1024.0 * 1024.0), m.where,
+                  (unsigned long long)m.room, (unsigned long long)m.limit,
+                  (unsigned long long)m.used);
+}
+
 /* ---- creating ---------------------------------------------------------- */
 
 /* Allocation up front: a tmpfs too small for the region fails here with
@@ -218,6 +386,18 @@ static int prefault(uint8_t *map, size_t bytes, const char *path, struct ecc_log
     volatile uint8_t *b = map + off;
     *b = *b;
   }
+  return ECC_OK;
+}
+
+/* The builder's pid, in the header's place for it, while the magic is
+ * still blank: what a joiner names when the builder dies. */
+static int note_builder(int fd, const char *path, struct ecc_log *log)
+{
+  int64_t pid = (int64_t)getpid();
+  off_t at = (off_t)offsetof(struct region_header, creator_pid);
+  if (pwrite(fd, &pid, sizeof(pid), at) != (ssize_t)sizeof(pid))
+    return log_fail(log, ECC_ERR_SYSTEM, "cannot write the header of %s" TMP_SUFFIX ": %s", path,
+                    strerror(errno));
   return ECC_OK;
 }
 
@@ -283,7 +463,11 @@ static int build_file(int fd, const struct region *r, const char *tmp,
 {
   int rc = lock_new_file(fd, r, tmp, st, log);
   if (rc == ECC_OK)
+    rc = check_memcg(total, r->path, log);
+  if (rc == ECC_OK)
     rc = size_file(fd, total, r->path, log);
+  if (rc == ECC_OK)
+    rc = note_builder(fd, r->path, log);
   if (rc == ECC_OK)
     rc = map_file(fd, total, map, r->path, log);
   if (rc == ECC_OK)
@@ -778,8 +962,124 @@ static int still_building(const struct region_params *p, const struct region *r,
                   (unsigned)p->join_timeout_ms, r->path, r->path);
 }
 
+/* A joiner never builds, so a builder that dies while joiners wait for it
+ * would leave them waiting out their whole timeout. They watch its
+ * temporary file instead: the kernel drops a process's flock when it dies,
+ * so an unheld temporary file is a builder gone without finishing. */
+struct builder_watch {
+  int fd;    /* the temporary file being watched; -1: none */
+  dev_t dev; /* its identity */
+  ino_t ino;
+  bool seen_held;       /* a builder held it since it was first seen */
+  int64_t unheld_since; /* when it was first seen empty and unheld (ms); 0: not yet */
+};
+
+/* A builder creates its file, then locks it, then sizes it: an empty file
+ * nobody holds may be one whose builder is about to lock it. */
+#define BORN_MS 500
+
+static void watch_end(struct builder_watch *w)
+{
+  if (w->fd >= 0)
+    close(w->fd);
+  memset(w, 0, sizeof(*w));
+  w->fd = -1;
+}
+
+/* Starts watching the temporary name's file; 0 when there is none to watch
+ * (no builder, or something joiners have no business with). */
+static int watch_start(const struct region *r, const char *tmp, struct builder_watch *w)
+{
+  int fd = openat(r->dirfd, tmp, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0)
+    return 0;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+    close(fd);
+    return 0;
+  }
+  w->fd = fd;
+  w->dev = st.st_dev;
+  w->ino = st.st_ino;
+  return 1;
+}
+
+/* Whether the watched file is a finished region: its builder linked it in
+ * (and every holder has closed it since). */
+static bool watched_finished(const struct builder_watch *w)
+{
+  char magic[sizeof(((struct region_header *)0)->magic)];
+  return pread(w->fd, magic, sizeof(magic), 0) == (ssize_t)sizeof(magic) &&
+         memcmp(magic, REGION_MAGIC, sizeof(magic)) == 0;
+}
+
+static int builder_died(const struct region *r, const struct builder_watch *w, bool removed,
+                        struct ecc_log *log)
+{
+  int64_t pid = 0;
+  char who[48] = "", file[sizeof(r->path) + 48] = "";
+  if (pread(w->fd, &pid, sizeof(pid), (off_t)offsetof(struct region_header, creator_pid)) ==
+          (ssize_t)sizeof(pid) &&
+      pid > 0)
+    snprintf(who, sizeof(who), " (pid %lld)", (long long)pid);
+  if (removed)
+    snprintf(file, sizeof(file), " (its temporary file %s" TMP_SUFFIX " is removed)", r->path);
+  return log_fail(log, ECC_ERR_REGION,
+                  "region %s: the process building it%s died or gave up before finishing it%s; "
+                  "none is building it now. Start the process that creates the region again "
+                  "(region.mode = join never builds one; mode auto would)",
+                  r->path, who, file);
+}
+
+/* One look at the builder of the region a joiner waits for: STEP_BUILDING
+ * or STEP_ABSENT to wait on, or ECC_ERR_REGION once the builder it saw is
+ * gone without finishing (its temporary file removed). */
+static int watch_builder(const struct region *r, struct builder_watch *w, struct ecc_log *log)
+{
+  char tmp[sizeof(r->file) + sizeof(TMP_SUFFIX)];
+  tmp_name(r, tmp, sizeof(tmp));
+  if (w->fd < 0 && !watch_start(r, tmp, w))
+    return STEP_ABSENT;
+  if (flock(w->fd, LOCK_EX | LOCK_NB) != 0) {
+    w->seen_held = true;
+    return STEP_BUILDING;
+  }
+  /* Nobody holds it, and with the exclusive lock nobody can take it up
+   * before it is judged. */
+  bool named = names_file(r->dirfd, tmp, w->dev, w->ino);
+  struct stat st;
+  if (watched_finished(w) || fstat(w->fd, &st) != 0) {
+    watch_end(w);
+    return STEP_ABSENT;
+  }
+  if (named && !w->seen_held && st.st_size == 0) {
+    if (w->unheld_since == 0)
+      w->unheld_since = now_ms();
+    if (now_ms() - w->unheld_since < BORN_MS) {
+      (void)flock(w->fd, LOCK_UN);
+      return STEP_BUILDING;
+    }
+  }
+  if (!named && !w->seen_held) {
+    watch_end(w); /* removed before anyone held it: watch the next one */
+    return STEP_ABSENT;
+  }
+  bool removed = named && unlinkat(r->dirfd, tmp, 0) == 0;
+  if (named && !removed)
+    log_msg(log, ECC_LOG_WARN, "cannot remove stale temporary file %s" TMP_SUFFIX ": %s", r->path,
+            strerror(errno));
+  struct stat next;
+  /* Another builder took over meanwhile: wait for its region instead. */
+  if (fstatat(r->dirfd, tmp, &next, AT_SYMLINK_NOFOLLOW) == 0 &&
+      (next.st_dev != w->dev || next.st_ino != w->ino)) {
+    watch_end(w);
+    return STEP_BUILDING;
+  }
+  return builder_died(r, w, removed, log);
+}
+
 static int open_loop(const struct region_params *p, uint64_t total, int64_t deadline,
-                     struct region *out, struct ecc_log *log)
+                     struct region *out, struct builder_watch *watch, struct ecc_log *log)
 {
   int churn = 0;
   struct stat st;
@@ -791,6 +1091,11 @@ static int open_loop(const struct region_params *p, uint64_t total, int64_t dead
         return rc;
     }
     if (rc == STEP_ABSENT && p->mode == REGION_JOIN) {
+      rc = watch_builder(out, watch, log);
+      if (rc < 0)
+        return rc;
+      if (rc == STEP_BUILDING && now_ms() >= deadline)
+        return still_building(p, out, log);
       if (now_ms() >= deadline)
         return log_fail(log, ECC_ERR_REGION, "timed out after %u ms waiting for %s",
                         (unsigned)p->join_timeout_ms, out->path);
@@ -850,7 +1155,9 @@ int region_open(const struct region_params *p, struct region *out, struct ecc_lo
   if (rc == ECC_OK) {
     clean_up_leftovers(p, out, log);
     int64_t deadline = now_ms() + (int64_t)p->join_timeout_ms;
-    rc = open_loop(p, total, deadline, out, log);
+    struct builder_watch watch = {.fd = -1};
+    rc = open_loop(p, total, deadline, out, &watch, log);
+    watch_end(&watch);
   }
   if (rc != ECC_OK)
     clear_out(out);

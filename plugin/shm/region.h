@@ -13,6 +13,7 @@
 #ifndef ECC_REGION_H
 #define ECC_REGION_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -88,6 +89,25 @@ struct region {
   uint64_t num_blocks;
   bool creator; /* this process built the file */
 };
+
+/* What this process's memory cgroup still allows, for the builder: its
+ * tmpfs pages are charged to it, and a cgroup that fills up kills. */
+struct region_memcg {
+  bool limited;         /* a cgroup on the way sets a memory limit */
+  int version;          /* 1 or 2: the hierarchy read */
+  uint64_t limit;       /* the tightest cgroup's limit, bytes */
+  uint64_t used;        /* what it holds that cannot be reclaimed (page cache aside) */
+  uint64_t room;        /* limit - used */
+  char where[PATH_MAX]; /* that cgroup's directory */
+};
+
+/* Reads `proc_cgroup` (the format of /proc/self/cgroup) and the cgroup
+ * files under `cgroup_root` (where /sys/fs/cgroup is mounted: v1 with the
+ * memory controller at <root>/memory, v2 at <root> or <root>/unified), and
+ * walks from the process's cgroup up to the root for the least room left.
+ * Returns 0 with *out filled (out->limited false when nothing limits), or
+ * -1 when no memory cgroup can be read (then nothing is known). */
+int region_memcg_room(const char *proc_cgroup, const char *cgroup_root, struct region_memcg *out);
 
 /* Create or join the region. On failure nothing is left behind: no file we
  * created, no mapping, no open descriptor. Returns ECC_OK or ECC_ERR_*. */
