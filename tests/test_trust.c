@@ -1,15 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_trust.c - the ownership rule of plugin/common/trust.h on real files:
- * owners, write bits, sticky directories, links, FIFOs and missing paths.
- * Cases that need another user's files run only as root (chown).
+ * owners, write bits, sticky directories, links, FIFOs, pipes without a
+ * path, missing paths, permissions and a full descriptor table. Cases that
+ * need another user run only as root (chown, setuid in a child).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -204,4 +207,128 @@ Test(trust, relative_paths_are_walked_from_the_working_directory)
   cr_assert_eq(chdir(cwd), 0);
   cr_assert_eq(rc, TRUST_OK, "%s", why);
   cr_assert_str_eq(canon, at("open/sub/f"));
+}
+
+/* /dev/stdin or /proc/self/fd/N of a pipe leads to an object with no path
+ * of its own: it is there, and it is the wrong kind. */
+Test(trust, a_pipe_through_proc_is_not_a_regular_file_not_missing)
+{
+  int p[2];
+  cr_assert_eq(pipe(p), 0);
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/self/fd/%d", p[0]);
+  int rc = check(path, TRUST_FILE);
+  close(p[0]);
+  close(p[1]);
+  cr_assert_eq(rc, TRUST_UNSAFE, "rc %d: %s", rc, why);
+  char want[256];
+  snprintf(want, sizeof(want), "test %s: %s is not a regular file (it is a FIFO or pipe)", path,
+           path);
+  cr_assert_str_eq(why, want);
+  cr_assert_eq(check(path, TRUST_FILE), TRUST_MISSING, "a closed descriptor: %s", why);
+  cr_assert(strstr(why, "not found"), "%s", why);
+}
+
+Test(trust, the_wrong_kind_is_named)
+{
+  cr_assert_eq(check("/dev/null", TRUST_FILE), TRUST_UNSAFE);
+  cr_assert(strstr(why, "/dev/null is not a regular file (it is a character device)"), "%s", why);
+  make_file(at("f"), 0644);
+  cr_assert_eq(check(at("f"), TRUST_DIR), TRUST_UNSAFE);
+  cr_assert(strstr(why, "is not a directory (it is a regular file)"), "%s", why);
+}
+
+/* Runs fn in a forked child and returns the reason it wrote. */
+static const char *in_child(void (*fn)(int out))
+{
+  static char text[1024];
+  int p[2];
+  cr_assert_eq(pipe(p), 0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    close(p[0]);
+    fn(p[1]);
+    _exit(0);
+  }
+  close(p[1]);
+  memset(text, 0, sizeof(text));
+  size_t got = 0;
+  ssize_t n;
+  while ((n = read(p[0], text + got, sizeof(text) - 1 - got)) > 0)
+    got += (size_t)n;
+  close(p[0]);
+  int status = 0;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+  cr_assert_gt(got, 0u, "the child wrote nothing");
+  return text;
+}
+
+static void report(int out, int rc)
+{
+  char line[1100];
+  int n = snprintf(line, sizeof(line), "%d %s", rc, why);
+  if (write(out, line, (size_t)n) != n)
+    _exit(9);
+}
+
+static void open_as_nobody(int out)
+{
+  if (setgid(OTHER_UID) != 0 || setuid(OTHER_UID) != 0)
+    _exit(8);
+  int fd = -1;
+  report(out, trust_open(at("open/secret"), TRUST_FILE, "test", &fd, canon, sizeof(canon), why,
+                         sizeof(why)));
+  report(out, check(at("shut/f"), TRUST_FILE));
+}
+
+Test(trust, permission_denied_is_said_so)
+{
+  if (geteuid() != 0)
+    cr_skip_test("needs root to run a child as another user");
+  cr_assert_eq(chmod(base, 0755), 0);
+  th_make_dir(at("open"), 0755);
+  make_file(at("open/secret"), 0600);
+  th_make_dir(at("shut"), 0700);
+  make_file(at("shut/f"), 0644);
+  const char *text = in_child(open_as_nobody);
+  char want[512];
+  snprintf(want, sizeof(want),
+           "%d test %s: permission denied: %s cannot be opened by this process's user (uid %d)",
+           TRUST_ERROR, at("open/secret"), at("open/secret"), OTHER_UID);
+  cr_expect(strncmp(text, want, strlen(want)) == 0, "'%s' is not '%s'", text, want);
+  snprintf(want, sizeof(want),
+           "%d test %s: permission denied: a directory on its path cannot be searched by this "
+           "process's user (uid %d)",
+           TRUST_ERROR, at("shut/f"), OTHER_UID);
+  cr_expect_not_null(strstr(text, want), "'%s' lacks '%s'", text, want);
+}
+
+static void open_with_no_descriptor_left(int out)
+{
+  struct rlimit low = {.rlim_cur = 32, .rlim_max = 32};
+  if (setrlimit(RLIMIT_NOFILE, &low) != 0)
+    _exit(7);
+  while (open("/dev/null", O_RDONLY | O_CLOEXEC) >= 0)
+    ;
+  if (errno != EMFILE)
+    _exit(6);
+  int fd = -1;
+  int rc = trust_open(at("f"), TRUST_FILE, "test", &fd, canon, sizeof(canon), why, sizeof(why));
+  report(out, rc);
+}
+
+Test(trust, a_full_descriptor_table_names_the_file_and_the_limit)
+{
+  make_file(at("f"), 0644);
+  const char *text = in_child(open_with_no_descriptor_left);
+  char want[512];
+  snprintf(want, sizeof(want),
+           "%d test %s: cannot open it: Too many open files: this process has "
+           "reached its limit of 32 open descriptors (RLIMIT_NOFILE)",
+           TRUST_ERROR, at("f"));
+  cr_expect(strncmp(text, want, strlen(want)) == 0, "'%s' is not '%s'", text, want);
+  cr_expect_not_null(strstr(text, "ulimit -n"), "%s", text);
+  cr_expect_null(strstr(text, "cannot open /:"), "%s", text);
 }

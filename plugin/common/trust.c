@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "errtext.h"
@@ -34,15 +35,89 @@ int trust_stat(const struct stat *st, const char *shown, char *why, size_t why_c
                       S_ISDIR(st->st_mode) ? " and is not a sticky directory" : "");
 }
 
+/* What an object is, for a reason that says it is the wrong kind. */
+static const char *kind_of(mode_t mode)
+{
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISFIFO(mode))
+    return "a FIFO or pipe";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISLNK(mode))
+    return "a symbolic link";
+  return S_ISREG(mode) ? "a regular file" : "of an unknown type";
+}
+
+/* The reason for a descriptor that could not be had: a full descriptor
+ * table says so, with the limit and what to do. */
+static int no_descriptor(int e, const char *what, const char *path, char *why, size_t why_cap)
+{
+  if (e == ENFILE)
+    return errtext_fail(why, why_cap, TRUST_ERROR,
+                        "%s %s: cannot open it: %s: the system's table of open files is full "
+                        "(fs.file-max); close files or raise that limit",
+                        what, path, strerror(e));
+  struct rlimit rl;
+  char limit[64] = "";
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    snprintf(limit, sizeof(limit), " of %llu", (unsigned long long)rl.rlim_cur);
+  return errtext_fail(why, why_cap, TRUST_ERROR,
+                      "%s %s: cannot open it: %s: this process has reached its limit%s open "
+                      "descriptors (RLIMIT_NOFILE); close descriptors it no longer needs or raise "
+                      "the limit (ulimit -n)",
+                      what, path, strerror(e), limit);
+}
+
+/* `shown` is the component that could not be opened; NULL: a directory on
+ * the way could not be searched. */
+static int denied(const char *what, const char *path, const char *shown, char *why, size_t why_cap)
+{
+  if (shown == NULL)
+    return errtext_fail(why, why_cap, TRUST_ERROR,
+                        "%s %s: permission denied: a directory on its path cannot be searched by "
+                        "this process's user (uid %u)",
+                        what, path, (unsigned)geteuid());
+  return errtext_fail(why, why_cap, TRUST_ERROR,
+                      "%s %s: permission denied: %s cannot be opened by this process's user "
+                      "(uid %u)",
+                      what, path, shown, (unsigned)geteuid());
+}
+
+/* realpath found no name: either nothing is there, or the path leads to an
+ * object that has no name of its own (a pipe or socket reached through
+ * /dev/stdin or /proc/self/fd, a deleted file), which is the wrong kind. */
+static int unresolved(const char *path, int want_dir, const char *what, char *why, size_t why_cap)
+{
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return errtext_fail(why, why_cap, TRUST_MISSING, "%s %s not found", what, path);
+  if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
+    return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not %s (it is %s)", what, path,
+                        path, want_dir ? "a directory" : "a regular file", kind_of(st.st_mode));
+  return errtext_fail(why, why_cap, TRUST_UNSAFE,
+                      "%s %s leads to %s that has no path of its own (deleted, or not in any "
+                      "directory); give the path of one in a directory",
+                      what, path, want_dir ? "a directory" : "a file");
+}
+
 /* The canonical form of path, or a status with the reason. */
-static int canonical(const char *path, const char *what, char *canon, size_t cap, char *why,
-                     size_t why_cap)
+static int canonical(const char *path, int want_dir, const char *what, char *canon, size_t cap,
+                     char *why, size_t why_cap)
 {
   char *real = realpath(path, NULL);
   if (real == NULL) {
     int e = errno;
     if (e == ENOENT || e == ENOTDIR)
-      return errtext_fail(why, why_cap, TRUST_MISSING, "%s %s not found", what, path);
+      return unresolved(path, want_dir, what, why, why_cap);
+    if (e == EACCES)
+      return denied(what, path, NULL, why, why_cap);
+    if (e == EMFILE || e == ENFILE)
+      return no_descriptor(e, what, path, why, why_cap);
     return errtext_fail(why, why_cap, TRUST_ERROR, "%s %s: cannot resolve it: %s", what, path,
                         strerror(e));
   }
@@ -67,6 +142,10 @@ static int walk_error(int e, const char *what, const char *path, const char *sho
     return errtext_fail(why, why_cap, TRUST_UNSAFE,
                         "%s %s: %s changed while it was checked (now a link or not a directory)",
                         what, path, shown);
+  if (e == EMFILE || e == ENFILE)
+    return no_descriptor(e, what, path, why, why_cap);
+  if (e == EACCES)
+    return denied(what, path, shown, why, why_cap);
   return errtext_fail(why, why_cap, TRUST_ERROR, "%s %s: cannot open %s: %s", what, path, shown,
                       strerror(e));
 }
@@ -76,11 +155,11 @@ static int check_component(const struct stat *st, int want_dir, const char *what
                            const char *shown, char *why, size_t why_cap)
 {
   if (want_dir && !S_ISDIR(st->st_mode))
-    return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not a directory", what, path,
-                        shown);
+    return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not a directory (it is %s)", what,
+                        path, shown, kind_of(st->st_mode));
   if (!want_dir && !S_ISREG(st->st_mode))
-    return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not a regular file", what, path,
-                        shown);
+    return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not a regular file (it is %s)",
+                        what, path, shown, kind_of(st->st_mode));
   char reason[512];
   if (trust_stat(st, shown, reason, sizeof(reason)) != TRUST_OK)
     return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s refused: %s", what, path, reason);
@@ -280,7 +359,7 @@ int trust_open(const char *path, enum trust_kind kind, const char *what, int *fd
     return errtext_fail(why, why_cap, TRUST_MISSING, "%s: empty path", what);
   int rc = check_written(path, what, why, why_cap);
   if (rc == TRUST_OK)
-    rc = canonical(path, what, canon, canon_cap, why, why_cap);
+    rc = canonical(path, kind == TRUST_DIR, what, canon, canon_cap, why, why_cap);
   if (rc == TRUST_OK)
     rc = walk(canon, kind == TRUST_DIR, what, path, fd_out, why, why_cap);
   return rc;
