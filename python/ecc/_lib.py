@@ -12,13 +12,22 @@ from ctypes import POINTER, c_char_p, c_int, c_size_t, c_uint32, c_uint64, c_voi
 from pathlib import Path
 
 from . import _abi
+from ._guard import held
 
 ENV_VAR = "ECC_HOST_LIBRARY"
 NAMES = ("libecc-host.so.1", "libecc-host.so")
 PACKAGE_DIR = Path(__file__).resolve().parent
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _loaded = None  # (CDLL, path)
+
+
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.RLock()  # a parent thread may have held it at fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class LibraryNotFound(OSError):
@@ -141,14 +150,17 @@ def _check_version(lib, path):
 
 def load():
     """The loaded library (declared), loading it on first use."""
+    return held(_lock, _load_once)
+
+
+def _load_once():
     global _loaded
-    with _lock:
-        if _loaded is None:
-            lib, path = find_and_open()
-            _declare(lib, path)
-            _check_version(lib, path)
-            _loaded = (lib, path)
-        return _loaded[0]
+    if _loaded is None:
+        lib, path = find_and_open()
+        _declare(lib, path)
+        _check_version(lib, path)
+        _loaded = (lib, path)
+    return _loaded[0]
 
 
 def path():

@@ -6,6 +6,8 @@ hand the memory to the next tensor while the copy still reads or writes it)."""
 import threading
 from collections import deque
 
+from ._guard import held
+
 
 class Pending:
     """Saves in submission order (completions come FIFO and name the key; the key
@@ -13,37 +15,47 @@ class Pending:
     completions need not come in the order its entries were given)."""
 
     def __init__(self):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._saves = deque()  # (key bytes or None, owners)
         self._loads = {}  # transfer id -> deque of owners
 
     def __len__(self):
-        with self._lock:
-            return len(self._saves) + sum(len(d) for d in self._loads.values())
+        return held(self._lock, self._count)
+
+    def _count(self):
+        return len(self._saves) + sum(len(d) for d in self._loads.values())
 
     def add_saves(self, items):
-        with self._lock:
-            self._saves.extend(items)
+        held(self._lock, self._add_saves, items)
+
+    def _add_saves(self, items):
+        self._saves.extend(items)
 
     def drop_last_saves(self, n):
         """Undo add_saves of a call the C library refused (the submit lock is
         held, so they are still the newest)."""
-        with self._lock:
-            for _ in range(n):
-                self._saves.pop()
+        held(self._lock, self._drop_saves, n)
+
+    def _drop_saves(self, n):
+        for _ in range(n):
+            self._saves.pop()
 
     def add_loads(self, items):
-        with self._lock:
-            for transfer_id, owners in items:
-                self._loads.setdefault(transfer_id, deque()).append(owners)
+        held(self._lock, self._add_loads, items)
+
+    def _add_loads(self, items):
+        for transfer_id, owners in items:
+            self._loads.setdefault(transfer_id, deque()).append(owners)
 
     def drop_last_loads(self, items):
-        with self._lock:
-            for transfer_id, _ in reversed(items):
-                queue = self._loads[transfer_id]
-                queue.pop()
-                if not queue:
-                    del self._loads[transfer_id]
+        held(self._lock, self._drop_loads, items)
+
+    def _drop_loads(self, items):
+        for transfer_id, _ in reversed(items):
+            queue = self._loads[transfer_id]
+            queue.pop()
+            if not queue:
+                del self._loads[transfer_id]
 
     def _take_save(self, key):
         if self._saves and self._saves[0][0] in (key, None):
@@ -66,12 +78,20 @@ class Pending:
     def release(self, records, save_dir):
         """Take the owners of polled completions; the caller drops them outside
         the lock (freeing a tensor may run arbitrary code)."""
-        with self._lock:
-            return [self._take_save(r.key) if r.direction == save_dir
-                    else self._take_load(r.transfer_id) for r in records]
+        return held(self._lock, self._take, records, save_dir)
+
+    def _take(self, records, save_dir):
+        return [self._take_save(r.key) if r.direction == save_dir
+                else self._take_load(r.transfer_id) for r in records]
 
     def clear(self):
-        with self._lock:
-            saves, loads = self._saves, self._loads
-            self._saves, self._loads = deque(), {}
+        return held(self._lock, self._swap)
+
+    def _swap(self):
+        saves, loads = self._saves, self._loads
+        self._saves, self._loads = deque(), {}
         return saves, loads
+
+    def after_fork_in_child(self):
+        """A lock a parent thread held at fork stays held in the child."""
+        self._lock = threading.RLock()

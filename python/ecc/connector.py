@@ -3,6 +3,7 @@
 (the six operations, stats, describe and the directory of ABI 1.1) with its
 arguments checked, its errors raised, and its buffers kept alive until polled."""
 
+import atexit
 import ctypes
 import os
 import re
@@ -14,7 +15,7 @@ from . import _abi, _lib
 from ._abi import EntryState, Status
 from ._blocks import blocks_of
 from ._buffers import check_reachable, memory_of
-from ._guard import Guard
+from ._guard import Guard, held
 from ._pending import Pending
 from ._streams import stream_value
 from .errors import EccError, error, invalid
@@ -100,45 +101,88 @@ def _log_function(log):
     return _abi.LogFunction(forward)
 
 
-def _open(lib, config_path, pairs, log_fn):
+def _open(lib, config_path, pairs, log_fn, handle):
+    """ecc_open into `handle`, the c_void_p of a core whose finalizer already
+    waits: a KeyboardInterrupt just after the C call leaves no connector open
+    that nothing would close."""
     kv = (_abi.KeyValue * max(1, len(pairs)))(*[_abi.KeyValue(k, v) for k, v in pairs])
     opts = _abi.OpenOptions(struct_size=sizeof(_abi.OpenOptions),
                             overrides=ctypes.cast(kv, ctypes.POINTER(_abi.KeyValue)),
                             n_overrides=len(pairs), log=log_fn or _abi.LogFunction(),
                             log_level=-1)
-    handle = c_void_p()
     err = ctypes.create_string_buffer(4096)
     rc = lib.ecc_open(os.fsencode(config_path), byref(opts), byref(handle), err, len(err))
     if rc != 0:
         raise error(rc, err.value.decode("utf-8", "replace"))
-    return handle.value
+
+
+# Every core of this process, so that a child made by fork() can mark them its
+# parent's before any of its code runs; and those not yet closed, held until
+# they are, so that one whose finalizer an interrupt stopped is closed at exit.
+_cores = weakref.WeakSet()
+_unclosed = set()
 
 
 class _Core:
     """What close needs, apart from the Connector so that the finalizer that closes
     a forgotten connector does not keep it alive."""
 
-    def __init__(self, lib, handle, log_fn):
-        self.lib, self.handle, self.log_fn = lib, handle, log_fn
+    def __init__(self, lib, log_fn):
+        self.lib, self.log_fn = lib, log_fn
+        self.handle = c_void_p()  # NULL until opened, and again once closed
         self.guard = Guard()
         self.pending = Pending()
         # Ties the order of the references to the order of the C calls: save,
         # flush and load are serialised by the library anyway.
         self.submit = threading.RLock()
+        self.closer = threading.RLock()  # one ecc_close, whoever else calls close
         self.reserved = {}  # token -> key, for reservations made through this connector
         self.engine, self.device, self.save_rank = None, None, True
+        _cores.add(self)
+        _unclosed.add(self)
 
     def close(self):
-        if not self.guard.begin_close():
-            return 0
-        rc = self.lib.ecc_close(self.handle)
+        self.guard.closing = True
+        return held(self.closer, self._close)
+
+    def _close(self):
+        # In a forked child the parent's threads are not inside, and ecc_close
+        # frees the child's copy of the connector, touching nothing of the parent's.
+        if not self.guard.forked:
+            self.guard.drain()
+        # NULL before the call (ecc_close(NULL) is ECC_OK), so that a close that
+        # an interrupt stops after the C call cannot pass a freed pointer again.
+        handle = self.handle.value
+        self.handle.value = None
+        rc = self.lib.ecc_close(handle)
         # ecc_close has waited for every transfer: nothing reads or writes the
         # buffers any more, and no plugin thread calls the log function.
-        self.handle = None
         self.pending.clear()
         self.reserved.clear()
         self.log_fn = None
+        _unclosed.discard(self)
         return rc
+
+    def after_fork_in_child(self):
+        """Locks a parent thread held at fork stay held in the child: new ones."""
+        self.guard.after_fork_in_child()
+        self.pending.after_fork_in_child()
+        self.submit = threading.RLock()
+        self.closer = threading.RLock()
+
+
+def _after_fork_in_child():
+    for core in list(_cores):
+        core.after_fork_in_child()
+
+
+def _close_unclosed():
+    for core in list(_unclosed):
+        core.close()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_unclosed)
 
 
 class Connector:
@@ -154,8 +198,9 @@ class Connector:
         pairs = _overrides(overrides)
         log_fn = _log_function(log)
         lib = _lib.load()
-        self._core = _Core(lib, _open(lib, path, pairs, log_fn), log_fn)
+        self._core = _Core(lib, log_fn)
         self._finalizer = weakref.finalize(self, self._core.close)
+        _open(lib, path, pairs, log_fn, self._core.handle)
         self._learn_engine()
 
     def _learn_engine(self):
@@ -174,8 +219,12 @@ class Connector:
 
     def close(self):
         """Wait for calls in progress and every transfer in flight, then shut down;
-        idempotent. Completions not yet polled are dropped."""
-        rc = self._finalizer()
+        idempotent. Completions not yet polled are dropped. In a child made by
+        fork() it frees the child's copy at once and leaves the parent's alone."""
+        rc = self._core.close()
+        # Nothing left for the garbage collector to run, where an interrupt
+        # would be printed and dropped instead of raised.
+        self._finalizer.detach()
         if rc:
             raise error(rc, "close: the plugin's shutdown failed")
 
@@ -205,30 +254,29 @@ class Connector:
         return error(rc, text or f"{what}: {_lib.strerror(self._core.lib, rc)}")
 
     def _call(self, what, name, *args):
+        self._core.guard.call(what, self._c_call, what, name, args)
+
+    def _c_call(self, what, name, args):
         core = self._core
-        core.guard.enter(what)
-        try:
-            rc = getattr(core.lib, name)(core.handle, *args)
-            if rc != 0:
-                raise self._fail(what, rc)
-        finally:
-            core.guard.leave()
+        rc = getattr(core.lib, name)(core.handle, *args)
+        if rc != 0:
+            raise self._fail(what, rc)
 
     def _submit(self, what, name, args, add, undo):
         """A C call that starts copies: the references are taken before it, so a
         completion polled at once on another thread finds them, and given back if
-        the call is refused (a refused call changes nothing)."""
+        the call is refused (a refused call changes nothing). An interrupt
+        between the two keeps them until close: held too long, never too short."""
         core = self._core
-        core.guard.enter(what)
-        try:
-            with core.submit:
-                add()
-                rc = getattr(core.lib, name)(core.handle, *args)
-                if rc != 0:
-                    undo()
-                    raise self._fail(what, rc)
-        finally:
-            core.guard.leave()
+        core.guard.call(what, held, core.submit, self._c_submit, what, name, args, add, undo)
+
+    def _c_submit(self, what, name, args, add, undo):
+        core = self._core
+        add()
+        rc = getattr(core.lib, name)(core.handle, *args)
+        if rc != 0:
+            undo()
+            raise self._fail(what, rc)
 
     def _memory(self, obj, what, writable):
         mem = memory_of(obj, what, writable)
