@@ -118,6 +118,14 @@ enum ecc_entry_state {
 /* Longest key (content hash string) in bytes, without the terminating NUL. */
 #define ECC_KEY_MAX 127
 
+/* Most releases one lookup may pin an entry for (its `ranks`): every rank
+ * of one engine that loads the entry, tensor-parallel times
+ * prefill-context-parallel (TP 128 x PCP 8 fits). A lookup asking for more
+ * is refused with ECC_ERR_INVALID naming this bound, so that no caller
+ * (a peer host's included) can pin an entry for more releases than an
+ * engine can give back. */
+#define ECC_RANKS_MAX 1024
+
 /* Opaque connector handle. 0 is never valid. After shutdown a handle's value
  * stays invalid for the life of the process, also after the plugin has been
  * closed and opened again: calls with it return ECC_ERR_CLOSED and never

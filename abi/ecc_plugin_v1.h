@@ -249,12 +249,23 @@ typedef struct ecc_dir_stats_v1 {
  * region (a scheduler may reserve or look up, and hand the token to the
  * workers that copy). A token names one incarnation of an entry: once the
  * entry is gone, its token is refused (ECC_ERR_CLOSED) and never names
- * another, so a stale token cannot deliver another key's bytes. A
+ * another, so a stale token cannot deliver another key's bytes. A token
+ * also says what it names: a reservation's (from reserve) given where a
+ * pin is wanted (load_pinned, unpin), or a pin's (from lookup) given where
+ * a reservation is (save_reserved, abort_reserved), is refused with
+ * ECC_ERR_CLOSED saying which it is, and changes nothing. A
  * reservation belongs to the process that made it, and a pin to the one
  * that looked it up: when that process dies they are reclaimed by the next
  * process that needs the room. On a region with a directory, save and load
  * by block ids are accepted only for blocks of a live reservation (save)
  * or a pinned entry (load); any other block is ECC_ERR_RANGE naming it.
+ * A save by block ids writes only reservations the calling process made
+ * (another process's is ECC_ERR_RANGE naming the block and its owner's
+ * pid) and holds each one it writes from the call until its copy has
+ * completed, as save_reserved does: abort_reserved and save_reserved of it
+ * answer ECC_ERR_BUSY meanwhile, so its blocks never pass to another entry
+ * under the copy. The copy does not publish it (the host may have written
+ * part of it only).
  *
  * Lifetimes: keys, key arrays and entry arrays passed to these functions
  * are read during the call only; `out` arrays are written before the call
@@ -266,6 +277,15 @@ typedef struct ecc_dir_stats_v1 {
  * and load, as those are with each other. reserve, abort_reserved, lookup,
  * unpin, remove and list may run concurrently with anything: they take the
  * directory's own lock, which every process attached to the region shares.
+ * A call that finds that lock held past the handle's lock timeout (a
+ * process stopped inside a call) returns ECC_ERR_BUSY having changed
+ * nothing: every directory function may return it, and so may save, load
+ * and stats on a region with a directory.
+ *
+ * Region checks: every directory function, after its arguments, checks
+ * that the region file is still the one mapped, whole, and returns
+ * ECC_ERR_REGION once it was removed, replaced or truncated, so that no
+ * call touches pages that are gone.
  */
 
 /* Runs of blocks one entry may have (one when the directory can). */
@@ -395,7 +415,10 @@ typedef struct ecc_plugin_v1 {
    * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_RANGE, ECC_ERR_ROLE,
    * ECC_ERR_NOMEM, ECC_ERR_CLOSED, ECC_ERR_REGION (checked when the call
    * starts a step's batch: the region file was removed, replaced or
-   * truncated since create, so the handle can move no more data). */
+   * truncated since create, so the handle can move no more data).
+   * Minor 1, a region with a directory: also ECC_ERR_BUSY (a block lies in
+   * a reservation that a copy in flight writes: poll first), and the region
+   * is checked at every call. */
   int (*save)(ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n);
 
   /* flush: submit everything queued since the last flush as ONE batched
@@ -451,7 +474,10 @@ typedef struct ecc_plugin_v1 {
   int (*validate)(const ecc_kv_v1_t *config, size_t n_config, char *err, size_t err_cap);
 
   /* stats: copy the handle's counters (see "Structs the host fills" above).
-   * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. */
+   * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED. Minor 1, a region
+   * with a directory: also ECC_ERR_REGION (its file removed, replaced or
+   * truncated) and ECC_ERR_BUSY (the directory's lock timed out): then
+   * nothing is written. */
   int (*stats)(ecc_handle_t h, ecc_stats_v1_t *out);
 
   /* last_error: copy the text of the handle's most recent error ("" if none),
@@ -489,13 +515,16 @@ typedef struct ecc_plugin_v1 {
    * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_RANGE (nbytes is not the
    * reserved size), ECC_ERR_ROLE, ECC_ERR_NOMEM, ECC_ERR_CLOSED (a token
    * that names no live reservation: never made, published, freed or
-   * reclaimed; or a closed handle), ECC_ERR_REGION, ECC_ERR_UNSUPPORTED. */
+   * reclaimed; or a closed handle), ECC_ERR_REGION, ECC_ERR_UNSUPPORTED.
+   * Also ECC_ERR_BUSY: the reservation is being saved already (by this
+   * step's batch or one in flight): poll first. */
   int (*save_reserved)(ecc_handle_t h, const ecc_save_reserved_v1_t *entries, size_t n);
 
   /* abort_reserved: give a reservation up before it is saved; its blocks are
    * free again. Returns ECC_OK, ECC_ERR_CLOSED (stale token or closed
    * handle), ECC_ERR_BUSY (its save is in flight: poll first),
-   * ECC_ERR_UNSUPPORTED. */
+   * ECC_ERR_UNSUPPORTED. ECC_ERR_CLOSED also for a published entry's
+   * token (no longer a reservation); and ECC_ERR_REGION. */
   int (*abort_reserved)(ecc_handle_t h, uint64_t token);
 
   /* lookup: for each of `n` keys, out[i] is READY (found; marked used and
@@ -503,7 +532,9 @@ typedef struct ecc_plugin_v1 {
    * per unpin) or ABSENT. `keys` and the strings are read during the call.
    * Returns ECC_OK, ECC_ERR_INVALID (NULL or bad key, ranks 0),
    * ECC_ERR_ROLE (a producer), ECC_ERR_BUSY (no free pin: no pin of the
-   * call is kept), ECC_ERR_CLOSED, ECC_ERR_REGION, ECC_ERR_UNSUPPORTED. */
+   * call is kept), ECC_ERR_CLOSED, ECC_ERR_REGION, ECC_ERR_UNSUPPORTED.
+   * `ranks` is at most ECC_RANKS_MAX (ecc_common.h): more is
+   * ECC_ERR_INVALID, naming the bound, and pins nothing. */
   int (*lookup)(ecc_handle_t h, const char *const *keys, size_t n, uint32_t ranks,
                 ecc_entry_v1_t *out);
 
@@ -520,18 +551,21 @@ typedef struct ecc_plugin_v1 {
 
   /* unpin: release one rank of a pin without loading (an entry the host
    * decided not to read). Returns ECC_OK, ECC_ERR_CLOSED (stale pin or
-   * closed handle), ECC_ERR_UNSUPPORTED. */
+   * closed handle), ECC_ERR_UNSUPPORTED; also ECC_ERR_REGION, and
+   * ECC_ERR_BUSY (the lock's timeout: see The directory). */
   int (*unpin)(ecc_handle_t h, uint64_t token);
 
   /* remove: drop a ready entry by key. Returns ECC_OK, ECC_ERR_INVALID,
    * ECC_ERR_RANGE (no such entry), ECC_ERR_BUSY (pinned, or being
-   * written), ECC_ERR_CLOSED, ECC_ERR_UNSUPPORTED. */
+   * written), ECC_ERR_CLOSED, ECC_ERR_UNSUPPORTED; also ECC_ERR_REGION. */
   int (*remove)(ecc_handle_t h, const char *key);
 
   /* list: up to `cap` live entries from *cursor on (start with 0), their
    * count in *n_out, and *cursor advanced; *n_out 0 at the end. Entries
    * may come and go between calls: each call is consistent on its own.
-   * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED, ECC_ERR_UNSUPPORTED. */
+   * Returns ECC_OK, ECC_ERR_INVALID, ECC_ERR_CLOSED, ECC_ERR_UNSUPPORTED;
+   * also ECC_ERR_REGION, and ECC_ERR_BUSY (the lock's timeout). On an
+   * error *n_out is 0 (when n_out is not NULL) and *cursor unchanged. */
   int (*list)(ecc_handle_t h, uint64_t *cursor, ecc_listed_v1_t *out, size_t cap, size_t *n_out);
 } ecc_plugin_v1_t;
 

@@ -7,15 +7,25 @@
  * unclaim and settle of a reservation, pinned, blocks_held), with keys from
  * a small alphabet and often stale or forged refs and pins, and now and
  * then a thread that dies inside dir_list holding the lock (this process,
- * alive, must keep what it holds).
+ * alive, must keep what it holds). Three more turn on what the directory
+ * must refuse: the region formatted again in the same memory (refs and pins
+ * of the earlier format are offered on, and must name nothing; the view of
+ * the earlier format is refused), a thread holding the lock past the 1 ms
+ * lock timeout (every call waits it out and fails BUSY naming this
+ * process, changing nothing), and damaged tables (a live entry's run sent
+ * outside the region, or bytes of the tables, the header's counters and
+ * hints or its sizes overwritten: calls give codes of the set, never a
+ * crash or a hang, the rebuild repairs the tables; the memory is put back
+ * after, so the model goes on).
  *
  * Input: five bytes of parameters (blocks, block size, entry and pin slots
  * and timeouts, the byte the memory holds before it is formatted), then up
- * to MAX_OPS operations, each a byte that picks the call (modulo 26: 0-3
+ * to MAX_OPS operations, each a byte that picks the call (modulo 30: 0-3
  * reserve, 4-5 publish, 6 abort, 7-9 lookup, 10-11 unpin, 12 check_pinned,
  * 13 remove, 14 attach, 15 identity, 16 reclaim, 17 thread death, 18
  * rebuild, 19-20 claim, 21 unclaim, 22-23 settle, 24 pinned, 25
- * blocks_held) and then the bytes its arguments take (the pick_* functions
+ * blocks_held, 26 unpin_ranks, 27 format again, 28 a held lock, 29 damaged
+ * tables) and then the bytes its arguments take (the pick_* functions
  * say which); exhausted input reads as zeros. A timeout is off, an hour,
  * or 1 ns: then every reservation or pin may be reclaimed by any call after
  * the one that made it, and the model learns which were (from the listing
@@ -58,7 +68,8 @@
 #define MAX_SLOTS 64u /* the most entry or pin slots a formatted directory has here */
 /* Pins the model holds: those live plus those reclaimed but not yet seen gone. */
 #define MODEL_PINS (2 * MAX_SLOTS)
-#define TINY_NS 1ull /* a timeout that passes before the next call */
+#define TINY_NS 1ull            /* a timeout that passes before the next call */
+#define LOCK_WAIT_NS 1000000ull /* how long a call waits for a held lock */
 #define HOUR_NS (3600ull * 1000000000ull)
 #define RING 16
 #define WHY_ROOM 320
@@ -333,12 +344,21 @@ static void remember_pin(struct dir_pin_ref ref)
   m.pin_refs[m.n_pin_refs++ % RING] = ref;
 }
 
+/* Whether generation a comes after b: they start anywhere (a random first
+ * one per slot per format) and wrap, so the order is that of their
+ * difference, as for sequence numbers. */
+static bool gen_after(uint32_t a, uint32_t b)
+{
+  return (int32_t)(a - b) > 0;
+}
+
 /* The entry is gone: its slot's next incarnation must carry a later gen. */
 static void drop_entry(int k)
 {
   struct dir_ref ref = m.e[k].ref;
   CHECK("model", m.e[k].pins == 0, "dropping pinned '%.16s'", keys[k]);
-  if (ref.slot < MAX_SLOTS && (!m.entry_seen[ref.slot] || ref.gen > m.entry_gen[ref.slot])) {
+  if (ref.slot < MAX_SLOTS &&
+      (!m.entry_seen[ref.slot] || gen_after(ref.gen, m.entry_gen[ref.slot]))) {
     m.entry_seen[ref.slot] = true;
     m.entry_gen[ref.slot] = ref.gen;
   }
@@ -350,7 +370,7 @@ static void drop_pin(uint32_t i)
   struct dir_pin_ref ref = m.pins[i].ref;
   m.e[m.pins[i].key].pins--;
   /* A reclaim is learned late: the slot may hold a later pin already. */
-  if (ref.slot < MAX_SLOTS && (!m.pin_seen[ref.slot] || ref.gen > m.pin_gen[ref.slot])) {
+  if (ref.slot < MAX_SLOTS && (!m.pin_seen[ref.slot] || gen_after(ref.gen, m.pin_gen[ref.slot]))) {
     m.pin_seen[ref.slot] = true;
     m.pin_gen[ref.slot] = ref.gen;
   }
@@ -752,8 +772,8 @@ static void check_fresh_ref(uint32_t slot, uint32_t gen, uint32_t slots, const b
                             const uint32_t *last, const char *what)
 {
   CHECK("refs", slot < slots, "%s slot %u of %u", what, slot, slots);
-  CHECK("refs", !seen[slot] || gen > last[slot], "%s slot %u: gen %u again (freed at gen %u)", what,
-        slot, gen, last[slot]);
+  CHECK("refs", !seen[slot] || gen_after(gen, last[slot]),
+        "%s slot %u: gen %u again (freed at gen %u)", what, slot, gen, last[slot]);
 }
 
 static bool overlaps(const struct mentry *x, const struct dir_entry_info *e)
@@ -1288,6 +1308,41 @@ static void op_unpin(struct input *in)
     drop_pin((uint32_t)i);
 }
 
+/* Several releases at once: 0 is refused and changes nothing, more than are
+ * left free the pin (as a peer's whole count does when it goes away). */
+static void op_unpin_ranks(struct input *in)
+{
+  struct dir_pin_ref pin = pick_pin(in);
+  uint8_t mode = u8(in) % 8;
+  uint32_t ranks = mode == 0 ? 0 : mode == 1 ? UINT32_MAX : 1 + u8(in) % 4;
+  int i = pin_by_ref(pin);
+  if (ranks == 0)
+    take_snapshot(&snap_before);
+  why_reset();
+  int rc = dir_unpin_ranks(&d, pin, ranks, why, why_cap);
+  why_after("dir_unpin_ranks", rc);
+  TRACE("unpin %u ranks of %u/%u ('%.16s'): %d", ranks, pin.slot, pin.gen,
+        i >= 0 ? keys[m.pins[i].key] : "stale", rc);
+  if (ranks == 0) {
+    CHECK("unpin-ranks", rc == ECC_ERR_INVALID, "unpin of 0 ranks: %d, INVALID documented", rc);
+    check_unchanged("dir_unpin_ranks of 0 ranks");
+    return;
+  }
+  if (i < 0) {
+    CHECK("stale-pin", rc == ECC_ERR_CLOSED, "unpin of %u ranks of stale pin %u/%u: %d", ranks,
+          pin.slot, pin.gen, rc);
+    return;
+  }
+  if (timed_out_pin((uint32_t)i, rc))
+    return;
+  CHECK("unpin-ranks", rc == ECC_OK, "unpin of %u ranks of live pin %u/%u: %d (%s)", ranks,
+        pin.slot, pin.gen, rc, why);
+  if (m.pins[i].left > ranks)
+    m.pins[i].left -= ranks;
+  else
+    drop_pin((uint32_t)i);
+}
+
 static bool blocks_in_entry(const struct mentry *x, uint32_t first, uint32_t count)
 {
   if (count > UINT32_MAX - first)
@@ -1682,6 +1737,49 @@ static void op_rebuild(void)
   m.mono[C_RECOVERIES]++;
 }
 
+/* The region made again in the same memory (its last holder gone, its file
+ * removed and created anew): a new instance id, every slot's generations
+ * drawn afresh. The model empties but keeps the refs and pins it handed
+ * out, so that later calls offer refs of the earlier format, which must
+ * name nothing now; the view attached to the earlier format is refused. */
+static void op_reformat(void)
+{
+  struct dir old = d;
+  struct model keep = m;
+  why_reset();
+  int rc = dir_format(mem, mem_bytes, &m.p, why, why_cap);
+  why_after("dir_format", rc);
+  CHECK("format", rc == ECC_OK, "dir_format again: %d (%s)", rc, why);
+  why_reset();
+  rc = dir_attach(&d, mem, mem_bytes, &m.p, why, why_cap);
+  why_after("dir_attach", rc);
+  CHECK("attach", rc == ECC_OK, "dir_attach after a new format: %d (%s)", rc, why);
+  TRACE("format again: instance %016llx, was %016llx", (unsigned long long)dir_instance(&d),
+        (unsigned long long)dir_instance(&old));
+  CHECK("instance", dir_instance(&d) != dir_instance(&old) && dir_instance(&d) != 0,
+        "a new format kept instance %016llx", (unsigned long long)dir_instance(&d));
+  memset(&m, 0, sizeof(m));
+  m.p = keep.p;
+  m.max_entries = keep.max_entries;
+  m.max_pins = keep.max_pins;
+  m.tiny_res = keep.tiny_res;
+  m.tiny_pin = keep.tiny_pin;
+  m.self_dead = keep.self_dead;
+  memcpy(m.refs, keep.refs, sizeof(m.refs));
+  m.n_refs = keep.n_refs;
+  memcpy(m.pin_refs, keep.pin_refs, sizeof(m.pin_refs));
+  m.n_pin_refs = keep.n_pin_refs;
+  thread_death_op = -1;
+  const char *key = keys[0];
+  bool found;
+  struct dir_pin_ref pin;
+  why_reset();
+  rc = dir_lookup(&old, &key, 1, 1, &found, NULL, &pin, why, why_cap);
+  why_after("dir_lookup", rc);
+  CHECK("reformat", rc == ECC_ERR_REGION,
+        "a view of the earlier format looked up through the new one: %d", rc);
+}
+
 static void op_identity(void)
 {
   struct dir_owner me;
@@ -1690,6 +1788,313 @@ static void op_identity(void)
   CHECK("owner", me.pid == getpid() && me.pid == d.self.pid && me.start_ticks == d.self.start_ticks,
         "dir_owner_self says %d/%llu, the view %d/%llu", me.pid, (unsigned long long)me.start_ticks,
         d.self.pid, (unsigned long long)d.self.start_ticks);
+}
+
+/* ---- a lock held past the timeout ------------------------------------------ */
+
+/* A thread of this process holds the lock inside dir_list until told to go
+ * on: as a process stopped inside a call would, but one this process can
+ * release. */
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
+static int hold_state; /* 0 starting, 1 holding, 2 told to go on */
+
+static void hold_in_callback(void *user, const struct dir_entry_info *e)
+{
+  bool *once = user;
+  (void)e;
+  if (*once)
+    return;
+  *once = true;
+  pthread_mutex_lock(&hold_mu);
+  hold_state = 1;
+  pthread_cond_broadcast(&hold_cv);
+  while (hold_state != 2)
+    pthread_cond_wait(&hold_cv, &hold_mu);
+  pthread_mutex_unlock(&hold_mu);
+}
+
+static void *list_and_hold(void *arg)
+{
+  bool once = false;
+  (void)arg;
+  dir_list(&d, hold_in_callback, &once);
+  return NULL;
+}
+
+static void hold_set(int state)
+{
+  pthread_mutex_lock(&hold_mu);
+  hold_state = state;
+  pthread_cond_broadcast(&hold_cv);
+  pthread_mutex_unlock(&hold_mu);
+}
+
+/* One call while the lock is held, by its pick: all of them wait out the
+ * timeout and refuse. */
+static int call_while_held(struct input *in, char *text, size_t cap)
+{
+  int outcome;
+  struct dir_entry_info e;
+  struct dir_counters c;
+  struct listing l = {.n = 0};
+  struct lookup_call lc;
+  switch (u8(in) % 8) {
+  case 0:
+    pick_lookup(in, &lc);
+    for (size_t i = 0; i < lc.n; i++)
+      if (lc.k[i] < 0)
+        lc.keys[i] = keys[0]; /* an invalid one is refused before the lock */
+    return dir_lookup(&d, lc.keys, lc.n, 1, lc.found, lc.info, lc.pins, text, cap);
+  case 1:
+    return dir_reserve(&d, keys[u8(in) % NKEYS], 1, &outcome, &e, text, cap);
+  case 2:
+    return dir_unpin(&d, pick_pin(in), text, cap);
+  case 3:
+    return dir_publish(&d, pick_ref(in), text, cap);
+  case 4:
+    return dir_check(&d, text, cap);
+  case 5:
+    return dir_get_counters(&d, &c);
+  case 6:
+    return dir_list(&d, list_one, &l);
+  default:
+    return dir_remove(&d, keys[u8(in) % NKEYS], text, cap);
+  }
+}
+
+/* Once per input: each waits out the timeout, which would otherwise be
+ * most of the time an input takes. */
+static bool lock_held_done;
+
+static void op_lock_held(struct input *in)
+{
+  pthread_t t;
+  char text[512] = "", pid_text[48];
+  if (live_entries() == 0 || lock_held_done)
+    return; /* with no entry the callback would not run */
+  lock_held_done = true;
+  take_snapshot(&snap_before);
+  hold_state = 0;
+  CHECK("thread", pthread_create(&t, NULL, list_and_hold, NULL) == 0, "pthread_create failed");
+  pthread_mutex_lock(&hold_mu);
+  while (hold_state != 1)
+    pthread_cond_wait(&hold_cv, &hold_mu);
+  pthread_mutex_unlock(&hold_mu);
+  uint64_t t0 = now_ns();
+  int rc = call_while_held(in, text, sizeof(text));
+  uint64_t waited = now_ns() - t0;
+  hold_set(2);
+  CHECK("thread", pthread_join(t, NULL) == 0, "pthread_join failed");
+  TRACE("a call while a thread holds the lock: %d after %llu us (%s)", rc,
+        (unsigned long long)(waited / 1000u), text);
+  CHECK("lock-timeout", rc == ECC_ERR_BUSY, "a call under a held lock: %d, BUSY documented", rc);
+  CHECK("lock-timeout", waited >= m.p.lock_timeout_ns,
+        "a call under a held lock gave up after %llu ns, the timeout is %llu",
+        (unsigned long long)waited, (unsigned long long)m.p.lock_timeout_ns);
+  snprintf(pid_text, sizeof(pid_text), "pid %d (this process)", (int)getpid());
+  CHECK("lock-timeout", text[0] == '\0' || strstr(text, pid_text) != NULL,
+        "the refusal does not name '%s': %s", pid_text, text);
+  check_unchanged("a call refused for a held lock");
+}
+
+/* ---- damaged tables -------------------------------------------------------- */
+
+/* Every code a call may give on damaged tables: the closed set's directory
+ * codes, never a crash, a hang or a code outside them. */
+static void check_damaged_rc(const char *call, int rc)
+{
+  CHECK("damaged",
+        rc == ECC_OK || rc == ECC_ERR_INVALID || rc == ECC_ERR_RANGE || rc == ECC_ERR_BUSY ||
+            rc == ECC_ERR_CLOSED || rc == ECC_ERR_REGION,
+        "%s on damaged tables: %d", call, rc);
+}
+
+/* One call on damaged tables, by its pick. */
+static void damaged_call(struct input *in)
+{
+  int k, outcome;
+  struct dir_entry_info e;
+  struct lookup_call lc;
+  struct dir_counters c;
+  struct listing l = {.n = 0};
+  uint32_t ids[4], bad, freed;
+  uint8_t which = u8(in) % 12;
+  why_reset();
+  int rc;
+  switch (which) {
+  case 0:
+    rc = dir_reserve(&d, pick_key(in, &k), pick_nbytes(in), &outcome, &e, why, why_cap);
+    break;
+  case 1:
+    rc = u8(in) % 2 ? dir_publish(&d, pick_ref(in), why, why_cap)
+                    : dir_abort(&d, pick_ref(in), why, why_cap);
+    break;
+  case 2:
+    pick_lookup(in, &lc);
+    rc = dir_lookup(&d, lc.keys, lc.n, lc.ranks, lc.found, lc.info, lc.pins, why, why_cap);
+    break;
+  case 3:
+    rc = dir_unpin_ranks(&d, pick_pin(in), 1 + u8(in) % 3, why, why_cap);
+    break;
+  case 4:
+    rc = dir_pinned(&d, pick_pin(in), &e, why, why_cap);
+    break;
+  case 5:
+    rc = dir_check_pinned(&d, pick_pin(in), u8(in) % (m.p.num_blocks + 2), 1 + u8(in) % 4, why,
+                          why_cap);
+    break;
+  case 6:
+    rc = dir_remove(&d, pick_key(in, &k), why, why_cap);
+    break;
+  case 7:
+    rc = dir_claim(&d, pick_ref(in), &e, why, why_cap);
+    if (rc == ECC_OK)
+      rc = dir_settle(&d, e.ref, u8(in) % 2, why, why_cap);
+    break;
+  case 8:
+    for (int i = 0; i < 4; i++)
+      ids[i] = u16(in) % (m.p.num_blocks + 4);
+    rc = dir_blocks_held(&d, ids, 4, u8(in) % 2, &bad);
+    why[0] = '\0';
+    break;
+  case 9:
+    rc = dir_list(&d, list_one, &l);
+    why[0] = '\0';
+    break;
+  case 10:
+    rc = dir_get_counters(&d, &c);
+    why[0] = '\0';
+    break;
+  default:
+    rc = dir_reclaim(&d, &freed, why, why_cap);
+    break;
+  }
+  if (which < 8 || which == 11)
+    why_after("a call on damaged tables", rc);
+  TRACE("  call %u on damaged tables: %d", which, rc);
+  check_damaged_rc("a call", rc);
+}
+
+/* Where a live entry's runs lie in the shared memory: found by its key's
+ * bytes, which follow a slot's runs, and its first run. Free slots that
+ * once held the same entry match too: all of them are returned. */
+static size_t runs_of_key(int k, struct dir_run **found, size_t cap)
+{
+  size_t len = strlen(keys[k]) + 1, before = DIR_MAX_RUNS * sizeof(struct dir_run), n = 0;
+  const struct dir_shape *shape = mem;
+  char *base = mem;
+  for (size_t at = shape->off_entries + before; at + len <= shape->off_pins && n < cap; at += 4) {
+    if (memcmp(base + at, keys[k], len) != 0)
+      continue;
+    struct dir_run *runs = (struct dir_run *)(void *)(base + at - before);
+    if (runs[0].first == m.e[k].runs[0].first && runs[0].count == m.e[k].runs[0].count)
+      found[n++] = runs;
+  }
+  return n;
+}
+
+/* A live entry's run sent outside the region: the call that meets it first
+ * is refused by name. */
+static void damage_runs(struct input *in)
+{
+  struct dir_run *found[8];
+  int k = live_key_from(u8(in), -1);
+  if (k < 0)
+    return;
+  size_t n = runs_of_key(k, found, 8);
+  CHECK("damaged", n > 0, "the runs of live '%.16s' are not in the directory's memory", keys[k]);
+  /* A first block at or past the end, or a count of 0 or past the end from
+   * any first block: never a run of the region. */
+  uint32_t r = u8(in) % m.e[k].n_runs, v = u8(in) % 2 ? UINT32_MAX - u8(in) : u16(in);
+  bool first = u8(in) % 2;
+  if (first && v < m.p.num_blocks)
+    v += m.p.num_blocks;
+  else if (!first && v != 0 && v <= m.p.num_blocks)
+    v += m.p.num_blocks;
+  for (size_t i = 0; i < n; i++) {
+    if (first)
+      found[i][r].first = v;
+    else
+      found[i][r].count = v;
+  }
+  const char *key = keys[k];
+  bool hit;
+  struct dir_pin_ref pin;
+  why_reset();
+  int rc = m.e[k].state == DIR_STATE_READY
+               ? dir_lookup(&d, &key, 1, 1, &hit, NULL, &pin, why, why_cap)
+               : dir_abort(&d, m.e[k].ref, why, why_cap);
+  why_after("a call on a damaged entry", rc);
+  TRACE("  run %u of '%.16s' set to %u: %d", r, key, v, rc);
+  CHECK("damaged", rc == ECC_ERR_REGION, "%s of '%.16s', its run %u now %u: %d, REGION",
+        m.e[k].state == DIR_STATE_READY ? "lookup" : "abort", key, r, v, rc);
+}
+
+/* Bytes of `from` .. `to` of the memory overwritten, by flips or words. */
+static void scribble_bytes(struct input *in, size_t from, size_t to)
+{
+  uint8_t *p = mem;
+  if (to <= from)
+    return;
+  for (int i = 1 + u8(in) % 4; i > 0; i--) {
+    size_t at = from + u32(in) % (to - from);
+    if (u8(in) % 2 == 0) {
+      p[at] ^= (uint8_t)(1u << (u8(in) % 8));
+    } else if (to - from >= 4) {
+      uint32_t v = u32(in);
+      at = from + (at - from) / 4 * 4;
+      if (at + 4 > to)
+        at = to - 4;
+      memcpy(p + at, &v, 4);
+    }
+  }
+}
+
+/* The tables (or the header's counters, hand and hints, or its sizes)
+ * overwritten, then calls: none crashes, hangs or gives a code outside the
+ * set; the rebuild repairs whatever the tables hold, and the checker passes
+ * after it. The memory is put back after, so the model goes on exact. */
+static void op_scribble(struct input *in)
+{
+  const struct dir_shape *shape = mem;
+  size_t after_lock = sizeof(struct dir_shape) + sizeof(pthread_mutex_t);
+  uint8_t *copy = malloc(mem_bytes);
+  CHECK("model", copy != NULL, "out of memory");
+  memcpy(copy, mem, mem_bytes);
+  struct dir view = d;
+  uint8_t mode = u8(in) % 4;
+  size_t off_entries = shape->off_entries, total = shape->total;
+  if (mode == 0)
+    damage_runs(in);
+  else if (mode == 1)
+    scribble_bytes(in, off_entries, total);
+  else if (mode == 2)
+    scribble_bytes(in, after_lock, off_entries);
+  else
+    scribble_bytes(in, 0, sizeof(struct dir_shape));
+  TRACE("scribble (mode %u)", mode);
+  bool shape_changed = memcmp(mem, &d.shape, sizeof(d.shape)) != 0;
+  for (int i = 1 + u8(in) % 6; i > 0; i--)
+    damaged_call(in);
+  why_reset();
+  int rc = dir_check(&d, why, why_cap);
+  why_after("dir_check", rc);
+  CHECK("damaged", rc == ECC_OK || rc == ECC_ERR_REGION, "dir_check on damaged tables: %d", rc);
+  why_reset();
+  rc = dir_rebuild(&d, why, why_cap);
+  why_after("dir_rebuild", rc);
+  char full[512] = "";
+  if (shape_changed) {
+    CHECK("damaged", rc == ECC_ERR_REGION, "dir_rebuild under a changed header: %d", rc);
+  } else {
+    CHECK("damaged", rc == ECC_OK, "dir_rebuild of damaged tables: %d (%s)", rc, why);
+    rc = dir_check(&d, full, sizeof(full));
+    CHECK("damaged", rc == ECC_OK, "dir_check after the rebuild of damaged tables: %s", full);
+  }
+  memcpy(mem, copy, mem_bytes);
+  d = view;
+  free(copy);
 }
 
 /* ---- one input --------------------------------------------------------- */
@@ -1709,6 +2114,7 @@ static void pick_params(struct input *in, struct dir_params *p)
   /* Never, not within an input, or before the next call (reclaims learned). */
   p->reserve_timeout_ns = b_entries >> 6 == 2 ? HOUR_NS : b_entries >> 6 == 3 ? TINY_NS : 0;
   p->pin_timeout_ns = b_pins >> 6 == 2 ? HOUR_NS : b_pins >> 6 == 3 ? TINY_NS : 0;
+  p->lock_timeout_ns = LOCK_WAIT_NS; /* waited out only by op_lock_held */
   m.tiny_res = p->reserve_timeout_ns == TINY_NS;
   m.tiny_pin = p->pin_timeout_ns == TINY_NS;
   m.max_entries = p->max_entries;
@@ -1770,7 +2176,7 @@ static void start(struct input *in)
 
 static void run_op(struct input *in)
 {
-  uint8_t op = u8(in) % 26;
+  uint8_t op = u8(in) % 30;
   if (op < 4)
     op_reserve(in);
   else if (op < 6)
@@ -1803,8 +2209,16 @@ static void run_op(struct input *in)
     op_settle(in);
   else if (op < 25)
     op_pinned(in);
-  else
+  else if (op < 26)
     op_blocks_held(in);
+  else if (op < 27)
+    op_unpin_ranks(in);
+  else if (op < 28)
+    op_reformat();
+  else if (op < 29)
+    op_lock_held(in);
+  else
+    op_scribble(in);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -1830,6 +2244,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   op_index = -1;
   thread_death_op = -1;
   stop_input = false;
+  lock_held_done = false;
   start(&in);
   for (op_index = 0; op_index < MAX_OPS && in.n > 0 && !stop_input; op_index++) {
     m.reclaims_now = 0;

@@ -116,6 +116,11 @@ ECC_API int ecc_lookup(ecc_connector_t *c, const char *const *keys, size_t n, ui
     return rc;
   if (c->plugin.ops.lookup == NULL)
     rc = ECC_ERR_UNSUPPORTED;
+  else if (ranks > ECC_RANKS_MAX) /* whatever the plugin would do: no pin beyond the bound */
+    rc = shim_fail(c, ECC_ERR_INVALID,
+                   "lookup: ranks is %" PRIu32 ", above ECC_RANKS_MAX (%d): one release per rank "
+                   "of the engine that loads the entry",
+                   ranks, ECC_RANKS_MAX);
   else
     rc = shim_checked(c, "lookup", c->plugin.ops.lookup(c->handle, keys, n, ranks, out));
   if (rc == ECC_OK && out != NULL)

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "connector_private.h"
 #include "ecc_host.h"
 #include "helpers.h"
 
@@ -530,4 +531,136 @@ Test(dir_calls, the_reservations_and_pins_of_a_killed_process_are_reclaimed)
   cr_expect_geq(d.reclaimed, 2, "reclaimed %llu", (unsigned long long)d.reclaimed);
   cr_expect_eq(d.pins_live, 0);
   cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+/* ---- the codes each call returns are the ones the ABI lists for it ---- */
+
+#define CODE(c) (1u << (unsigned)-(c))
+
+/* The lists of abi/ecc_plugin_v1.h (ECC_OK always). */
+static const unsigned abi_abort =
+    CODE(ECC_ERR_CLOSED) | CODE(ECC_ERR_BUSY) | CODE(ECC_ERR_UNSUPPORTED) | CODE(ECC_ERR_REGION);
+static const unsigned abi_unpin =
+    CODE(ECC_ERR_CLOSED) | CODE(ECC_ERR_UNSUPPORTED) | CODE(ECC_ERR_REGION) | CODE(ECC_ERR_BUSY);
+static const unsigned abi_remove = CODE(ECC_ERR_INVALID) | CODE(ECC_ERR_RANGE) |
+                                   CODE(ECC_ERR_BUSY) | CODE(ECC_ERR_CLOSED) |
+                                   CODE(ECC_ERR_UNSUPPORTED) | CODE(ECC_ERR_REGION);
+static const unsigned abi_save_reserved =
+    CODE(ECC_ERR_INVALID) | CODE(ECC_ERR_RANGE) | CODE(ECC_ERR_ROLE) | CODE(ECC_ERR_NOMEM) |
+    CODE(ECC_ERR_CLOSED) | CODE(ECC_ERR_REGION) | CODE(ECC_ERR_UNSUPPORTED) | CODE(ECC_ERR_BUSY);
+static const unsigned abi_list = CODE(ECC_ERR_INVALID) | CODE(ECC_ERR_CLOSED) |
+                                 CODE(ECC_ERR_UNSUPPORTED) | CODE(ECC_ERR_REGION) |
+                                 CODE(ECC_ERR_BUSY);
+
+static void expect_listed(const char *call, int rc, unsigned listed)
+{
+  cr_expect(rc == ECC_OK || (rc < 0 && rc >= ECC_STATUS_MIN && (listed & CODE(rc)) != 0),
+            "%s returned %d (%s), which its ABI list does not name", call, rc, ecc_strerror(rc));
+}
+
+Test(dir_calls, a_published_token_is_no_reservation_to_abort)
+{
+  ecc_connector_t *c = open_dir("both", th_region_name());
+  uint8_t src[BS];
+  th_fill(src, BS, 8);
+  ecc_entry_t r = reserve_ok(c, "done", BS);
+  cr_assert_eq(save_one(c, r.token, src, BS).status, ECC_OK);
+  int rc = ecc_abort_reserved(c, r.token);
+  expect_listed("abort_reserved of a published token", rc, abi_abort);
+  cr_assert_eq(rc, ECC_ERR_CLOSED);
+  char err[512];
+  ecc_last_error(c, err, sizeof(err));
+  cr_assert_not_null(strstr(err, "already published"), "%s", err);
+  cr_assert_eq(lookup_one(c, "done", 1).state, ECC_ENTRY_READY, "the refused abort freed it");
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(dir_calls, refusals_use_the_codes_the_abi_lists)
+{
+  const char *region = th_region_name();
+  ecc_connector_t *c = open_dir("both", region);
+  ecc_connector_t *q = open_dir("consumer", region);
+  uint8_t src[BS];
+  ecc_entry_t r = reserve_ok(c, "k", BS);
+  cr_assert_eq(save_one(c, r.token, src, BS).status, ECC_OK);
+  ecc_entry_t pinned = lookup_one(c, "k", 1);
+  ecc_entry_t open = reserve_ok(c, "open", BS);
+  const uint64_t tokens[] = {0, r.token, pinned.token, open.token, ~0ull, r.token ^ (1ull << 40)};
+  for (size_t i = 0; i < sizeof(tokens) / sizeof(tokens[0]); i++) {
+    ecc_save_reserved_t s = {tokens[i], (uint64_t)(uintptr_t)src, BS};
+    expect_listed("save_reserved", ecc_save_reserved(q, &s, 1), abi_save_reserved);
+    s.nbytes = 1;
+    expect_listed("save_reserved", ecc_save_reserved(c, &s, 1), abi_save_reserved);
+    if (tokens[i] != open.token)
+      expect_listed("abort_reserved", ecc_abort_reserved(c, tokens[i]), abi_abort);
+    if (tokens[i] != pinned.token)
+      expect_listed("unpin", ecc_unpin(c, tokens[i]), abi_unpin);
+  }
+  expect_listed("remove", ecc_remove(c, "k"), abi_remove);
+  expect_listed("remove", ecc_remove(c, "open"), abi_remove);
+  expect_listed("remove", ecc_remove(c, ""), abi_remove);
+  uint64_t cursor = 0;
+  size_t n;
+  expect_listed("list", ecc_list(c, NULL, NULL, 0, &n), abi_list);
+  expect_listed("list", ecc_list(c, &cursor, NULL, 4, &n), abi_list);
+  cr_assert_eq(ecc_unpin(c, pinned.token), ECC_OK);
+  cr_assert_eq(ecc_abort_reserved(c, open.token), ECC_OK);
+  cr_assert_eq(ecc_close(q), ECC_OK);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+/* ---- the ranks of a lookup are bounded ---- */
+
+static void expect_ranks_refused(int rc, const char *err)
+{
+  cr_expect_eq(rc, ECC_ERR_INVALID, "a lookup for more than ECC_RANKS_MAX ranks passed (%d)", rc);
+  cr_expect_not_null(strstr(err, "above ECC_RANKS_MAX (1024)"), "%s", err);
+}
+
+Test(dir_calls, a_lookup_pins_for_at_most_ecc_ranks_max_ranks)
+{
+  cr_assert_eq(ECC_RANKS_MAX, 1024);
+  ecc_connector_t *c = open_dir("both", th_region_name());
+  uint8_t src[BS];
+  ecc_entry_t r = reserve_ok(c, "k", BS);
+  cr_assert_eq(save_one(c, r.token, src, BS).status, ECC_OK);
+  const char *keys[1] = {"k"};
+  ecc_entry_t e;
+  char err[512] = "";
+  const uint32_t too_many[] = {ECC_RANKS_MAX + 1, UINT32_MAX};
+  for (size_t i = 0; i < 2; i++) {
+    int rc = ecc_lookup(c, keys, 1, too_many[i], &e);
+    ecc_last_error(c, err, sizeof(err));
+    expect_ranks_refused(rc, err);
+  }
+  cr_assert_eq(dstats(c).pins, 0, "a refused lookup pinned");
+  cr_assert_eq(lookup_one(c, "k", ECC_RANKS_MAX).state, ECC_ENTRY_READY);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+/* Below the host library: the plugin's own lookup and the one it makes for
+ * a peer host's client (the ucx server) refuse it too. */
+Test(dir_calls, the_connector_bounds_the_ranks_of_its_own_and_its_peers_lookups)
+{
+  ecc_kv_v1_t kv[] = {{"region.name", th_region_name()},
+                      {"region.block_size", "1KiB"},
+                      {"region.size", "64KiB"},
+                      {"engine.type", "host"},
+                      {"directory.enabled", "true"}};
+  struct plugin_config cfg;
+  char err[512] = "";
+  cr_assert_eq(config_parse(kv, sizeof(kv) / sizeof(kv[0]), &cfg, err, sizeof(err)), ECC_OK, "%s",
+               err);
+  struct conn *c = NULL;
+  cr_assert_eq(conn_create(&cfg, NULL, err, sizeof(err), &c), ECC_OK, "%s", err);
+  const char *keys[1] = {"k"};
+  ecc_entry_t e;
+  int rc = conn_lookup(c, keys, 1, ECC_RANKS_MAX + 1, &e);
+  conn_last_error(c, err, sizeof(err));
+  expect_ranks_refused(rc, err);
+  rc = conn_lookup_for_peer(c, keys, 1, UINT32_MAX, &e);
+  conn_last_error(c, err, sizeof(err));
+  expect_ranks_refused(rc, err);
+  cr_assert_eq(conn_lookup_for_peer(c, keys, 1, ECC_RANKS_MAX, &e), ECC_OK);
+  conn_destroy(c);
 }

@@ -640,6 +640,62 @@ Test(directory, ranks_count_releases_from_any_process)
   check(&f.d);
 }
 
+/* Several releases under one lock: what is left after them, a release of 0
+ * refused with nothing changed, more than are left freeing the pin at once
+ * (the count a peer that went away held, however large), from any
+ * process, and a stale pin refused. */
+Test(directory, unpin_ranks_gives_back_several_releases_at_once)
+{
+  struct fx f;
+  fx_open(&f, 16, 64, 0, 0, 0);
+  put(&f.d, "shared", 64);
+  struct dir_entry_info info;
+  struct dir_pin_ref pin = pin_key(&f.d, "shared", 5, NULL);
+  cr_assert_eq(dir_unpin_ranks(&f.d, pin, 2, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_expect_eq(dir_pinned(&f.d, pin, &info, why, sizeof(why)), ECC_OK, "%s", why);
+  struct dir_counters before = counters(&f.d);
+  cr_expect_eq(dir_unpin_ranks(&f.d, pin, 0, why, sizeof(why)), ECC_ERR_INVALID);
+  cr_expect(strstr(why, "0 ranks") != NULL, "why: %s", why);
+  struct dir_counters after = counters(&f.d);
+  cr_expect(memcmp(&before, &after, sizeof(before)) == 0, "a refused release changed counters");
+  cr_assert_eq(dir_unpin(&f.d, pin, why, sizeof(why)), ECC_OK, "%s", why);
+  /* Two left: releasing two frees it. */
+  cr_expect_eq(dir_unpin_ranks(&f.d, pin, 2, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_expect_eq(counters(&f.d).pins_live, 0);
+  cr_expect_eq(dir_pinned(&f.d, pin, &info, why, sizeof(why)), ECC_ERR_CLOSED);
+  cr_expect_eq(dir_unpin_ranks(&f.d, pin, 1, why, sizeof(why)), ECC_ERR_CLOSED);
+
+  /* The most ranks a pin can have go in one call, as fast as one. */
+  pin = pin_key(&f.d, "shared", UINT32_MAX, NULL);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  cr_expect_eq(dir_unpin_ranks(&f.d, pin, UINT32_MAX, why, sizeof(why)), ECC_OK, "%s", why);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+  cr_expect_lt(ms, 50.0, "releasing 2^32-1 ranks took %.1f ms", ms);
+  cr_expect_eq(counters(&f.d).pins_live, 0);
+
+  /* More than are left, and from another process. */
+  pin = pin_key(&f.d, "shared", 3, NULL);
+  pid_t pid = fork_child();
+  if (pid == 0)
+    _exit(dir_unpin_ranks(&f.d, pin, 1000, NULL, 0) == ECC_OK ? 0 : 1);
+  int st;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's release failed");
+  cr_expect_eq(counters(&f.d).pins_live, 0);
+  cr_expect_eq(dir_remove(&f.d, "shared", why, sizeof(why)), ECC_OK, "%s", why);
+
+  /* Forged pins name nothing. */
+  cr_expect_eq(
+      dir_unpin_ranks(&f.d, (struct dir_pin_ref){pin.slot, pin.gen + 1}, 1, why, sizeof(why)),
+      ECC_ERR_CLOSED);
+  cr_expect_eq(
+      dir_unpin_ranks(&f.d, (struct dir_pin_ref){UINT32_MAX, pin.gen}, 1, why, sizeof(why)),
+      ECC_ERR_CLOSED);
+  check(&f.d);
+}
+
 Test(directory, check_pinned_bounds)
 {
   struct fx f;
@@ -894,6 +950,226 @@ Test(directory, rebuild_repairs_any_flipped_bit)
     put(&f.d, "after", 64);
   }
   free(snap);
+}
+
+/* ---- a region made again ---- */
+
+/* The same memory formatted again, and the same calls made in the same
+ * order, put the same keys in the same slots: the refs and pins of the
+ * first format must name nothing in the second. */
+Test(directory, refs_and_pins_of_an_earlier_format_are_refused)
+{
+  struct fx f;
+  fx_open(&f, 64, 64, 8, 8, 0);
+  struct dir_entry_info x = put(&f.d, "x", 64);
+  struct dir_pin_ref old_pin = pin_key(&f.d, "x", 1, NULL);
+  struct dir_entry_info r = reserve_new(&f.d, "r", 64);
+  uint64_t first = dir_instance(&f.d);
+  cr_expect_neq(first, 0);
+
+  cr_assert_eq(dir_format(f.mem, f.bytes, &f.p, why, sizeof(why)), ECC_OK, "%s", why);
+  struct dir d2;
+  cr_assert_eq(dir_attach(&d2, f.mem, f.bytes, &f.p, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_expect_neq(dir_instance(&d2), first, "a new format kept the instance id");
+  struct dir_entry_info y = put(&d2, "y", 64);
+  struct dir_pin_ref new_pin = pin_key(&d2, "y", 1, NULL);
+  struct dir_entry_info c = reserve_new(&d2, "c", 64);
+  cr_assert_eq(y.ref.slot, x.ref.slot);
+  cr_assert_eq(new_pin.slot, old_pin.slot);
+  cr_assert_eq(c.ref.slot, r.ref.slot);
+  cr_expect_neq(y.ref.gen, x.ref.gen, "slot %u starts at the same generation again", y.ref.slot);
+
+  struct dir_entry_info info;
+  cr_expect_eq(dir_pinned(&d2, old_pin, &info, why, sizeof(why)), ECC_ERR_CLOSED, "%s", why);
+  cr_expect_eq(dir_check_pinned(&d2, old_pin, y.runs[0].first, 1, why, sizeof(why)),
+               ECC_ERR_CLOSED);
+  cr_expect_eq(dir_unpin(&d2, old_pin, why, sizeof(why)), ECC_ERR_CLOSED);
+  cr_expect_eq(dir_unpin_ranks(&d2, old_pin, 5, why, sizeof(why)), ECC_ERR_CLOSED);
+  cr_expect_eq(dir_claim(&d2, r.ref, &info, why, sizeof(why)), ECC_ERR_CLOSED, "%s", why);
+  cr_expect_eq(dir_publish(&d2, r.ref, why, sizeof(why)), ECC_ERR_CLOSED);
+  cr_expect_eq(dir_abort(&d2, r.ref, why, sizeof(why)), ECC_ERR_CLOSED);
+  cr_expect_eq(dir_settle(&d2, r.ref, true, why, sizeof(why)), ECC_ERR_CLOSED);
+  cr_expect_eq(dir_abort(&d2, x.ref, why, sizeof(why)), ECC_ERR_CLOSED);
+  /* Nothing of the second format was touched. */
+  struct dir_counters k = counters(&d2);
+  cr_expect_eq(k.entries, 2);
+  cr_expect_eq(k.pins_live, 1);
+  cr_expect_eq(dir_pinned(&d2, new_pin, &info, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_expect_str_eq(info.key, "y");
+  cr_expect_eq(dir_claim(&d2, c.ref, &info, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_expect_eq(dir_settle(&d2, c.ref, true, why, sizeof(why)), ECC_OK, "%s", why);
+  check(&d2);
+
+  /* The view attached to the first format is refused by name. */
+  const char *key = "y";
+  bool found;
+  struct dir_pin_ref p;
+  cr_expect_eq(dir_lookup(&f.d, &key, 1, 1, &found, NULL, &p, why, sizeof(why)), ECC_ERR_REGION);
+  cr_expect(strstr(why, "formatted again") != NULL, "why: %s", why);
+  cr_expect_eq(counters(&d2).pins_live, 1);
+}
+
+/* Independent formats draw independent instance ids and first generations. */
+Test(directory, each_format_draws_its_own_generations)
+{
+  struct fx f;
+  fx_open(&f, 64, 64, 8, 8, 0);
+  uint64_t ids[16];
+  uint32_t gens[16];
+  for (int i = 0; i < 16; i++) {
+    cr_assert_eq(dir_format(f.mem, f.bytes, &f.p, why, sizeof(why)), ECC_OK, "%s", why);
+    cr_assert_eq(dir_attach(&f.d, f.mem, f.bytes, &f.p, why, sizeof(why)), ECC_OK, "%s", why);
+    ids[i] = dir_instance(&f.d);
+    gens[i] = reserve_new(&f.d, "k", 64).ref.gen;
+    for (int j = 0; j < i; j++) {
+      cr_expect_neq(ids[i], ids[j], "formats %d and %d drew one instance id", j, i);
+      cr_expect_neq(gens[i], gens[j], "formats %d and %d start slot 0 at gen %u", j, i, gens[i]);
+    }
+  }
+  /* A directory of the previous layout is refused by name. */
+  struct dir_shape *shape = f.mem;
+  shape->version = DIR_LAYOUT_VERSION - 1;
+  struct dir d;
+  cr_expect_eq(dir_attach(&d, f.mem, f.bytes, &f.p, why, sizeof(why)), ECC_ERR_REGION);
+  cr_expect(strstr(why, "version") != NULL, "why: %s", why);
+}
+
+/* ---- damaged tables ---- */
+
+/* The runs of the slot that holds e, found in the shared memory by the key's
+ * bytes (a slot's runs lie right before its key) and checked against e. */
+static struct dir_run *runs_in_memory(struct fx *f, const struct dir_entry_info *e)
+{
+  size_t len = strlen(e->key) + 1, before = DIR_MAX_RUNS * sizeof(struct dir_run);
+  char *m = f->mem;
+  for (size_t at = sizeof(struct dir_shape) + before; at + len <= f->bytes; at += 4) {
+    if (memcmp(m + at, e->key, len) != 0)
+      continue;
+    struct dir_run *runs = (struct dir_run *)(void *)(m + at - before);
+    if (runs[0].first == e->runs[0].first && runs[0].count == e->runs[0].count)
+      return runs;
+  }
+  cr_assert_fail("the runs of '%s' are not in the directory's memory", e->key);
+  return NULL;
+}
+
+static void expect_damaged(const char *call, int rc, uint32_t slot)
+{
+  char named[32];
+  snprintf(named, sizeof(named), "slot %u is damaged", slot);
+  cr_expect_eq(rc, ECC_ERR_REGION, "%s: %d (%s)", call, rc, why);
+  cr_expect(strstr(why, named) != NULL, "%s does not say '%s': %s", call, named, why);
+}
+
+/* Runs pointing far outside the region: every call that meets them says
+ * so, none follows them (the map write of a free, the runs handed back to
+ * a caller who would copy there). */
+Test(directory, damaged_runs_are_refused_by_name_never_followed)
+{
+  struct fx f;
+  fx_open(&f, 64, 64, 16, 16, 0);
+  struct dir_entry_info ready = put(&f.d, "damaged-ready", 2 * 64);
+  struct dir_entry_info res = reserve_new(&f.d, "damaged-reserved", 64);
+  struct dir_entry_info pinned = put(&f.d, "damaged-pinned", 64);
+  struct dir_pin_ref pin = pin_key(&f.d, "damaged-pinned", 1, NULL);
+  put(&f.d, "whole", 64);
+  runs_in_memory(&f, &ready)[0].first = 0x7fffff00u;
+  runs_in_memory(&f, &res)[0].first = 0x7fffff00u;
+  runs_in_memory(&f, &pinned)[0].count = 0xffffff00u;
+
+  const char *key = "damaged-ready";
+  bool found = true;
+  struct dir_pin_ref p;
+  struct dir_entry_info info;
+  int outcome;
+  expect_damaged("lookup", dir_lookup(&f.d, &key, 1, 1, &found, &info, &p, why, sizeof(why)),
+                 ready.ref.slot);
+  cr_expect_eq(counters(&f.d).pins_live, 1, "a refused lookup kept a pin");
+  expect_damaged("reserve of its key",
+                 dir_reserve(&f.d, key, 64, &outcome, &info, why, sizeof(why)), ready.ref.slot);
+  expect_damaged("remove", dir_remove(&f.d, key, why, sizeof(why)), ready.ref.slot);
+  expect_damaged("abort", dir_abort(&f.d, res.ref, why, sizeof(why)), res.ref.slot);
+  expect_damaged("publish", dir_publish(&f.d, res.ref, why, sizeof(why)), res.ref.slot);
+  expect_damaged("claim", dir_claim(&f.d, res.ref, &info, why, sizeof(why)), res.ref.slot);
+  expect_damaged("settle", dir_settle(&f.d, res.ref, false, why, sizeof(why)), res.ref.slot);
+  expect_damaged("pinned", dir_pinned(&f.d, pin, &info, why, sizeof(why)), pinned.ref.slot);
+  expect_damaged("check_pinned",
+                 dir_check_pinned(&f.d, pin, pinned.runs[0].first, 1, why, sizeof(why)),
+                 pinned.ref.slot);
+  static struct listing l;
+  l.n = 0;
+  cr_expect_eq(dir_list(&f.d, collect, &l), ECC_ERR_REGION);
+  cr_expect_eq(l.n, 0, "a refused listing handed out %zu entries", l.n);
+  cr_expect_eq(dir_check(&f.d, why, sizeof(why)), ECC_ERR_REGION);
+  cr_expect(strstr(why, "outside the 64 blocks") != NULL, "why: %s", why);
+
+  /* What is whole still works; what needs the damaged blocks is refused. */
+  struct dir_pin_ref whole = pin_key(&f.d, "whole", 1, NULL);
+  cr_expect_eq(dir_unpin(&f.d, whole, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_expect_eq(dir_reserve(&f.d, "all", 64 * 64, &outcome, &info, why, sizeof(why)),
+               ECC_ERR_REGION);
+  cr_expect(strstr(why, "damaged") != NULL, "why: %s", why);
+  reserve_new(&f.d, "small", 64);
+
+  /* The rebuild drops the damaged entries and their pin. */
+  cr_assert_eq(dir_rebuild(&f.d, why, sizeof(why)), ECC_OK, "%s", why);
+  check(&f.d);
+  cr_expect_eq(counters(&f.d).entries, 2);
+  cr_expect_eq(dir_pinned(&f.d, pin, &info, why, sizeof(why)), ECC_ERR_CLOSED);
+  cr_expect(present(&f.d, "whole") && present(&f.d, "small") && !present(&f.d, key));
+}
+
+/* A block map naming slots past the table or free ones: such blocks are no
+ * one's, and a sweep passes them instead of reading a slot there. */
+Test(directory, a_damaged_block_map_is_passed_not_followed)
+{
+  struct fx f;
+  fx_open(&f, 32, 64, 16, 16, 0);
+  const struct dir_shape *shape = f.mem;
+  uint32_t *map = (uint32_t *)(void *)((char *)f.mem + shape->off_map);
+  put(&f.d, "a", 64);
+  map[10] = 0xfffffff0u;
+  map[11] = 5 + 1; /* slot 5 is free */
+  uint32_t ids[] = {10, 11}, bad = 0;
+  cr_expect_eq(dir_blocks_held(&f.d, ids, 1, false, &bad), ECC_ERR_RANGE);
+  cr_expect_eq(bad, 10);
+  cr_expect_eq(dir_blocks_held(&f.d, ids + 1, 1, true, &bad), ECC_ERR_RANGE);
+  cr_expect_eq(bad, 11);
+  int outcome;
+  struct dir_entry_info info;
+  cr_expect_eq(dir_reserve(&f.d, "all", 31 * 64, &outcome, &info, why, sizeof(why)),
+               ECC_ERR_REGION);
+  cr_expect(strstr(why, "block 10") != NULL, "why: %s", why);
+  struct dir_entry_info e = reserve_new(&f.d, "twenty", 20 * 64);
+  for (uint32_t r = 0; r < e.n_runs; r++)
+    cr_expect(e.runs[r].first > 11 || e.runs[r].first + e.runs[r].count <= 10,
+              "run %u+%u takes a damaged block", e.runs[r].first, e.runs[r].count);
+  cr_expect_eq(dir_check(&f.d, why, sizeof(why)), ECC_ERR_REGION);
+  cr_assert_eq(dir_rebuild(&f.d, why, sizeof(why)), ECC_OK, "%s", why);
+  check(&f.d);
+}
+
+/* A header changed under a view (its sizes give every offset) stops every
+ * call of that view; put back, the view works again. */
+Test(directory, a_changed_header_is_refused_by_every_call)
+{
+  struct fx f;
+  fx_open(&f, 32, 64, 16, 16, 0);
+  put(&f.d, "a", 64);
+  struct dir_shape *shape = f.mem;
+  shape->num_blocks = 1u << 30;
+  const char *key = "a";
+  bool found;
+  struct dir_pin_ref p;
+  cr_expect_eq(dir_lookup(&f.d, &key, 1, 1, &found, NULL, &p, why, sizeof(why)), ECC_ERR_REGION);
+  cr_expect(strstr(why, "header changed") != NULL, "why: %s", why);
+  struct dir_counters c;
+  cr_expect_eq(dir_get_counters(&f.d, &c), ECC_ERR_REGION);
+  cr_expect_eq(dir_check(&f.d, why, sizeof(why)), ECC_ERR_REGION);
+  shape->num_blocks = 32;
+  cr_expect_eq(dir_lookup(&f.d, &key, 1, 1, &found, NULL, &p, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_expect(found);
+  check(&f.d);
 }
 
 /* ---- a long randomized run ---- */

@@ -65,6 +65,10 @@ const ecc_param_v1_t config_params[CONFIG_N_PARAMS] = {
     {"directory.pin_timeout_ms", "0",
      "a pin unreleased for this long may be reclaimed although its process lives; 0: only when "
      "its process is gone"},
+    {"directory.lock_timeout_ms", "5000",
+     "how long a directory call waits for the lock another process holds (one stopped by SIGSTOP "
+     "or a debugger) before it fails with ECC_ERR_BUSY naming that pid (1..3600000; each process "
+     "its own)"},
 };
 const size_t config_n_params = CONFIG_N_PARAMS;
 _Static_assert(sizeof(config_params) / sizeof(config_params[0]) == CONFIG_N_PARAMS,
@@ -334,6 +338,19 @@ static int parse_enums(const struct raw_config *r, struct plugin_config *c, char
   return rc;
 }
 
+/* 0 would mean waiting for ever behind a stopped process: refused by name. */
+static int parse_lock_timeout(const struct raw_config *r, struct plugin_config *c, char *err,
+                              size_t cap)
+{
+  const char *key = "directory.lock_timeout_ms";
+  if (strcmp(raw(r, key), "0") == 0)
+    return fail(err, cap,
+                "config: %s = 0 would let a process stopped inside a directory call block "
+                "every other one for ever; give 1 to 3600000 ms",
+                key);
+  return parse_u32(r, key, 1, 3600000, &c->dir_lock_timeout_ms, err, cap);
+}
+
 static int parse_numbers(const struct raw_config *r, struct plugin_config *c, char *err, size_t cap)
 {
   long long dev;
@@ -357,6 +374,8 @@ static int parse_numbers(const struct raw_config *r, struct plugin_config *c, ch
                    cap);
   if (rc == ECC_OK)
     rc = parse_u32(r, "directory.pin_timeout_ms", 0, 86400000, &c->dir_pin_timeout_ms, err, cap);
+  if (rc == ECC_OK)
+    rc = parse_lock_timeout(r, c, err, cap);
   if (rc == ECC_OK)
     rc = parse_int("engine.device", raw(r, "engine.device"), -1, 1023, &dev, err, cap);
   if (rc == ECC_OK)

@@ -74,10 +74,11 @@ struct plugin_config {
   uint32_t dir_max_pins;              /* its pin slots; 0: max_entries */
   uint32_t dir_reserve_timeout_ms;    /* reclaim a live process's reservation after; 0: never */
   uint32_t dir_pin_timeout_ms;        /* the same for a pin */
+  uint32_t dir_lock_timeout_ms;       /* longest wait for the directory's lock, >= 1 */
 };
 
 /* Number of published keys (checked against the table in config.c). */
-#define CONFIG_N_PARAMS 25
+#define CONFIG_N_PARAMS 26
 extern const ecc_param_v1_t config_params[CONFIG_N_PARAMS];
 extern const size_t config_n_params;
 

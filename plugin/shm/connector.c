@@ -46,6 +46,7 @@ static struct dir_params directory_params(const struct plugin_config *cfg)
       .max_pins = cfg->dir_max_pins,
       .reserve_timeout_ns = (uint64_t)cfg->dir_reserve_timeout_ms * 1000000u,
       .pin_timeout_ns = (uint64_t)cfg->dir_pin_timeout_ms * 1000000u,
+      .lock_timeout_ns = (uint64_t)cfg->dir_lock_timeout_ms * 1000000u,
   };
   return p;
 }
@@ -180,7 +181,9 @@ int conn_stats(struct conn *c, ecc_stats_v1_t *out)
   conn_lock(c, &c->done_lock);
   copy = c->stats;
   conn_unlock(c, &c->done_lock);
-  conn_dir_stats(c, &copy.directory);
+  rc = conn_dir_stats(c, &copy.directory);
+  if (rc != ECC_OK)
+    return rc;
   copy_versioned(out, &out->struct_size, &copy, sizeof(copy));
   return ECC_OK;
 }
@@ -219,6 +222,8 @@ int conn_last_error(struct conn *c, char *buf, size_t cap)
 void conn_destroy(struct conn *c)
 {
   conn_lock(c, &c->done_lock);
+  /* What is settled below touches the directory: not if its pages are gone. */
+  c->dir_gone = c->dir_gone || (c->has_dir && !conn_dir_reachable(c));
   poll_drain_all(c, &c->saves);
   poll_drain_all(c, &c->loads);
   while (c->free_list != NULL) {
@@ -231,11 +236,15 @@ void conn_destroy(struct conn *c)
     /* A batch gets its direction at flush; this one never got there. */
     c->pending->view.direction = ECC_DIR_SAVE;
     poll_settle_unreported(c, c->pending, ECC_ERR_CLOSED); /* never submitted: freed */
+    if (!c->dir_gone)
+      conn_dir_unclaim(c, c->pending, 0);
     transfer_free(c->pending);
   }
   c->engine.ops->destroy(&c->engine);
   region_close(&c->region, &c->log);
   free(c->order);
+  free(c->named);
+  free(c->named_res);
   free_conn(c);
 }
 

@@ -23,8 +23,9 @@ int conn_save(struct conn *c, const ecc_save_entry_v1_t *e, size_t n);
 int conn_flush(struct conn *c, void *stream);
 int conn_load(struct conn *c, const ecc_load_entry_v1_t *e, size_t n, void *stream);
 int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_out);
-/* These three never fail: ECC_OK, so that every call on a handle has one
- * shape (plugin.c). */
+/* describe and last_error never fail: ECC_OK, so that every call on a
+ * handle has one shape (plugin.c); stats fails only on a region with a
+ * directory, when the directory cannot be read (conn_dir_stats). */
 int conn_stats(struct conn *c, ecc_stats_v1_t *out);
 int conn_describe(struct conn *c, ecc_info_v1_t *out);
 int conn_last_error(struct conn *c, char *buf, size_t cap);

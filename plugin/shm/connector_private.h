@@ -19,6 +19,21 @@
 #include "region.h"
 #include "transfer.h"
 
+/* A block a save names on a region with a directory: its id, where in the
+ * call it is first named (the entries' blocks counted back to back), and
+ * the reservation found holding it (dir_calls.c). */
+struct named_block {
+  uint32_t id;
+  uint32_t holder;
+  uint64_t at;
+};
+
+/* A reservation such a save writes, and where the call first names it. */
+struct named_reservation {
+  struct dir_ref ref;
+  uint64_t at;
+};
+
 struct conn {
   struct plugin_config cfg;
   struct ecc_log log;
@@ -32,8 +47,11 @@ struct conn {
   struct transfer *pending;  /* the save batch this step is filling */
   uint64_t save_batches;     /* batches submitted per direction */
   uint64_t load_batches;
-  uint64_t *order;  /* load scratch: keys (load_plan.h), then as many for the sort */
-  size_t order_cap; /* keys it has room for */
+  uint64_t *order;           /* load scratch: keys (load_plan.h), then as many for the sort */
+  size_t order_cap;          /* keys it has room for */
+  struct named_block *named; /* scratch of saves by block id on a region with */
+  struct named_reservation *named_res; /* a directory, room for named_cap blocks and as */
+  size_t named_cap;                    /* many reservations */
 
   pthread_mutex_t done_lock; /* FIFOs, free transfers, stats */
   struct fifo saves;
@@ -41,6 +59,7 @@ struct conn {
   struct transfer *free_list;
   ecc_stats_v1_t stats;
   bool region_dead; /* a poll found the region removed, replaced or truncated */
+  bool dir_gone;    /* ... and its directory's pages cut off: nothing is settled there */
 
   void *ext; /* a plugin built on this connector (ucx/) keeps its own state here */
 };
@@ -125,12 +144,25 @@ int conn_lookup_for_peer(struct conn *c, const char *const *keys, size_t n, uint
  * status to report: ECC_ERR_CLOSED instead of ECC_OK when the reservation
  * or pin was reclaimed while the copy ran. */
 int conn_dir_settle(struct conn *c, int direction, uint64_t token, int status);
-/* ECC_OK when every block lies in a live reservation (save) or a pinned
- * entry (load), else ECC_ERR_RANGE naming the first that does not. */
-int conn_dir_blocks(struct conn *c, const char *what, size_t idx, const uint32_t *ids, uint32_t n,
-                    int dir);
-/* The directory's counters; zeros without one. */
-void conn_dir_stats(struct conn *c, ecc_directory_stats_v1_t *out);
+/* A load by block ids: ECC_OK when every block of entry idx lies in a
+ * pinned entry, else ECC_ERR_RANGE naming the first that does not. */
+int conn_dir_load_blocks(struct conn *c, size_t idx, const uint32_t *ids, uint32_t n);
+/* Saves by block ids (n entries, `blocks` ids in all): every block must lie
+ * in a live reservation of this process, and each reservation they lie in
+ * is claimed for t's copy (appended to t->claims) unless t holds it
+ * already. On an error nothing more is claimed (step_lock held). */
+int conn_dir_claim_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1_t *e, size_t n,
+                         uint64_t blocks);
+/* Gives back t's claims from index `from` on. */
+void conn_dir_unclaim(struct conn *c, struct transfer *t, size_t from);
+/* The directory's counters; zeros without one. ECC_ERR_REGION when the
+ * region's file was removed, replaced or truncated, or the directory's
+ * error (its lock's timeout): nothing written but zeros. */
+int conn_dir_stats(struct conn *c, ecc_directory_stats_v1_t *out);
+/* Whether the directory's pages are still backed by the region's file (it
+ * was not cut short below their end): the work nobody asked for now (what
+ * poll and shutdown settle) touches them only then. One fstat. */
+bool conn_dir_reachable(const struct conn *c);
 
 /* ---- poll.c ---- */
 

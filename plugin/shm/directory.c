@@ -15,15 +15,18 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #define ALIGN 64u
 #define NO_SLOT UINT32_MAX
 #define BLOCKS_MAX (1u << 30)
+/* Below 2^31: a token keeps the low half's top bit for its kind. */
 #define SLOTS_MAX (1u << 24)
 #define PIN_FREE 0u
 #define PIN_LIVE 1u
@@ -76,6 +79,8 @@ struct dir_pin {
   uint64_t pinned_ns;
 };
 
+/* Its first fields are struct dir_shape (directory.h), which views copy and
+ * compare whole; the assertions below keep the two in step. */
 struct dir_shared {
   char magic[8];
   uint32_t version;
@@ -83,6 +88,7 @@ struct dir_shared {
   uint32_t num_blocks, max_entries, max_pins, index_cap;
   uint64_t block_size, reserve_timeout_ns, pin_timeout_ns;
   uint64_t off_entries, off_pins, off_map, off_index, total;
+  uint64_t instance; /* random per format: seeds the generations */
   pthread_mutex_t lock;
   /* Levels, derived from the tables (rebuilt after a death). */
   uint64_t entries, blocks_used, pins_live;
@@ -109,6 +115,35 @@ struct dir_shared {
   struct dir_run gaps[DIR_GAPS];
   uint32_t n_gaps, unused3;
 };
+
+/* The fields of struct dir_shape, each asserted to lie here as there. */
+#define SHAPE_FIELDS(X)  \
+  X(magic);              \
+  X(version);            \
+  X(header_bytes);       \
+  X(num_blocks);         \
+  X(max_entries);        \
+  X(max_pins);           \
+  X(index_cap);          \
+  X(block_size);         \
+  X(reserve_timeout_ns); \
+  X(pin_timeout_ns);     \
+  X(off_entries);        \
+  X(off_pins);           \
+  X(off_map);            \
+  X(off_index);          \
+  X(total);              \
+  X(instance)
+#define SHAPE_OFFSET(f)                                                                         \
+  _Static_assert(offsetof(struct dir_shared, f) == offsetof(struct dir_shape, f) &&             \
+                     sizeof(((struct dir_shared *)0)->f) == sizeof(((struct dir_shape *)0)->f), \
+                 "struct dir_shape must be the first fields of struct dir_shared: " #f)
+SHAPE_FIELDS(SHAPE_OFFSET);
+#undef SHAPE_OFFSET
+/* The lock right after it: the fuzz target overwrites what follows the
+ * lock, and finds it there. */
+_Static_assert(offsetof(struct dir_shared, lock) == sizeof(struct dir_shape),
+               "the lock must follow struct dir_shape");
 
 struct layout {
   uint32_t index_cap;
@@ -318,8 +353,12 @@ static uint32_t index_find(const struct dir_shared *sh, const char *key, uint64_
   for (uint32_t i = (uint32_t)hash & mask, n = 0; n < sh->index_cap; i = (i + 1) & mask, n++) {
     if (t[i] == 0)
       return NO_SLOT;
+    /* A bucket naming a slot past the table or a free one is damage: it
+     * matches no key. */
+    if (t[i] > sh->max_entries)
+      continue;
     const struct dir_slot *e = slot_at(sh, t[i] - 1);
-    if (t[i] - 1 < sh->max_entries && e->hash == hash && strncmp(e->key, key, sizeof(e->key)) == 0)
+    if (e->hash == hash && slot_live(e) && strncmp(e->key, key, sizeof(e->key)) == 0)
       return t[i] - 1;
   }
   return NO_SLOT;
@@ -354,8 +393,10 @@ static void index_delete(struct dir_shared *sh, uint32_t s)
     i = (i + 1) & mask;
   if (t[i] != s + 1)
     return;
-  for (uint32_t j = (i + 1) & mask; t[j] != 0 && t[j] <= sh->max_entries && j != i;
-       j = (j + 1) & mask) {
+  /* The probe count bounds a table with no empty bucket (overwritten). */
+  n = 0;
+  for (uint32_t j = (i + 1) & mask;
+       t[j] != 0 && t[j] <= sh->max_entries && j != i && n++ < sh->index_cap; j = (j + 1) & mask) {
     uint32_t h = (uint32_t)slot_at(sh, t[j] - 1)->hash & mask;
     if (may_fill(i, j, h)) {
       t[i] = t[j];
@@ -377,12 +418,16 @@ static void slot_retire(struct dir_slot *e)
 
 /* The run is copied out first: a store to the map could otherwise change
  * e->runs as far as the compiler knows, and the loop would reload it per
- * block (most of a reservation's time, before). */
+ * block (most of a reservation's time, before). A run outside the map (a
+ * damaged slot's) is skipped: nothing is written past the map. */
 static void map_set(struct dir_shared *sh, const struct dir_slot *e, uint32_t v)
 {
   uint32_t *map = block_map(sh);
   for (uint32_t r = 0; r < e->n_runs && r < DIR_MAX_RUNS; r++) {
-    uint32_t *at = map + e->runs[r].first, count = e->runs[r].count;
+    uint32_t first = e->runs[r].first, count = e->runs[r].count;
+    if (first >= sh->num_blocks || count > sh->num_blocks - first)
+      continue;
+    uint32_t *at = map + first;
     if (v == 0) {
       memset(at, 0, (size_t)count * sizeof(*at));
       continue;
@@ -555,6 +600,7 @@ static void fill_info(const struct dir_shared *sh, uint32_t s, struct dir_entry_
   out->reserved_ns = e->reserved_ns;
   out->used_ns = e->used_ns;
   memcpy(out->key, e->key, sizeof(out->key));
+  out->key[DIR_KEY_MAX] = '\0';
 }
 
 /* ---- reclaiming what the dead left ------------------------------------- */
@@ -614,27 +660,76 @@ static uint32_t reclaim_all(struct dir *d, uint64_t now, bool fresh)
 
 /* ---- the rebuild after a death --------------------------------------------- */
 
+static bool run_fits(const struct dir_shared *sh, const struct dir_run *run)
+{
+  return run->count > 0 && run->first < sh->num_blocks && run->count <= sh->num_blocks - run->first;
+}
+
 static bool runs_valid(const struct dir_shared *sh, const struct dir_slot *e)
 {
   uint64_t sum = 0;
   if (e->n_runs < 1 || e->n_runs > DIR_MAX_RUNS)
     return false;
   for (uint32_t r = 0; r < e->n_runs; r++) {
-    const struct dir_run *run = &e->runs[r];
-    if (run->count == 0 || run->first >= sh->num_blocks || run->count > sh->num_blocks - run->first)
+    if (!run_fits(sh, &e->runs[r]))
       return false;
-    sum += run->count;
+    sum += e->runs[r].count;
   }
   return sum == e->n_blocks && e->nbytes > 0 && (e->nbytes - 1) / sh->block_size + 1 == e->n_blocks;
+}
+
+static bool key_valid(const struct dir_slot *e)
+{
+  size_t len = strnlen(e->key, sizeof(e->key));
+  return len > 0 && len <= DIR_KEY_MAX;
 }
 
 static bool slot_valid(const struct dir_shared *sh, const struct dir_slot *e)
 {
   uint32_t st = slot_state(e);
-  size_t len = strnlen(e->key, sizeof(e->key));
   if (st != DIR_STATE_RESERVED && st != DIR_STATE_READY)
     return false;
-  return len > 0 && len <= DIR_KEY_MAX && runs_valid(sh, e);
+  return key_valid(e) && runs_valid(sh, e);
+}
+
+/* What is wrong with live slot e, which slot_valid refused, in buf. */
+static const char *slot_fault(const struct dir_shared *sh, const struct dir_slot *e, char *buf,
+                              size_t cap)
+{
+  uint64_t sum = 0;
+  uint32_t st = slot_state(e);
+  if (st != DIR_STATE_RESERVED && st != DIR_STATE_READY) {
+    snprintf(buf, cap, "its state is %u", st);
+    return buf;
+  }
+  if (!key_valid(e))
+    return "its key is empty or not terminated";
+  if (e->n_runs < 1 || e->n_runs > DIR_MAX_RUNS) {
+    snprintf(buf, cap, "it has %u runs, 1 to %u allowed", e->n_runs, DIR_MAX_RUNS);
+    return buf;
+  }
+  for (uint32_t r = 0; r < e->n_runs; r++) {
+    if (!run_fits(sh, &e->runs[r])) {
+      snprintf(buf, cap, "its run %u (%u+%u) lies outside the %u blocks", r, e->runs[r].first,
+               e->runs[r].count, sh->num_blocks);
+      return buf;
+    }
+    sum += e->runs[r].count;
+  }
+  snprintf(buf, cap, "its runs hold %llu blocks, its size %llu bytes, its count %u",
+           (unsigned long long)sum, (unsigned long long)e->nbytes, e->n_blocks);
+  return buf;
+}
+
+/* The error for a call that met damaged slot s: nothing is read through
+ * it; the next rebuild (after a holder's death, or dir_rebuild) drops it. */
+static int slot_damaged(const struct dir_shared *sh, uint32_t s, char *why, size_t cap)
+{
+  char detail[96];
+  return errtext_fail(why, cap, ECC_ERR_REGION,
+                      "directory: slot %u is damaged (%s): the region's memory was overwritten; "
+                      "make the region again",
+                      s, slot_fault(sh, slot_at(sh, s), detail, sizeof(detail)));
 }
 
 static bool map_free(const struct dir_shared *sh, const struct dir_slot *e)
@@ -763,12 +858,46 @@ static inline void cpu_pause(void)
 #endif
 #define LOCK_SPINS 64u
 
-static int lock_acquire(pthread_mutex_t *m)
+/* The wait after the spin ends at an absolute CLOCK_MONOTONIC deadline, so
+ * that a step of the wall clock neither stretches nor cuts it. ThreadSanitizer
+ * (GCC 12's) does not intercept pthread_mutex_clocklock and would report the
+ * lock it did not see taken: under it the wait is pthread_mutex_timedlock's
+ * on CLOCK_REALTIME, the same lock otherwise. */
+#if defined(__SANITIZE_THREAD__)
+#define LOCK_WALL_CLOCK 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define LOCK_WALL_CLOCK 1
+#endif
+#endif
+
+static int lock_wait(pthread_mutex_t *m, uint64_t deadline_ns)
+{
+  uint64_t now = ecc_now_ns();
+  if (now >= deadline_ns)
+    return ETIMEDOUT;
+#ifdef LOCK_WALL_CLOCK
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t at = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (deadline_ns - now);
+  ts.tv_sec = (time_t)(at / 1000000000ull);
+  ts.tv_nsec = (long)(at % 1000000000ull);
+  return pthread_mutex_timedlock(m, &ts);
+#else
+  struct timespec ts = {(time_t)(deadline_ns / 1000000000ull), (long)(deadline_ns % 1000000000ull)};
+  return pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &ts);
+#endif
+}
+
+/* 0, EOWNERDEAD, ENOTRECOVERABLE, or ETIMEDOUT once timeout_ns have passed. */
+static int lock_acquire(pthread_mutex_t *m, uint64_t timeout_ns)
 {
   int rc = pthread_mutex_trylock(m);
   if (rc != EBUSY)
     return rc;
-  uint64_t until = ecc_now_ns() + LOCK_SPIN_NS;
+  uint64_t start = ecc_now_ns();
+  uint64_t deadline = timeout_ns < UINT64_MAX - start ? start + timeout_ns : UINT64_MAX;
+  uint64_t until = start + (timeout_ns < LOCK_SPIN_NS ? timeout_ns : LOCK_SPIN_NS);
   for (unsigned round = 0; ecc_now_ns() < until; round++) {
     if (round < LOCK_SPINS)
       for (unsigned i = 0; i < (4u << (round < 4 ? round : 4)); i++)
@@ -778,14 +907,61 @@ static int lock_acquire(pthread_mutex_t *m)
     if ((rc = pthread_mutex_trylock(m)) != EBUSY)
       return rc;
   }
-  return pthread_mutex_lock(m);
+  return lock_wait(m, deadline);
+}
+
+/* Who holds the lock that timed out: read outside the lock, so one field
+ * with one atomic load (the holder writes it so too). */
+static int lock_busy(const struct dir *d, char *why, size_t cap)
+{
+  int32_t pid = __atomic_load_n(&d->sh->holder.pid, __ATOMIC_RELAXED);
+  unsigned long long ms = (unsigned long long)(d->lock_timeout_ns / 1000000u);
+  if (pid == 0)
+    return errtext_fail(why, cap, ECC_ERR_BUSY,
+                        "directory: its lock was not free within %llu ms "
+                        "(directory.lock_timeout_ms), its holder not yet named; try again",
+                        ms);
+  if (pid == d->self.pid)
+    return errtext_fail(why, cap, ECC_ERR_BUSY,
+                        "directory: its lock has been held by pid %d (this process) for more "
+                        "than %llu ms (directory.lock_timeout_ms): another of its threads is "
+                        "stuck inside a directory call",
+                        (int)pid, ms);
+  return errtext_fail(why, cap, ECC_ERR_BUSY,
+                      "directory: its lock has been held by pid %d for more than %llu ms "
+                      "(directory.lock_timeout_ms): that process is stopped (SIGSTOP, a "
+                      "debugger) or stuck inside a directory call; continue or end it, then "
+                      "try again",
+                      (int)pid, ms);
+}
+
+/* The header as this view attached it: anything else is not followed. */
+static int shape_check(const struct dir *d, char *why, size_t cap)
+{
+  const struct dir_shared *sh = d->sh;
+  if (memcmp(sh, &d->shape, sizeof(d->shape)) == 0)
+    return ECC_OK;
+  if (memcmp(sh->magic, DIR_MAGIC, sizeof(sh->magic)) == 0 && sh->instance != d->shape.instance)
+    return errtext_fail(why, cap, ECC_ERR_REGION,
+                        "directory: formatted again since this process attached it (instance "
+                        "%016llx, now %016llx): its entries and tokens are gone; open the "
+                        "region again",
+                        (unsigned long long)d->shape.instance, (unsigned long long)sh->instance);
+  return errtext_fail(why, cap, ECC_ERR_REGION,
+                      "directory: its header changed since this process attached it (the "
+                      "region's memory was overwritten); make the region again");
 }
 
 static int dir_lock(struct dir *d, char *why, size_t cap)
 {
   if (d == NULL || d->sh == NULL)
     return errtext_fail(why, cap, ECC_ERR_INVALID, "directory: not attached");
-  int rc = lock_acquire(&d->sh->lock);
+  int rc = shape_check(d, why, cap);
+  if (rc != ECC_OK)
+    return rc;
+  rc = lock_acquire(&d->sh->lock, d->lock_timeout_ns);
+  if (rc == ETIMEDOUT)
+    return lock_busy(d, why, cap);
   /* Under the lock, so that threads sharing d take turns writing self. */
   if ((rc == 0 || rc == EOWNERDEAD) &&
       d->forks != atomic_load_explicit(&forks_seen, memory_order_relaxed))
@@ -803,7 +979,11 @@ static int dir_lock(struct dir *d, char *why, size_t cap)
     return errtext_fail(why, cap, ECC_ERR_REGION, "directory: its lock cannot be recovered");
   if (rc != 0)
     return errtext_fail(why, cap, ECC_ERR_SYSTEM, "directory: lock failed (%s)", strerror(rc));
-  d->sh->holder = d->self;
+  d->sh->holder.start_ticks = d->self.start_ticks;
+  __atomic_store_n(&d->sh->holder.pid, d->self.pid, __ATOMIC_RELAXED);
+  /* Hints only: a count someone overwrote would index past the list. */
+  if (d->sh->n_gaps > DIR_GAPS)
+    d->sh->n_gaps = 0;
   return ECC_OK;
 }
 
@@ -811,7 +991,8 @@ static int dir_lock(struct dir *d, char *why, size_t cap)
  * writes its own leaves zero, never a live process's identity. */
 static void dir_unlock(struct dir *d)
 {
-  memset(&d->sh->holder, 0, sizeof(d->sh->holder));
+  __atomic_store_n(&d->sh->holder.pid, 0, __ATOMIC_RELAXED);
+  d->sh->holder.start_ticks = 0;
   pthread_mutex_unlock(&d->sh->lock);
 }
 
@@ -830,6 +1011,56 @@ static int init_lock(pthread_mutex_t *m)
     rc = pthread_mutex_init(m, &a);
   pthread_mutexattr_destroy(&a);
   return rc;
+}
+
+/* splitmix64's finalizer: every bit of x moves about half of the result's. */
+static uint64_t mix64(uint64_t x)
+{
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* The format's instance id: from getrandom, which a kernel without it or
+ * not yet seeded at boot may refuse; then from the clocks, the pid and the
+ * address, no secret but still unlike an earlier format's. Never 0, which
+ * dir_instance keeps for "not attached". */
+static uint64_t new_instance(const void *mem)
+{
+  uint64_t v = 0;
+  ssize_t n;
+  do
+    n = getrandom(&v, sizeof(v), GRND_NONBLOCK);
+  while (n < 0 && errno == EINTR);
+  if (n != (ssize_t)sizeof(v)) {
+    struct timespec wall, mono;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    v = mix64((uint64_t)wall.tv_sec * 1000000000ull + (uint64_t)wall.tv_nsec) ^
+        mix64((uint64_t)mono.tv_nsec << 20 ^ (uint64_t)getpid()) ^ mix64((uintptr_t)mem);
+  }
+  return v != 0 ? v : 1;
+}
+
+/* The first generation of entry slot s (even i = 2s) or pin slot p (odd
+ * i = 2p + 1): a ref of an earlier format matches it by chance alone. */
+static uint32_t first_gen(uint64_t instance, uint64_t i)
+{
+  return (uint32_t)(mix64(instance + (i + 1) * 0x9e3779b97f4a7c15ull) >> 32);
+}
+
+static void seed_generations(struct dir_shared *sh)
+{
+  for (uint32_t s = 0; s < sh->max_entries; s++)
+    atomic_store_explicit(&slot_at(sh, s)->word,
+                          word_make(DIR_STATE_FREE, first_gen(sh->instance, 2ull * s)),
+                          memory_order_relaxed);
+  for (uint32_t p = 0; p < sh->max_pins; p++)
+    atomic_store_explicit(&pin_at(sh, p)->word,
+                          word_make(PIN_FREE, first_gen(sh->instance, 2ull * p + 1)),
+                          memory_order_relaxed);
 }
 
 int dir_format(void *mem, size_t bytes, const struct dir_params *p, char *why, size_t why_cap)
@@ -860,6 +1091,8 @@ int dir_format(void *mem, size_t bytes, const struct dir_params *p, char *why, s
   sh->off_map = l.off_map;
   sh->off_index = l.off_index;
   sh->total = l.total;
+  sh->instance = new_instance(mem);
+  seed_generations(sh);
   int rc = init_lock(&sh->lock);
   if (rc != 0)
     return errtext_fail(why, why_cap, ECC_ERR_SYSTEM, "directory: lock init failed (%s)",
@@ -919,12 +1152,29 @@ int dir_attach(struct dir *d, void *mem, size_t bytes, const struct dir_params *
     return rc;
   d->sh = mem;
   d->bytes = bytes;
+  d->lock_timeout_ns = r.lock_timeout_ns != 0 ? r.lock_timeout_ns : DIR_LOCK_TIMEOUT_DEFAULT_NS;
+  memcpy(&d->shape, mem, sizeof(d->shape));
   pthread_once(&forks_once, watch_forks);
   take_identity(d);
   return ECC_OK;
 }
 
+uint64_t dir_instance(const struct dir *d)
+{
+  return d != NULL && d->sh != NULL ? d->shape.instance : 0;
+}
+
 /* ---- allocation ------------------------------------------------------------ */
+
+struct request {
+  const char *key;
+  size_t len;
+  uint64_t hash;
+  uint64_t nbytes;
+  uint32_t n_blocks;
+  uint64_t now;
+  uint32_t damaged; /* block + 1 the map gave to a damaged entry, if met */
+};
 
 enum occupant { OCC_FREE, OCC_EVICTABLE, OCC_MARKED, OCC_HELD };
 
@@ -939,27 +1189,67 @@ static bool in_run(const struct dir_slot *e, uint32_t b, uint32_t *end)
   return false;
 }
 
-/* End (exclusive) of the run of entry e that holds block b. */
-static uint32_t run_end(const struct dir_slot *e, uint32_t b)
+/* End (exclusive) of the run of entry e that holds block b, in the map. */
+static uint32_t run_end(const struct dir_shared *sh, const struct dir_slot *e, uint32_t b)
 {
   uint32_t end;
-  return in_run(e, b, &end) ? end : b + 1;
+  if (!in_run(e, b, &end) || end <= b || end > sh->num_blocks)
+    return b + 1;
+  return end;
 }
 
-/* What holds block b, reclaiming it first when its holder is a dead or
- * timed-out reservation or its pins are all stale. */
-static enum occupant occupant_of(struct dir *d, uint32_t b, uint64_t now)
+/* The slot the map gives block b to: NO_SLOT if the block is free, and
+ * MAP_DAMAGED if it names a slot past the table, a free one, or one whose
+ * runs or size are not whole. */
+#define MAP_DAMAGED (NO_SLOT - 1)
+
+static uint32_t map_slot(const struct dir_shared *sh, uint32_t b)
 {
-  struct dir_shared *sh = d->sh;
   uint32_t o = block_map(sh)[b];
   if (o == 0)
+    return NO_SLOT;
+  if (o > sh->max_entries || !slot_live(slot_at(sh, o - 1)) || !runs_valid(sh, slot_at(sh, o - 1)))
+    return MAP_DAMAGED;
+  return o - 1;
+}
+
+/* The error of a reservation that found no room and passed block b, which
+ * the map gives to a damaged entry. */
+static int map_damaged(const struct dir_shared *sh, uint32_t b, char *why, size_t cap)
+{
+  uint32_t o = block_map(sh)[b];
+  if (o != 0 && o <= sh->max_entries && slot_live(slot_at(sh, o - 1)))
+    return slot_damaged(sh, o - 1, why, cap);
+  return errtext_fail(why, cap, ECC_ERR_REGION,
+                      "directory: block %u is mapped to %u (slot + 1), not a live slot: the "
+                      "region's memory was overwritten; make the region again",
+                      b, o);
+}
+
+/* What holds block b (its slot in *slot, or NO_SLOT), reclaiming it first
+ * when its holder is a dead or timed-out reservation or its pins are all
+ * stale. A damaged holder is held: the sweep passes it, noting it in q. */
+static enum occupant occupant_of(struct dir *d, struct request *q, uint32_t b, uint32_t *slot)
+{
+  struct dir_shared *sh = d->sh;
+  uint32_t s = map_slot(sh, b);
+  *slot = s;
+  if (s == NO_SLOT)
     return OCC_FREE;
-  struct dir_slot *e = slot_at(sh, o - 1);
+  if (s == MAP_DAMAGED) {
+    if (q->damaged == 0)
+      q->damaged = b + 1;
+    *slot = NO_SLOT;
+    return OCC_HELD;
+  }
+  struct dir_slot *e = slot_at(sh, s);
+  uint64_t now = q->now;
   if (slot_state(e) == DIR_STATE_RESERVED) {
     if (!reservation_stale(d, e, now, false))
       return OCC_HELD;
-    entry_free(sh, o - 1);
+    entry_free(sh, s);
     sh->reclaimed++;
+    *slot = NO_SLOT;
     return OCC_FREE;
   }
   /* A scan of the pin table per pinned entry met would cost a sweep that
@@ -1013,10 +1303,10 @@ static void passed_note(struct dir_shared *sh, struct passed *w)
  * every mark met is cleared. Marks cleared stay cleared even if the sweep
  * fails, as does what it reclaimed from dead owners: the only changes a
  * refused reservation makes (neither evicts a live process's entry). */
-static bool sweep_window(struct dir *d, uint32_t n, uint64_t now, uint32_t *first)
+static bool sweep_window(struct dir *d, struct request *q, uint32_t *first)
 {
   struct dir_shared *sh = d->sh;
-  uint32_t nb = sh->num_blocks, p = sh->hand % nb, start = p, len = 0;
+  uint32_t nb = sh->num_blocks, p = sh->hand % nb, start = p, len = 0, n = q->n_blocks;
   struct passed w = {.n = 0};
   for (uint64_t budget = 2ull * nb + n; budget > 0;) {
     if (p >= nb) {
@@ -1024,9 +1314,11 @@ static bool sweep_window(struct dir *d, uint32_t n, uint64_t now, uint32_t *firs
       p = start = 0;
       len = 0;
     }
-    enum occupant occ = occupant_of(d, p, now);
-    uint32_t o = block_map(sh)[p];
-    uint32_t end = occ == OCC_FREE ? free_run_end(sh, p, n - len) : run_end(slot_at(sh, o - 1), p);
+    uint32_t s;
+    enum occupant occ = occupant_of(d, q, p, &s);
+    uint32_t end = occ == OCC_FREE ? free_run_end(sh, p, n - len)
+                   : s == NO_SLOT  ? p + 1
+                                   : run_end(sh, slot_at(sh, s), p);
     if (occ == OCC_FREE || occ == OCC_EVICTABLE) {
       if (len + (end - p) >= n) {
         *first = start;
@@ -1037,7 +1329,7 @@ static bool sweep_window(struct dir *d, uint32_t n, uint64_t now, uint32_t *firs
       len += end - p;
     } else {
       if (occ == OCC_MARKED)
-        slot_at(sh, o - 1)->marked = 0;
+        slot_at(sh, s)->marked = 0;
       passed_note(sh, &w);
       start = end;
       len = 0;
@@ -1049,12 +1341,17 @@ static bool sweep_window(struct dir *d, uint32_t n, uint64_t now, uint32_t *firs
 }
 
 /* Whether block b could be taken by the fallback: free, or held by a ready
- * unpinned entry (marked or not: the sweep has cleared the marks it met). */
+ * unpinned entry (marked or not: the sweep has cleared the marks it met).
+ * The map's value is checked against the table only, this being a loop
+ * over every block: a damaged entry it evicts is dropped by a map_set that
+ * writes nothing outside the map. */
 static bool block_available(const struct dir_shared *sh, uint32_t b)
 {
   uint32_t o = block_map(sh)[b];
   if (o == 0)
     return true;
+  if (o > sh->max_entries)
+    return false;
   const struct dir_slot *e = slot_at(sh, o - 1);
   return slot_state(e) == DIR_STATE_READY && e->pins == 0;
 }
@@ -1115,17 +1412,16 @@ static bool runs_cover_entry(const struct dir_shared *sh, const struct dir_run *
 
 /* With the entry table full and a plan that evicts nothing, one evictable
  * entry is chosen by the clock rule to give up its slot. */
-static uint32_t pick_victim(struct dir *d, uint64_t now)
+static uint32_t pick_victim(struct dir *d, struct request *q)
 {
   struct dir_shared *sh = d->sh;
-  uint32_t nb = sh->num_blocks, p = sh->hand % nb;
+  uint32_t nb = sh->num_blocks, p = sh->hand % nb, s;
   for (uint64_t budget = 2ull * nb; budget > 0; budget--) {
-    enum occupant occ = occupant_of(d, p, now);
-    uint32_t o = block_map(sh)[p];
+    enum occupant occ = occupant_of(d, q, p, &s);
     if (occ == OCC_EVICTABLE)
-      return o - 1;
+      return s;
     if (occ == OCC_MARKED)
-      slot_at(sh, o - 1)->marked = 0;
+      slot_at(sh, s)->marked = 0;
     if (sh->entries < sh->max_entries)
       return NO_SLOT; /* a reclaim on the way freed a slot */
     p = (p + 1) % nb;
@@ -1144,17 +1440,19 @@ static void note_outside(struct dir_shared *sh, const struct dir_slot *e, struct
     }
 }
 
+/* A block the map gives to no live slot (damage) is simply taken: the new
+ * entry's map_set overwrites it. */
 static void evict_runs(struct dir_shared *sh, const struct dir_run *runs, uint32_t n_runs)
 {
   const uint32_t *map = block_map(sh);
   for (uint32_t r = 0; r < n_runs; r++) {
     struct dir_run w = runs[r];
     for (uint32_t b = w.first; b < w.first + w.count; b++) {
-      if (map[b] == 0)
+      if (map[b] == 0 || map[b] > sh->max_entries || !slot_live(slot_at(sh, map[b] - 1)))
         continue;
       uint32_t s = map[b] - 1;
       const struct dir_slot *e = slot_at(sh, s);
-      uint32_t end = run_end(e, b);
+      uint32_t end = run_end(sh, e, b);
       note_outside(sh, e, w);
       entry_drop(sh, s);
       sh->evictions++;
@@ -1164,15 +1462,6 @@ static void evict_runs(struct dir_shared *sh, const struct dir_run *runs, uint32
 }
 
 /* ---- reserve ----------------------------------------------------------------- */
-
-struct request {
-  const char *key;
-  size_t len;
-  uint64_t hash;
-  uint64_t nbytes;
-  uint32_t n_blocks;
-  uint64_t now;
-};
 
 static int check_key(const char *key, size_t *len, char *why, size_t cap)
 {
@@ -1194,6 +1483,8 @@ static uint32_t entry_create(struct dir *d, const struct request *q, const struc
 {
   struct dir_shared *sh = d->sh;
   uint32_t s = free_slot(sh);
+  if (s == NO_SLOT)
+    return NO_SLOT; /* the counts were damaged: plan_blocks trusted them */
   struct dir_slot *e = slot_at(sh, s);
   uint64_t w = atomic_load_explicit(&e->word, memory_order_relaxed);
   e->nbytes = q->nbytes;
@@ -1242,16 +1533,33 @@ static bool dedup(struct dir *d, uint32_t s, const struct request *q, int *outco
   return true;
 }
 
+static int entries_miscounted(const struct dir_shared *sh, char *why, size_t cap)
+{
+  return errtext_fail(why, cap, ECC_ERR_REGION,
+                      "directory: %llu of its %u entry slots are counted live, yet none is free: "
+                      "the region's memory was overwritten; make the region again",
+                      (unsigned long long)sh->entries, sh->max_entries);
+}
+
+/* The entry count says a slot is free: whether one is (damage aside, yes). */
+static bool slot_free_found(const struct dir_shared *sh)
+{
+  for (uint32_t n = 0; n < sh->max_entries; n++)
+    if (!slot_live(slot_at(sh, (sh->slot_cursor + n) % sh->max_entries)))
+      return true;
+  return false;
+}
+
 /* Chooses the blocks and, if the entry table is full and they free no
  * slot, the entry that gives its slot up; evicts nothing. */
-static int plan_blocks(struct dir *d, const struct request *q, struct dir_run *runs,
-                       uint32_t *n_runs, bool *in_gap, uint32_t *victim, char *why, size_t cap)
+static int plan_blocks(struct dir *d, struct request *q, struct dir_run *runs, uint32_t *n_runs,
+                       bool *in_gap, uint32_t *victim, char *why, size_t cap)
 {
   struct dir_shared *sh = d->sh;
   *n_runs = 1;
   runs[0].count = q->n_blocks;
   *in_gap = gap_take(sh, q->n_blocks, &runs[0].first);
-  if (!*in_gap && !sweep_window(d, q->n_blocks, q->now, &runs[0].first) &&
+  if (!*in_gap && !sweep_window(d, q, &runs[0].first) &&
       !gather_runs(sh, q->n_blocks, runs, n_runs))
     return errtext_fail(
         why, cap, ECC_ERR_BUSY,
@@ -1260,12 +1568,14 @@ static int plan_blocks(struct dir *d, const struct request *q, struct dir_run *r
         q->key, q->n_blocks);
   *victim = NO_SLOT;
   if (sh->entries == sh->max_entries && !runs_cover_entry(sh, runs, *n_runs)) {
-    *victim = pick_victim(d, q->now);
+    *victim = pick_victim(d, q);
     if (*victim == NO_SLOT && sh->entries == sh->max_entries)
       return errtext_fail(why, cap, ECC_ERR_BUSY,
                           "directory: no entry slot for key '%s': all %u are reserved or pinned",
                           q->key, sh->max_entries);
   }
+  if (*victim == NO_SLOT && sh->entries < sh->max_entries && !slot_free_found(sh))
+    return entries_miscounted(sh, why, cap);
   return ECC_OK;
 }
 
@@ -1276,6 +1586,8 @@ static int reserve_locked(struct dir *d, struct request *q, int *outcome,
   struct dir_run runs[DIR_MAX_RUNS];
   uint32_t n_runs, victim, s = index_find(sh, q->key, q->hash);
   bool in_gap;
+  if (s != NO_SLOT && !runs_valid(sh, slot_at(sh, s)))
+    return slot_damaged(sh, s, why, cap);
   if (s != NO_SLOT && dedup(d, s, q, outcome)) {
     fill_info(sh, s, info);
     return ECC_OK;
@@ -1288,8 +1600,10 @@ static int reserve_locked(struct dir *d, struct request *q, int *outcome,
                         (unsigned long long)n, sh->num_blocks);
   q->n_blocks = (uint32_t)n;
   int rc = plan_blocks(d, q, runs, &n_runs, &in_gap, &victim, why, cap);
+  if (rc == ECC_ERR_BUSY && q->damaged != 0)
+    rc = map_damaged(sh, q->damaged - 1, why, cap);
   if (rc != ECC_OK) {
-    sh->full++;
+    sh->full += rc == ECC_ERR_BUSY;
     return rc;
   }
   /* Evictions are stored before the new entry's state: whoever sees the
@@ -1300,6 +1614,8 @@ static int reserve_locked(struct dir *d, struct request *q, int *outcome,
     sh->evictions++;
   }
   s = entry_create(d, q, runs, n_runs);
+  if (s == NO_SLOT)
+    return entries_miscounted(sh, why, cap);
   sh->reservations++;
   /* A gap lies behind the hand, which stays where it was. */
   if (in_gap)
@@ -1332,25 +1648,48 @@ int dir_reserve(struct dir *d, const char *key, uint64_t nbytes, int *outcome,
 
 /* ---- publish, abort, remove -------------------------------------------------- */
 
-/* The entry a ref names, if its generation still matches; else NULL with
- * ECC_ERR_CLOSED in why. */
-static struct dir_slot *ref_entry(struct dir *d, struct dir_ref ref, char *why, size_t cap)
+/* The entry a ref names (*out), if its generation still matches and it is
+ * whole: else ECC_ERR_CLOSED or ECC_ERR_REGION, with the reason in why. */
+static int ref_entry(struct dir *d, struct dir_ref ref, struct dir_slot **out, char *why,
+                     size_t cap)
 {
   struct dir_shared *sh = d->sh;
-  if (ref.slot >= sh->max_entries) {
-    errtext_fail(why, cap, ECC_ERR_CLOSED, "directory: slot %u past the table (%u)", ref.slot,
-                 sh->max_entries);
-    return NULL;
-  }
+  *out = NULL;
+  if (ref.slot >= sh->max_entries)
+    return errtext_fail(why, cap, ECC_ERR_CLOSED, "directory: slot %u past the table (%u)",
+                        ref.slot, sh->max_entries);
   struct dir_slot *e = slot_at(sh, ref.slot);
   uint64_t w = atomic_load_explicit(&e->word, memory_order_acquire);
-  if (word_state(w) == DIR_STATE_FREE || word_gen(w) != ref.gen) {
-    errtext_fail(why, cap, ECC_ERR_CLOSED, "directory: slot %u generation %u is gone (now %u, %s)",
-                 ref.slot, ref.gen, word_gen(w),
-                 word_state(w) == DIR_STATE_FREE ? "free" : "reused");
-    return NULL;
+  if (word_state(w) == DIR_STATE_FREE || word_gen(w) != ref.gen)
+    return errtext_fail(why, cap, ECC_ERR_CLOSED,
+                        "directory: slot %u generation %u is gone (now %u, %s)", ref.slot, ref.gen,
+                        word_gen(w), word_state(w) == DIR_STATE_FREE ? "free" : "reused");
+  /* The ref's own entry, but whole? Its runs are about to be used. */
+  if (!slot_valid(sh, e))
+    return slot_damaged(sh, ref.slot, why, cap);
+  *out = e;
+  return ECC_OK;
+}
+
+/* Publish or abort of the live entry e that ref names. */
+static int finish_locked(struct dir *d, struct dir_slot *e, struct dir_ref ref, bool abort_it,
+                         char *why, size_t cap)
+{
+  if (slot_state(e) != DIR_STATE_RESERVED)
+    return errtext_fail(why, cap, ECC_ERR_INVALID,
+                        "directory: key '%s' (slot %u) is already published", e->key, ref.slot);
+  if (e->claimed)
+    return errtext_fail(why, cap, ECC_ERR_BUSY,
+                        "directory: key '%s' (slot %u) is being saved; its completion settles it",
+                        e->key, ref.slot);
+  if (abort_it) {
+    entry_free(d->sh, ref.slot);
+    return ECC_OK;
   }
-  return e;
+  /* Its blocks were written before this call: the one store makes the
+   * entry visible to lookups, fields unchanged. */
+  atomic_store_explicit(&e->word, word_make(DIR_STATE_READY, ref.gen), memory_order_release);
+  return ECC_OK;
 }
 
 /* Publish or abort: both need a live reservation of that ref. */
@@ -1360,23 +1699,10 @@ static int finish_reservation(struct dir *d, struct dir_ref ref, bool abort_it, 
   int rc = dir_lock(d, why, cap);
   if (rc != ECC_OK)
     return rc;
-  struct dir_slot *e = ref_entry(d, ref, why, cap);
-  if (e == NULL) {
-    rc = ECC_ERR_CLOSED;
-  } else if (slot_state(e) != DIR_STATE_RESERVED) {
-    rc = errtext_fail(why, cap, ECC_ERR_INVALID,
-                      "directory: key '%s' (slot %u) is already published", e->key, ref.slot);
-  } else if (e->claimed) {
-    rc = errtext_fail(why, cap, ECC_ERR_BUSY,
-                      "directory: key '%s' (slot %u) is being saved; its completion settles it",
-                      e->key, ref.slot);
-  } else if (abort_it) {
-    entry_free(d->sh, ref.slot);
-  } else {
-    /* Its blocks were written before this call: the one store makes the
-     * entry visible to lookups, fields unchanged. */
-    atomic_store_explicit(&e->word, word_make(DIR_STATE_READY, ref.gen), memory_order_release);
-  }
+  struct dir_slot *e;
+  rc = ref_entry(d, ref, &e, why, cap);
+  if (rc == ECC_OK)
+    rc = finish_locked(d, e, ref, abort_it, why, cap);
   dir_unlock(d);
   return rc;
 }
@@ -1402,6 +1728,8 @@ int dir_remove(struct dir *d, const char *key, char *why, size_t why_cap)
   struct dir_slot *e = s != NO_SLOT ? slot_at(sh, s) : NULL;
   if (e == NULL)
     rc = errtext_fail(why, why_cap, ECC_ERR_RANGE, "directory: key '%s' is not there", key);
+  else if (!runs_valid(sh, e))
+    rc = slot_damaged(sh, s, why, why_cap);
   else if (slot_state(e) != DIR_STATE_READY)
     rc = errtext_fail(why, why_cap, ECC_ERR_BUSY, "directory: key '%s' (slot %u) is being written",
                       key, s);
@@ -1425,11 +1753,15 @@ static uint32_t ready_slot(const struct dir_shared *sh, const char *key)
 }
 
 /* Pin fields first, then the one store that makes the pin live; the
- * entry's count follows (derived: recounted on rebuild). */
-static struct dir_pin_ref pin_take(struct dir *d, uint32_t s, uint32_t ranks, uint64_t now)
+ * entry's count follows (derived: recounted on rebuild). False if no pin
+ * slot is free, which pins_live had promised (it was overwritten). */
+static bool pin_take(struct dir *d, uint32_t s, uint32_t ranks, uint64_t now,
+                     struct dir_pin_ref *out)
 {
   struct dir_shared *sh = d->sh;
   uint32_t p = free_pin(sh);
+  if (p == NO_SLOT)
+    return false;
   struct dir_pin *pin = pin_at(sh, p);
   struct dir_slot *e = slot_at(sh, s);
   uint64_t w = atomic_load_explicit(&pin->word, memory_order_relaxed);
@@ -1442,17 +1774,23 @@ static struct dir_pin_ref pin_take(struct dir *d, uint32_t s, uint32_t ranks, ui
   e->pins++;
   sh->pins_live++;
   sh->pins++;
-  return (struct dir_pin_ref){p, word_gen(w)};
+  *out = (struct dir_pin_ref){p, word_gen(w)};
+  return true;
 }
 
-/* Whether the pins this call needs are free, reclaiming stale ones if not:
- * a refused lookup takes no pin and counts nothing. */
+/* Whether the pins this call needs are free, reclaiming stale ones if not,
+ * and the entries found whole: a refused lookup takes no pin and counts
+ * nothing. */
 static int pins_available(struct dir *d, const char *const *keys, size_t n, char *why, size_t cap)
 {
   struct dir_shared *sh = d->sh;
   uint64_t need = 0;
-  for (size_t i = 0; i < n; i++)
-    need += ready_slot(sh, keys[i]) != NO_SLOT;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t s = ready_slot(sh, keys[i]);
+    if (s != NO_SLOT && !runs_valid(sh, slot_at(sh, s)))
+      return slot_damaged(sh, s, why, cap);
+    need += s != NO_SLOT;
+  }
   if (sh->pins_live + need > sh->max_pins)
     reclaim_all(d, ecc_now_ns(), true);
   if (sh->pins_live + need > sh->max_pins)
@@ -1462,26 +1800,54 @@ static int pins_available(struct dir *d, const char *const *keys, size_t n, char
   return ECC_OK;
 }
 
-static void lookup_one(struct dir *d, const char *key, uint32_t ranks, uint64_t now, bool *found,
+/* False if a pin could not be taken (see pin_take). */
+static bool lookup_one(struct dir *d, const char *key, uint32_t ranks, uint64_t now, bool *found,
                        struct dir_entry_info *info, struct dir_pin_ref *pin)
 {
   struct dir_shared *sh = d->sh;
   uint32_t s = ready_slot(sh, key);
   sh->lookups++;
-  *found = s != NO_SLOT;
+  *found = false;
   memset(pin, 0, sizeof(*pin));
   if (info != NULL)
     memset(info, 0, sizeof(*info));
   if (s == NO_SLOT) {
     sh->misses++;
-    return;
+    return true;
   }
+  if (!pin_take(d, s, ranks, now, pin))
+    return false;
   struct dir_slot *e = slot_at(sh, s);
   e->marked = 1;
   e->used_ns = now;
-  *pin = pin_take(d, s, ranks, now);
+  *found = true;
   fill_info(sh, s, info);
   sh->hits++;
+  return true;
+}
+
+/* A lookup that found the pin table fuller than counted: the pins it took
+ * are freed and its counts undone, as a refused lookup leaves them. */
+static int lookup_undo(struct dir *d, const struct dir_counters *before, size_t done, bool *found,
+                       struct dir_entry_info *info, struct dir_pin_ref *pins, char *why, size_t cap)
+{
+  struct dir_shared *sh = d->sh;
+  for (size_t i = 0; i < done; i++) {
+    if (found[i])
+      pin_free(sh, pins[i].slot);
+    found[i] = false;
+    memset(&pins[i], 0, sizeof(pins[i]));
+    if (info != NULL)
+      memset(&info[i], 0, sizeof(info[i]));
+  }
+  sh->lookups = before->lookups;
+  sh->hits = before->hits;
+  sh->misses = before->misses;
+  sh->pins = before->pins;
+  return errtext_fail(why, cap, ECC_ERR_REGION,
+                      "directory: %llu of its %u pin slots are counted live, yet none is free: "
+                      "the region's memory was overwritten; make the region again",
+                      (unsigned long long)sh->pins_live, sh->max_pins);
 }
 
 int dir_lookup(struct dir *d, const char *const *keys, size_t n, uint32_t ranks, bool *found,
@@ -1503,8 +1869,11 @@ int dir_lookup(struct dir *d, const char *const *keys, size_t n, uint32_t ranks,
     return rc;
   rc = pins_available(d, keys, n, why, why_cap);
   uint64_t now = ecc_now_ns();
+  struct dir_counters before = {
+      .lookups = d->sh->lookups, .hits = d->sh->hits, .misses = d->sh->misses, .pins = d->sh->pins};
   for (size_t i = 0; rc == ECC_OK && i < n; i++)
-    lookup_one(d, keys[i], ranks, now, &found[i], info != NULL ? &info[i] : NULL, &pins[i]);
+    if (!lookup_one(d, keys[i], ranks, now, &found[i], info != NULL ? &info[i] : NULL, &pins[i]))
+      rc = lookup_undo(d, &before, i + 1, found, info, pins, why, why_cap);
   dir_unlock(d);
   return rc;
 }
@@ -1525,6 +1894,25 @@ static struct dir_pin *pin_ref_live(struct dir *d, struct dir_pin_ref ref, char 
     return NULL;
   }
   return pin;
+}
+
+/* The slot of the ready entry a live pin holds, checked whole: ECC_OK,
+ * ECC_ERR_CLOSED for a stale pin (or one naming no ready entry, which only
+ * damage leaves), ECC_ERR_REGION for a damaged entry. */
+static int pinned_entry(struct dir *d, struct dir_pin_ref ref, uint32_t *slot, char *why,
+                        size_t cap)
+{
+  struct dir_pin *pin = pin_ref_live(d, ref, why, cap);
+  if (pin == NULL)
+    return ECC_ERR_CLOSED;
+  struct dir_slot *e;
+  int rc = ref_entry(d, (struct dir_ref){pin->entry_slot, pin->entry_gen}, &e, why, cap);
+  if (rc == ECC_ERR_CLOSED || (rc == ECC_OK && slot_state(e) != DIR_STATE_READY))
+    return errtext_fail(why, cap, ECC_ERR_CLOSED, "directory: pin slot %u names no ready entry",
+                        ref.slot);
+  if (rc == ECC_OK)
+    *slot = pin->entry_slot;
+  return rc;
 }
 
 int dir_unpin(struct dir *d, struct dir_pin_ref ref, char *why, size_t why_cap)
@@ -1583,11 +1971,10 @@ int dir_check_pinned(struct dir *d, struct dir_pin_ref ref, uint32_t first, uint
   int rc = dir_lock(d, why, why_cap);
   if (rc != ECC_OK)
     return rc;
-  struct dir_pin *pin = pin_ref_live(d, ref, why, why_cap);
-  if (pin == NULL)
-    rc = ECC_ERR_CLOSED;
-  else
-    rc = range_in_runs(slot_at(d->sh, pin->entry_slot), first, count, why, why_cap);
+  uint32_t s;
+  rc = pinned_entry(d, ref, &s, why, why_cap);
+  if (rc == ECC_OK)
+    rc = range_in_runs(slot_at(d->sh, s), first, count, why, why_cap);
   dir_unlock(d);
   return rc;
 }
@@ -1602,13 +1989,17 @@ int dir_list(struct dir *d, void (*fn)(void *user, const struct dir_entry_info *
   int rc = dir_lock(d, NULL, 0);
   if (rc != ECC_OK)
     return rc;
-  for (uint32_t s = 0; s < d->sh->max_entries; s++)
+  /* A damaged entry's runs would be handed on: the listing is refused. */
+  for (uint32_t s = 0; s < d->sh->max_entries && rc == ECC_OK; s++)
+    if (slot_live(slot_at(d->sh, s)) && !slot_valid(d->sh, slot_at(d->sh, s)))
+      rc = ECC_ERR_REGION;
+  for (uint32_t s = 0; s < d->sh->max_entries && rc == ECC_OK; s++)
     if (slot_live(slot_at(d->sh, s))) {
       fill_info(d->sh, s, &info);
       fn(user, &info);
     }
   dir_unlock(d);
-  return ECC_OK;
+  return rc;
 }
 
 /* Blocks of the map read per hold of the lock by largest_free_run. */
@@ -1618,14 +2009,16 @@ int dir_list(struct dir *d, void (*fn)(void *user, const struct dir_entry_info *
  * lock: a stats read must not stall every process of the region for a scan
  * of the whole map (1.5 ms at a million blocks). Runs may change between
  * chunks, so the figure is that of the moments each chunk was read. */
-static uint64_t largest_free_run(struct dir *d)
+static int largest_free_run(struct dir *d, uint64_t *out)
 {
-  uint32_t nb = d->sh->num_blocks; /* fixed at format */
+  uint32_t nb = d->shape.num_blocks; /* fixed at format */
   uint64_t best = 0, len = 0;
+  *out = 0;
   for (uint32_t from = 0; from < nb; from += FREE_RUN_CHUNK) {
     uint32_t to = nb - from < FREE_RUN_CHUNK ? nb : from + FREE_RUN_CHUNK;
-    if (dir_lock(d, NULL, 0) != ECC_OK)
-      break;
+    int rc = dir_lock(d, NULL, 0);
+    if (rc != ECC_OK)
+      return rc;
     const uint32_t *map = block_map(d->sh);
     for (uint32_t b = from; b < to; b++) {
       len = map[b] == 0 ? len + 1 : 0;
@@ -1633,14 +2026,16 @@ static uint64_t largest_free_run(struct dir *d)
     }
     dir_unlock(d);
   }
-  return best;
+  *out = best;
+  return ECC_OK;
 }
 
-void dir_get_counters(struct dir *d, struct dir_counters *out)
+int dir_get_counters(struct dir *d, struct dir_counters *out)
 {
   memset(out, 0, sizeof(*out));
-  if (dir_lock(d, NULL, 0) != ECC_OK)
-    return;
+  int rc = dir_lock(d, NULL, 0);
+  if (rc != ECC_OK)
+    return rc;
   const struct dir_shared *sh = d->sh;
   out->entries = sh->entries;
   out->blocks_used = sh->blocks_used;
@@ -1658,7 +2053,7 @@ void dir_get_counters(struct dir *d, struct dir_counters *out)
   out->full = sh->full;
   out->recoveries = sh->recoveries;
   dir_unlock(d);
-  out->largest_free_run = largest_free_run(d);
+  return largest_free_run(d, &out->largest_free_run);
 }
 
 int dir_rebuild(struct dir *d, char *why, size_t why_cap)
@@ -1697,8 +2092,9 @@ static int check_entry(const struct dir_shared *sh, uint32_t s, char *why, size_
     return BROKEN("slot %u has state %u", s, st);
   if (st == DIR_STATE_FREE)
     return ECC_OK;
+  char detail[96];
   if (!slot_valid(sh, e))
-    return BROKEN("slot %u: bad runs, size or key", s);
+    return BROKEN("slot %u: %s", s, slot_fault(sh, e, detail, sizeof(detail)));
   if (e->hash != key_hash(e->key, strlen(e->key)))
     return BROKEN("slot %u (key '%s'): stored hash is wrong", s, e->key);
   if (e->marked > 1)
@@ -1898,13 +2294,12 @@ int dir_claim(struct dir *d, struct dir_ref ref, struct dir_entry_info *info, ch
   int rc = dir_lock(d, why, why_cap);
   if (rc != ECC_OK)
     return rc;
-  struct dir_slot *e = ref_entry(d, ref, why, why_cap);
-  if (e == NULL)
-    rc = ECC_ERR_CLOSED;
-  else if (slot_state(e) != DIR_STATE_RESERVED)
+  struct dir_slot *e;
+  rc = ref_entry(d, ref, &e, why, why_cap);
+  if (rc == ECC_OK && slot_state(e) != DIR_STATE_RESERVED)
     rc = errtext_fail(why, why_cap, ECC_ERR_CLOSED,
                       "directory: key '%s' (slot %u) is no reservation now", e->key, ref.slot);
-  else if (e->claimed)
+  else if (rc == ECC_OK && e->claimed)
     rc = errtext_fail(why, why_cap, ECC_ERR_BUSY,
                       "directory: key '%s' (slot %u) is being saved already", e->key, ref.slot);
   if (rc == ECC_OK) {
@@ -1918,14 +2313,36 @@ int dir_claim(struct dir *d, struct dir_ref ref, struct dir_entry_info *info, ch
   return rc;
 }
 
-void dir_unclaim(struct dir *d, struct dir_ref ref)
+int dir_unclaim(struct dir *d, struct dir_ref ref)
 {
-  if (dir_lock(d, NULL, 0) != ECC_OK)
-    return;
-  struct dir_slot *e = ref_entry(d, ref, NULL, 0);
-  if (e != NULL && slot_state(e) == DIR_STATE_RESERVED)
+  int rc = dir_lock(d, NULL, 0);
+  if (rc != ECC_OK)
+    return rc;
+  struct dir_slot *e;
+  if (ref_entry(d, ref, &e, NULL, 0) == ECC_OK && slot_state(e) == DIR_STATE_RESERVED)
     e->claimed = 0;
   dir_unlock(d);
+  return ECC_OK;
+}
+
+static int settle_locked(struct dir *d, struct dir_ref ref, bool ok, char *why, size_t cap)
+{
+  struct dir_slot *e;
+  int rc = ref_entry(d, ref, &e, why, cap);
+  if (rc == ECC_ERR_REGION)
+    return rc;
+  if (rc != ECC_OK || slot_state(e) != DIR_STATE_RESERVED || !e->claimed)
+    return errtext_fail(why, cap, ECC_ERR_CLOSED,
+                        "directory: slot %u generation %u holds no reservation being saved",
+                        ref.slot, ref.gen);
+  if (!ok) {
+    entry_free(d->sh, ref.slot);
+    return ECC_OK;
+  }
+  /* The copy has completed: one store makes the entry visible. */
+  e->claimed = 0;
+  atomic_store_explicit(&e->word, word_make(DIR_STATE_READY, ref.gen), memory_order_release);
+  return ECC_OK;
 }
 
 int dir_settle(struct dir *d, struct dir_ref ref, bool ok, char *why, size_t why_cap)
@@ -1933,18 +2350,7 @@ int dir_settle(struct dir *d, struct dir_ref ref, bool ok, char *why, size_t why
   int rc = dir_lock(d, why, why_cap);
   if (rc != ECC_OK)
     return rc;
-  struct dir_slot *e = ref_entry(d, ref, why, why_cap);
-  if (e == NULL || slot_state(e) != DIR_STATE_RESERVED || !e->claimed) {
-    rc = errtext_fail(why, why_cap, ECC_ERR_CLOSED,
-                      "directory: slot %u generation %u holds no reservation being saved", ref.slot,
-                      ref.gen);
-  } else if (!ok) {
-    entry_free(d->sh, ref.slot);
-  } else {
-    /* The copy has completed: one store makes the entry visible. */
-    e->claimed = 0;
-    atomic_store_explicit(&e->word, word_make(DIR_STATE_READY, ref.gen), memory_order_release);
-  }
+  rc = settle_locked(d, ref, ok, why, why_cap);
   dir_unlock(d);
   return rc;
 }
@@ -1955,31 +2361,25 @@ int dir_pinned(struct dir *d, struct dir_pin_ref pin, struct dir_entry_info *inf
   int rc = dir_lock(d, why, why_cap);
   if (rc != ECC_OK)
     return rc;
-  struct dir_pin *p = pin_ref_live(d, pin, why, why_cap);
-  if (p == NULL) {
-    rc = ECC_ERR_CLOSED;
-  } else {
-    struct dir_ref ref = {p->entry_slot, p->entry_gen};
-    struct dir_slot *e = ref_entry(d, ref, why, why_cap);
-    if (e == NULL || slot_state(e) != DIR_STATE_READY)
-      rc = errtext_fail(why, why_cap, ECC_ERR_CLOSED, "directory: pin slot %u names no ready entry",
-                        pin.slot);
-    else
-      fill_info(d->sh, ref.slot, info);
-  }
+  uint32_t s;
+  rc = pinned_entry(d, pin, &s, why, why_cap);
+  if (rc == ECC_OK)
+    fill_info(d->sh, s, info);
   dir_unlock(d);
   return rc;
 }
 
 int dir_blocks_held(struct dir *d, const uint32_t *ids, uint32_t n, bool pinned, uint32_t *bad)
 {
-  if (dir_lock(d, NULL, 0) != ECC_OK)
-    return ECC_ERR_REGION;
+  int rc = dir_lock(d, NULL, 0);
+  if (rc != ECC_OK)
+    return rc;
   struct dir_shared *sh = d->sh;
-  int rc = ECC_OK;
   for (uint32_t i = 0; i < n && rc == ECC_OK; i++) {
+    /* Only blocks of the region are named back, whatever the map holds: a
+     * value past the table is no holder. */
     uint32_t o = ids[i] < sh->num_blocks ? block_map(sh)[ids[i]] : 0;
-    const struct dir_slot *e = o != 0 ? slot_at(sh, o - 1) : NULL;
+    const struct dir_slot *e = o != 0 && o <= sh->max_entries ? slot_at(sh, o - 1) : NULL;
     bool ok = e != NULL && (pinned ? slot_state(e) == DIR_STATE_READY && e->pins > 0
                                    : slot_state(e) == DIR_STATE_RESERVED);
     if (!ok) {

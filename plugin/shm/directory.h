@@ -22,6 +22,14 @@
  * derived parts from them, frees the reservations and drops the pins of
  * processes that are gone.
  *
+ * No call waits without bound: one whose lock stays taken for longer than
+ * the view's lock timeout (a holder stopped by SIGSTOP or a debugger) fails
+ * with ECC_ERR_BUSY naming the holder's pid. Values read from the shared
+ * tables are checked before they index anything: an entry whose runs lie
+ * outside the region, or a header changed since attach, is refused with
+ * ECC_ERR_REGION naming it, never followed. Every call below that takes the
+ * lock may return those two besides the codes it lists.
+ *
  * Nothing here logs or allocates: errors are ECC_ERR_* codes with a reason
  * written into the caller's buffer, so the unit runs the same in the
  * plugin, its tests, the fuzz target and the benchmark.
@@ -37,11 +45,13 @@
 #include "ecc_common.h"
 
 #define DIR_MAGIC "ECCDIR01"
-#define DIR_LAYOUT_VERSION 2
+#define DIR_LAYOUT_VERSION 3
 /* Runs an entry may have when no single window could be found. */
 #define DIR_MAX_RUNS 8
 /* Longest key, terminating NUL excluded (the ABI's ECC_KEY_MAX). */
 #define DIR_KEY_MAX ECC_KEY_MAX
+/* How long a call waits for the lock when dir_params asks for 0. */
+#define DIR_LOCK_TIMEOUT_DEFAULT_NS 5000000000ull
 
 /* A process, told apart from a later one with the same pid by its start
  * time (field 22 of /proc/PID/stat, in clock ticks since boot). */
@@ -58,7 +68,11 @@ struct dir_run {
 
 /* An entry's incarnation: slot and generation. A slot's generation grows
  * each time the slot is freed, so a ref kept past its entry's end never
- * names the next entry put in that slot. */
+ * names the next entry put in that slot; a directory formatted anew starts
+ * every slot at a generation drawn from its random instance id, so a ref
+ * kept from an earlier format of the region names nothing in the new one
+ * (but with odds of 2^-32). Slots stay below 2^24 and generations use all
+ * 32 bits. */
 struct dir_ref {
   uint32_t slot;
   uint32_t gen;
@@ -118,7 +132,7 @@ struct dir_counters {
   uint64_t recoveries; /* rebuilds after a process died holding the lock */
 };
 
-/* Sizes fixed when the directory is formatted. */
+/* Sizes fixed when the directory is formatted, and this process's wait. */
 struct dir_params {
   uint32_t num_blocks;         /* blocks of the region */
   uint64_t block_size;         /* their bytes */
@@ -128,27 +142,54 @@ struct dir_params {
                                 * reclaimed even if its owner lives; 0: never */
   uint64_t pin_timeout_ns;     /* likewise for a pin (its ranks never all
                                 * released); 0: never */
+  uint64_t lock_timeout_ns;    /* the longest this process's calls wait for
+                                * the lock; 0: DIR_LOCK_TIMEOUT_DEFAULT_NS.
+                                * Not in the header: each process its own */
+};
+
+/* The header as formatted: sizes, offsets and the instance id (random per
+ * format). A view keeps a copy and every call compares it with the shared
+ * one first, so a header overwritten since, or a directory formatted again
+ * under a live view, is refused instead of followed. */
+struct dir_shape {
+  char magic[8];
+  uint32_t version, header_bytes;
+  uint32_t num_blocks, max_entries, max_pins, index_cap;
+  uint64_t block_size, reserve_timeout_ns, pin_timeout_ns;
+  uint64_t off_entries, off_pins, off_map, off_index, total;
+  uint64_t instance;
 };
 
 /* A process's view of one directory. */
 struct dir {
   struct dir_shared *sh; /* the shared part (opaque outside directory.c) */
   size_t bytes;
-  struct dir_owner self; /* this process */
-  uint32_t forks;        /* forks this process had seen when self was taken */
+  struct dir_owner self;    /* this process */
+  uint32_t forks;           /* forks this process had seen when self was taken */
+  uint64_t lock_timeout_ns; /* from dir_params, the default filled in */
+  struct dir_shape shape;   /* the header as attached */
 };
 
 /* Bytes the shared part needs for these parameters (0 if they are invalid). */
 size_t dir_bytes(const struct dir_params *p);
 
-/* Formats `bytes` bytes at `mem` (zeroed or not) as an empty directory.
- * Only the region's builder calls it, before anyone else can map it. */
+/* Formats `bytes` bytes at `mem` (zeroed or not) as an empty directory
+ * with a new random instance id (getrandom; the clocks and the pid if it
+ * fails). Only the region's builder calls it, before anyone else can map
+ * it. */
 int dir_format(void *mem, size_t bytes, const struct dir_params *p, char *why, size_t why_cap);
 
 /* Attaches to a formatted directory, checking its header against p
- * (ECC_ERR_REGION naming the field that differs). */
+ * (ECC_ERR_REGION naming the field that differs: a directory of another
+ * layout version is refused so). */
 int dir_attach(struct dir *d, void *mem, size_t bytes, const struct dir_params *p, char *why,
                size_t why_cap);
+
+/* The attached directory's instance id: random, drawn at each format, never
+ * 0 (0 for a view not attached). Two views with the same id see the same
+ * incarnation of the region; a token may carry it to tell incarnations
+ * apart beyond what generations do. */
+uint64_t dir_instance(const struct dir *d);
 
 /* Producer side: the key is there (ready or being written: *outcome says
  * which, and `info` describes it, whatever nbytes it was reserved with),
@@ -157,7 +198,8 @@ int dir_attach(struct dir *d, void *mem, size_t bytes, const struct dir_params *
  * key is absent and needs more blocks than the region has; ECC_ERR_BUSY:
  * no room even after evicting every evictable entry (nothing was evicted;
  * second-chance marks the sweep cleared and what it reclaimed from dead
- * owners stay so); ECC_ERR_INVALID: a bad key, nbytes 0 or outcome NULL.
+ * owners stay so), or ECC_ERR_REGION instead when a damaged entry stood
+ * in the way; ECC_ERR_INVALID: a bad key, nbytes 0 or outcome NULL.
  * info may be NULL. */
 int dir_reserve(struct dir *d, const char *key, uint64_t nbytes, int *outcome,
                 struct dir_entry_info *info, char *why, size_t why_cap);
@@ -177,7 +219,8 @@ int dir_abort(struct dir *d, struct dir_ref ref, char *why, size_t why_cap);
  * ECC_ERR_BUSY: not enough free pin slots for the found keys, even after
  * dropping dead owners' pins (no pin of this call is kept, nothing is
  * counted); ECC_ERR_INVALID: a bad key, ranks 0, or keys, found or pins
- * NULL (info may be NULL). n 0 is ECC_OK. */
+ * NULL (info may be NULL); ECC_ERR_REGION: a found entry is damaged (no
+ * pin kept, as for BUSY). n 0 is ECC_OK. */
 int dir_lookup(struct dir *d, const char *const *keys, size_t n, uint32_t ranks, bool *found,
                struct dir_entry_info *info, struct dir_pin_ref *pins, char *why, size_t why_cap);
 
@@ -203,12 +246,13 @@ int dir_check_pinned(struct dir *d, struct dir_pin_ref pin, uint32_t first, uint
  * it is reclaimed only when this process is gone, never by a deadline (the
  * copy writes into its blocks). ECC_ERR_CLOSED for a stale ref or a
  * published entry, ECC_ERR_BUSY if claimed already. dir_unclaim gives a
- * claim back (a save call refused after claiming). dir_settle ends a
+ * claim back (a save call refused after claiming): ECC_OK, also for a
+ * stale ref, or the lock's error (the claim then stays). dir_settle ends a
  * claimed reservation when its copy has completed: published if ok, freed
  * if not; ECC_ERR_CLOSED if it was reclaimed meanwhile. */
 int dir_claim(struct dir *d, struct dir_ref ref, struct dir_entry_info *info, char *why,
               size_t why_cap);
-void dir_unclaim(struct dir *d, struct dir_ref ref);
+int dir_unclaim(struct dir *d, struct dir_ref ref);
 int dir_settle(struct dir *d, struct dir_ref ref, bool ok, char *why, size_t why_cap);
 
 /* The ready entry a live pin holds, for a load of it; ECC_ERR_CLOSED for a
@@ -218,7 +262,8 @@ int dir_pinned(struct dir *d, struct dir_pin_ref pin, struct dir_entry_info *inf
 
 /* Whether each of the n blocks lies in a live reservation (pinned false) or
  * a ready, pinned entry (pinned true): ECC_OK, else ECC_ERR_RANGE with the
- * first that does not in *bad. */
+ * first that does not in *bad (a block the map gives to no slot of the
+ * table counts as not held), or the lock's error (*bad untouched). */
 int dir_blocks_held(struct dir *d, const uint32_t *ids, uint32_t n, bool pinned, uint32_t *bad);
 
 /* Removes a ready entry by key: ECC_ERR_BUSY if pinned or being written,
@@ -226,12 +271,14 @@ int dir_blocks_held(struct dir *d, const uint32_t *ids, uint32_t n, bool pinned,
 int dir_remove(struct dir *d, const char *key, char *why, size_t why_cap);
 
 /* Calls fn for each live entry, in slot order (under the lock: fn must not
- * call back). ECC_ERR_INVALID if fn is NULL or d not attached. */
+ * call back). ECC_ERR_INVALID if fn is NULL or d not attached;
+ * ECC_ERR_REGION, before fn is called at all, if an entry is damaged. */
 int dir_list(struct dir *d, void (*fn)(void *user, const struct dir_entry_info *e), void *user);
 
-/* The counters (all zero if the lock cannot be taken). largest_free_run
- * is measured by a scan of the block map. */
-void dir_get_counters(struct dir *d, struct dir_counters *out);
+/* The counters: ECC_OK, or the lock's error with all of them zero.
+ * largest_free_run is measured by a scan of the block map (zero as well if
+ * a later hold of the lock fails: the code says so). */
+int dir_get_counters(struct dir *d, struct dir_counters *out);
 
 /* Verifies every invariant: the header's offsets follow from its sizes,
  * entry runs plus free blocks cover every block once, the block map, key

@@ -63,8 +63,27 @@ void conn_count_load(struct conn *c, uint64_t bytes, uint64_t elapsed_ns, int st
   conn_unlock(c, &c->done_lock);
 }
 
+/* What one poll has asked of the region's file, so that it asks once. */
+struct poll_pass {
+  bool region_checked;
+  bool dir_checked;
+};
+
+/* Whether the directory may be touched to settle what a finished transfer
+ * held (done_lock held): not once the file is found cut below it. */
+static bool dir_reachable(struct conn *c, struct poll_pass *p)
+{
+  if (!c->has_dir || c->dir_gone)
+    return false;
+  if (!p->dir_checked) {
+    p->dir_checked = true;
+    c->dir_gone = !conn_dir_reachable(c);
+  }
+  return !c->dir_gone;
+}
+
 /* Whether the head transfer has finished, asking the engine if needed. */
-static int head_finished(struct conn *c, struct transfer *t)
+static int head_finished(struct conn *c, struct transfer *t, struct poll_pass *p)
 {
   if (t->finished)
     return 1;
@@ -77,6 +96,10 @@ static int head_finished(struct conn *c, struct transfer *t)
   t->elapsed_ns = elapsed;
   c->engine.ops->release(&c->engine, &t->view);
   count_finished(c, t);
+  /* Its copy is over: the reservations its saves by block id held may be
+   * aborted again (and are not published: see dir_calls.c). */
+  if (t->n_claims > 0 && dir_reachable(c, p))
+    conn_dir_unclaim(c, t, 0);
   return 1;
 }
 
@@ -86,12 +109,12 @@ static int head_finished(struct conn *c, struct transfer *t)
  * that the stats agree with the completions (done_lock held). Entries of a
  * transfer already judged keep its verdict: its copy landed in the live
  * file, as did those reported before the region went. */
-static void judge_region(struct conn *c, struct transfer *t, bool *checked)
+static void judge_region(struct conn *c, struct transfer *t, struct poll_pass *p)
 {
   if (t->next_report != 0 || t->status != ECC_OK)
     return;
-  if (!*checked && !c->region_dead) {
-    *checked = true;
+  if (!p->region_checked && !c->region_dead) {
+    p->region_checked = true;
     c->region_dead = region_check(&c->region, &c->log) != ECC_OK;
   }
   if (c->region_dead) {
@@ -121,16 +144,17 @@ static void report(const struct transfer *t, const struct done_rec *rec, ecc_com
 /* Up to cap completions of the finished transfers at the head of f, in
  * order (done_lock held). */
 static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1_t *out, size_t cap,
-                    bool *checked)
+                    struct poll_pass *p)
 {
   size_t n = 0;
-  while (n < cap && f->head != NULL && head_finished(c, f->head)) {
+  while (n < cap && f->head != NULL && head_finished(c, f->head, p)) {
     struct transfer *t = f->head;
-    judge_region(c, t, checked);
+    judge_region(c, t, p);
     while (n < cap && t->next_report < t->n_done) {
       size_t i = t->next_report++;
       report(t, &t->done[i], &out[n]);
-      if (t->has_tokens && t->tokens[i] != 0)
+      /* (A directory cut off leaves its records' status ECC_ERR_REGION.) */
+      if (t->has_tokens && t->tokens[i] != 0 && dir_reachable(c, p))
         out[n].status = conn_dir_settle(c, transfer_settle_dir(t), t->tokens[i], out[n].status);
       n++;
     }
@@ -146,10 +170,10 @@ int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_ou
     *n_out = 0;
   if (n_out == NULL || (out == NULL && cap > 0))
     return log_fail(&c->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
-  bool checked = false;
+  struct poll_pass p = {false, false};
   conn_lock(c, &c->done_lock);
-  size_t n = drain(c, &c->saves, out, cap, &checked);
-  n += drain(c, &c->loads, out + n, cap - n, &checked);
+  size_t n = drain(c, &c->saves, out, cap, &p);
+  n += drain(c, &c->loads, out + n, cap - n, &p);
   conn_unlock(c, &c->done_lock);
   *n_out = n;
   return ECC_OK;
@@ -158,9 +182,12 @@ int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_ou
 /* The directory work of records never reported: a finished save's entry is
  * published all the same (its copy is complete), a failed or unsubmitted
  * one freed, a load's pin released (a held load's reservation settled as a
- * save's). */
+ * save's). None where the directory is cut off (c->dir_gone, which the
+ * caller has asked). */
 void poll_settle_unreported(struct conn *c, struct transfer *t, int status)
 {
+  if (c->dir_gone)
+    return;
   for (size_t i = t->next_report; t->has_tokens && i < t->n_done; i++)
     if (t->tokens[i] != 0)
       conn_dir_settle(c, transfer_settle_dir(t), t->tokens[i], status);
@@ -168,11 +195,12 @@ void poll_settle_unreported(struct conn *c, struct transfer *t, int status)
 
 void poll_drain_all(struct conn *c, struct fifo *f)
 {
+  struct poll_pass p = {true, true}; /* the caller has asked (dir_gone) */
   while (f->head != NULL) {
     struct transfer *t = fifo_pop(f);
     if (!t->finished) {
       c->engine.ops->wait(&c->engine, &t->view);
-      head_finished(c, t);
+      head_finished(c, t, &p);
     }
     poll_settle_unreported(c, t, t->status);
     transfer_free(t);

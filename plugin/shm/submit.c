@@ -65,8 +65,6 @@ static int check_save_entry(struct conn *c, const ecc_save_entry_v1_t *e, size_t
                     "save: entry %zu (%s): source 0x%" PRIx64 " + %" PRIu64 " bytes wraps around",
                     idx, e->key, e->src, e->nbytes);
   int rc = check_blocks(c, "save", idx, e->block_ids, e->n_blocks);
-  if (rc == ECC_OK && c->has_dir)
-    rc = conn_dir_blocks(c, "save", idx, e->block_ids, e->n_blocks, ECC_DIR_SAVE);
   if (rc != ECC_OK)
     return rc;
   uint64_t room = (uint64_t)e->n_blocks * c->region.block_size; /* fits: check_blocks */
@@ -102,7 +100,7 @@ static int check_load_entry(struct conn *c, const ecc_load_entry_v1_t *e, size_t
                     e->transfer_id);
   int rc = check_blocks(c, "load", idx, e->block_ids, e->n_blocks);
   if (rc == ECC_OK && c->has_dir)
-    rc = conn_dir_blocks(c, "load", idx, e->block_ids, e->n_blocks, ECC_DIR_LOAD);
+    rc = conn_dir_load_blocks(c, idx, e->block_ids, e->n_blocks);
   if (rc != ECC_OK)
     return rc;
   if (e->dst > UINT64_MAX - load_bytes(c, e))
@@ -226,6 +224,8 @@ static int add_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1
   return ECC_OK;
 }
 
+/* On a region with a directory the reservations the blocks lie in are
+ * claimed first, and given back if the call is refused after all. */
 static int save_locked(struct conn *c, const ecc_save_entry_v1_t *e, size_t n, uint64_t descs,
                        size_t key_bytes)
 {
@@ -236,10 +236,17 @@ static int save_locked(struct conn *c, const ecc_save_entry_v1_t *e, size_t n, u
     return rc;
   if (t == NULL && (t = transfer_get(c)) == NULL)
     return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for a transfer");
-  rc = add_saves(c, t, e, n, descs, key_bytes);
+  size_t claims = t->n_claims;
+  if (c->has_dir)
+    rc = conn_dir_claim_saves(c, t, e, n, descs);
   if (rc == ECC_OK)
+    rc = add_saves(c, t, e, n, descs, key_bytes);
+  if (rc == ECC_OK) {
     c->pending = t;
-  else if (c->pending == NULL)
+    return ECC_OK;
+  }
+  conn_dir_unclaim(c, t, claims);
+  if (c->pending == NULL)
     transfer_put(c, t);
   return rc;
 }
@@ -256,7 +263,7 @@ int conn_save(struct conn *c, const ecc_save_entry_v1_t *e, size_t n)
   rc = check_saves(c, e, n, &descs, &key_bytes);
   if (rc != ECC_OK)
     return rc;
-  if (!c->save_rank)
+  if (!c->save_rank) /* copies nothing, so it holds no reservation (as save_reserved) */
     return conn_skip_saves(c, n);
   conn_lock(c, &c->step_lock);
   rc = save_locked(c, e, n, descs, key_bytes);

@@ -27,6 +27,7 @@ struct transfer *transfer_get(struct conn *c)
   t->next_report = 0;
   t->has_tokens = false;
   t->settles_reservations = false;
+  t->n_claims = 0;
   t->view.held = false;
   t->view.hold = NULL;
   t->finished = 0;
@@ -49,5 +50,6 @@ void transfer_free(struct transfer *t)
   free(t->done);
   free(t->keys);
   free(t->tokens);
+  free(t->claims);
   free(t);
 }

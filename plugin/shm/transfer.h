@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "directory.h"
 #include "engine.h"
 
 /* What poll reports for one entry, kept small: a full ecc_completion_v1_t is
@@ -39,6 +40,11 @@ struct transfer {
   bool has_tokens;           /* tokens[0 .. n_done) are valid */
   bool settles_reservations; /* a held load: its tokens are reservations that its
                               * success publishes (else frees), not pins */
+  struct dir_ref *claims;    /* reservations its saves by block id hold (dir_claim), so
+                              * that none is aborted and reused under the copy; given
+                              * back, unpublished, once the copy has completed */
+  size_t n_claims;           /* claims in use */
+  size_t cap_claims;         /* claims allocated */
   bool finished;             /* query() said so (status below is final) */
   int status;                /* ECC_OK or the failure reported by the engine */
   uint64_t elapsed_ns;       /* duration measured by the engine */
@@ -128,6 +134,22 @@ static inline int transfer_reserve_tokens(struct transfer *t, size_t more)
   if (!t->has_tokens && t->n_done > 0)
     memset(t->tokens, 0, t->n_done * sizeof(*t->tokens));
   t->has_tokens = true;
+  return 0;
+}
+
+/* Room for `more` claims. Returns 0 or -1 (out of memory). */
+static inline int transfer_reserve_claims(struct transfer *t, size_t more)
+{
+  if (t->n_claims + more <= t->cap_claims)
+    return 0;
+  size_t cap = t->cap_claims < 8 ? 8 : t->cap_claims;
+  while (cap < t->n_claims + more)
+    cap *= 2;
+  struct dir_ref *p = realloc(t->claims, cap * sizeof(*p));
+  if (p == NULL)
+    return -1;
+  t->claims = p;
+  t->cap_claims = cap;
   return 0;
 }
 
