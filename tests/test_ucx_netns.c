@@ -3,10 +3,12 @@
  * test_ucx_netns.c - libecc-ucx.so between two network namespaces joined by
  * a veth pair, as between two hosts: the producer's server in one, the
  * consumer in the other, over TCP with link-local addresses the test sets
- * itself. Entries of every size cross, and a link taken down is given up
- * after the deadline and used again once it is back. Needs root and ip(8);
+ * itself. Entries of every size cross, a link taken down is given up
+ * after the deadline and used again once it is back, and a packet that
+ * aborted UCX's own listener leaves the server serving. Needs root and ip(8);
  * skips, saying so, otherwise.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <errno.h>
@@ -18,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -277,5 +280,32 @@ Test(ucx_netns, a_link_taken_down_is_given_up_then_used_again)
     rc = fetch(s.cli, 4);
   }
   cr_expect_eq(rc, ECC_OK, "the link came back but the client did not use it");
+  scene_down(&s);
+}
+
+/* The 80 bytes that aborted UCX 1.13's connection manager (a 16-byte
+ * header declaring 1 byte of private data, then 64 more), sent from the
+ * client's namespace to the server's port: the server refuses them and
+ * serves on. */
+Test(ucx_netns, the_80_byte_packet_from_another_host_leaves_the_server_serving)
+{
+  struct scene s = {0};
+  if (!scene_up(&s, NULL, false))
+    cr_skip_test("needs root and ip(8) to make network namespaces");
+  uint8_t pkt[80] = {1};
+  memset(pkt + 16, 0x41, 64);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(PORT)};
+  cr_assert_eq(inet_pton(AF_INET, s.ns.addr_a, &a.sin_addr), 1);
+  for (int i = 0; i < 3; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0, "connect: %s", strerror(errno));
+    cr_assert_eq(write(fd, pkt, sizeof(pkt)), (ssize_t)sizeof(pkt));
+    close(fd);
+  }
+  usleep(200000);
+  int status = 0;
+  cr_expect_eq(waitpid(s.server, &status, WNOHANG), 0, "the server died (status 0x%x)", status);
+  for (size_t k = 0; k < N_SIZES; k++)
+    cr_expect_eq(fetch(s.cli, k), ECC_OK, "entry %zu after the packet", k);
   scene_down(&s);
 }

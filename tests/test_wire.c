@@ -405,13 +405,13 @@ Test(wire_round_trip, type_names_come_from_the_map)
 Test(wire_round_trip, layout_hash_is_fnv1a_of_block_size_and_version)
 {
   /* FNV-1a 64 over the 8 little-endian bytes of the block size, then the
-   * 2 of version 2, worked out apart from this code. */
-  cr_assert_eq(WIRE_VERSION, 2, "the values below are for version 2");
-  cr_assert_eq(wire_layout_hash(0), 0x69d9d3cc20fcb5dfull);
-  cr_assert_eq(wire_layout_hash(4096), 0x33347df2d74d54afull);
-  cr_assert_eq(wire_layout_hash(65536), 0x4adf0cc3160d6bbeull);
-  cr_assert_eq(wire_layout_hash(1u << 20), 0x5986445ccff157efull);
-  cr_assert_eq(wire_layout_hash(UINT64_MAX), 0xdfe974b7887eaf17ull);
+   * 2 of version 3, worked out apart from this code. */
+  cr_assert_eq(WIRE_VERSION, 3, "the values below are for version 3");
+  cr_assert_eq(wire_layout_hash(0), 0x69d66dcc20f9d2b6ull);
+  cr_assert_eq(wire_layout_hash(4096), 0x333117f2d74a7186ull);
+  cr_assert_eq(wire_layout_hash(65536), 0x4ae272c316104ee7ull);
+  cr_assert_eq(wire_layout_hash(1u << 20), 0x5982de5ccfee74c6ull);
+  cr_assert_eq(wire_layout_hash(UINT64_MAX), 0xdfe60eb7887bcbeeull);
 }
 
 Test(wire_round_trip, accessors_read_zeros_past_the_count_or_on_another_type)
@@ -462,7 +462,7 @@ Test(wire_golden, header_and_hello)
   size_t n = wire_encode_hello(buf, sizeof(buf), 0x0102030405060708ull, &h);
   const uint8_t want[] = {
       0x45, 0x43, 0x43, 0x57,                         /* magic "ECCW" */
-      0x02, 0x00,                                     /* version 2 */
+      0x03, 0x00,                                     /* version 3 */
       0x01, 0x00,                                     /* type HELLO */
       0x1c, 0x00, 0x00, 0x00,                         /* length 28 */
       0x00, 0x00, 0x00, 0x00,                         /* flags */
@@ -487,7 +487,7 @@ Test(wire_golden, welcome)
   size_t n = wire_encode_welcome(buf, sizeof(buf), 2, &w);
   const uint8_t want[] = {
       0x45, 0x43, 0x43, 0x57,                         /* magic "ECCW" */
-      0x02, 0x00,                                     /* version 2 */
+      0x03, 0x00,                                     /* version 3 */
       0x02, 0x00,                                     /* type WELCOME */
       0x23, 0x00, 0x00, 0x00,                         /* length 35 */
       0x00, 0x00, 0x00, 0x00,                         /* flags */
@@ -507,7 +507,7 @@ Test(wire_golden, refuse)
   size_t n = wire_encode_refuse(buf, sizeof(buf), 3, ECC_ERR_INCOMPATIBLE, "old");
   const uint8_t want[] = {
       0x45, 0x43, 0x43, 0x57,                         /* magic "ECCW" */
-      0x02, 0x00,                                     /* version 2 */
+      0x03, 0x00,                                     /* version 3 */
       0x03, 0x00,                                     /* type REFUSE */
       0x09, 0x00, 0x00, 0x00,                         /* length 9 */
       0x00, 0x00, 0x00, 0x00,                         /* flags */
@@ -525,7 +525,7 @@ Test(wire_golden, lookup)
   size_t n = wire_encode_lookup(buf, sizeof(buf), 4, 0x0000000100000002ull, 2, keys, 2);
   const uint8_t want[] = {
       0x45, 0x43, 0x43, 0x57,                         /* magic "ECCW" */
-      0x02, 0x00,                                     /* version 2 */
+      0x03, 0x00,                                     /* version 3 */
       0x04, 0x00,                                     /* type LOOKUP */
       0x17, 0x00, 0x00, 0x00,                         /* length 23 */
       0x00, 0x00, 0x00, 0x00,                         /* flags */
@@ -550,7 +550,7 @@ Test(wire_golden, found)
   size_t n = wire_encode_found(buf, sizeof(buf), 5, 7, ECC_OK, e, 2);
   const uint8_t want[] = {
       0x45, 0x43, 0x43, 0x57,                         /* magic "ECCW" */
-      0x02, 0x00,                                     /* version 2 */
+      0x03, 0x00,                                     /* version 3 */
       0x05, 0x00,                                     /* type FOUND */
       0x48, 0x00, 0x00, 0x00,                         /* length 72 */
       0x00, 0x00, 0x00, 0x00,                         /* flags */
@@ -575,7 +575,7 @@ Test(wire_golden, found_error)
   size_t n = wire_encode_found(buf, sizeof(buf), 6, 8, ECC_ERR_BUSY, NULL, 0);
   const uint8_t want[] = {
       0x45, 0x43, 0x43, 0x57,                         /* magic "ECCW" */
-      0x02, 0x00,                                     /* version 2 */
+      0x03, 0x00,                                     /* version 3 */
       0x05, 0x00,                                     /* type FOUND */
       0x10, 0x00, 0x00, 0x00,                         /* length 16 */
       0x00, 0x00, 0x00, 0x00,                         /* flags */
@@ -593,7 +593,7 @@ Test(wire_golden, release)
   size_t n = wire_encode_release(buf, sizeof(buf), 6, tokens, 2);
   const uint8_t want[] = {
       0x45, 0x43, 0x43, 0x57,                         /* magic "ECCW" */
-      0x02, 0x00,                                     /* version 2 */
+      0x03, 0x00,                                     /* version 3 */
       0x06, 0x00,                                     /* type RELEASE */
       0x14, 0x00, 0x00, 0x00,                         /* length 20 */
       0x00, 0x00, 0x00, 0x00,                         /* flags */
@@ -610,7 +610,7 @@ Test(wire_golden, ping_and_pong)
   size_t n = wire_encode_ping(buf, sizeof(buf), 7, 0, 0x0123456789abcdefull);
   const uint8_t ping[] = {
       0x45, 0x43, 0x43, 0x57,                         /* magic "ECCW" */
-      0x02, 0x00,                                     /* version 2 */
+      0x03, 0x00,                                     /* version 3 */
       0x07, 0x00,                                     /* type PING */
       0x08, 0x00, 0x00, 0x00,                         /* length 8 */
       0x00, 0x00, 0x00, 0x00,                         /* flags */
@@ -621,7 +621,7 @@ Test(wire_golden, ping_and_pong)
   n = wire_encode_ping(buf, sizeof(buf), 8, 1, 0x0123456789abcdefull);
   const uint8_t pong[] = {
       0x45, 0x43, 0x43, 0x57,                         /* magic "ECCW" */
-      0x02, 0x00,                                     /* version 2 */
+      0x03, 0x00,                                     /* version 3 */
       0x08, 0x00,                                     /* type PONG */
       0x08, 0x00, 0x00, 0x00,                         /* length 8 */
       0x00, 0x00, 0x00, 0x00,                         /* flags */
@@ -685,13 +685,14 @@ Test(wire_refuse_header, another_magic_is_incompatible_and_names_both)
 
 Test(wire_refuse_header, another_version_is_incompatible_and_names_both)
 {
-  const uint32_t versions[] = {0, 1, 0xffff};
+  const uint32_t versions[] = {0, 2, 0xffff};
   for (size_t c = 0; c < 3; c++) {
     size_t n = sample(WIRE_LOOKUP, buf, sizeof(buf));
     buf[4] = (uint8_t)versions[c];
     buf[5] = (uint8_t)(versions[c] >> 8);
     char needle[64];
-    snprintf(needle, sizeof(needle), "version %u, this side speaks version 2", versions[c]);
+    snprintf(needle, sizeof(needle), "version %u, this side speaks version %u", versions[c],
+             WIRE_VERSION);
     expect_refused(buf, n, ECC_ERR_INCOMPATIBLE, needle);
   }
 }

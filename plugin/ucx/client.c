@@ -59,6 +59,7 @@ struct pull {
   uint8_t *got; /* one byte per chunk: arrived */
   uint64_t started_ns;
   uint64_t progress_ns; /* when it started, or a chunk last arrived */
+  int refused;          /* the server's code when it refused the pull; 0: none */
   char key[ECC_KEY_MAX + 1];
 };
 
@@ -292,7 +293,10 @@ static int send_to_server(struct ucx_client *cl, const uint8_t *buf, size_t len)
   return net_send(cl->net, cl->peer, buf, len);
 }
 
-static int handshake(struct ucx_client *cl, uint32_t wait_ms, char *err, size_t err_cap)
+/* HELLO, and its answer within wait_ms (what is left of shown_ms, which
+ * the error names). */
+static int handshake(struct ucx_client *cl, uint32_t wait_ms, uint32_t shown_ms, char *err,
+                     size_t err_cap)
 {
   struct wire_hello h = {.layout_hash = wire_layout_hash(cl->conn->region.block_size),
                          .client_id = cl->client_id,
@@ -307,8 +311,9 @@ static int handshake(struct ucx_client *cl, uint32_t wait_ms, char *err, size_t 
     wait_until(cl, deadline);
   if (rc == ECC_OK && cl->link == LINK_CONNECTING) {
     cl->link = LINK_DOWN;
-    snprintf(cl->link_why, sizeof(cl->link_why), "no answer from %s port %u within %u ms",
-             cl->cfg.addr, cl->cfg.port, wait_ms);
+    snprintf(cl->link_why, sizeof(cl->link_why),
+             "no answer to the handshake from %s port %u within %u ms", cl->cfg.addr, cl->cfg.port,
+             shown_ms);
   }
   if (rc == ECC_OK && cl->link != LINK_UP)
     rc = cl->refused_code != 0 ? cl->refused_code : ECC_ERR_TRANSFER;
@@ -361,14 +366,20 @@ static int connect_net(struct ucx_client *cl, uint32_t wait_ms, char *err, size_
                           .port = cl->cfg.port,
                           .transports = cl->cfg.transports,
                           .net_devices = cl->cfg.net_devices[0] ? cl->cfg.net_devices : NULL,
+                          .preface_ms = wait_ms,
+                          .secret = cl->cfg.has_secret ? cl->cfg.secret : NULL,
                           .region = conn->region.blocks,
                           .region_bytes = conn->region.block_size * conn->region.num_blocks,
                           .log = cl->log,
                           .cb = {cl, NULL, on_message, on_peer_error, on_data, on_tick}};
+  /* The preface and the handshake share the wait. */
+  uint64_t t0 = ecc_now_ns();
   int rc = net_create(&np, &cl->net, err, err_cap);
   if (rc == ECC_OK) {
+    uint64_t spent_ms = (ecc_now_ns() - t0) / 1000000ull;
     cl->peer = net_server_peer(cl->net);
-    rc = handshake(cl, wait_ms, err, err_cap);
+    rc =
+        handshake(cl, spent_ms < wait_ms ? wait_ms - (uint32_t)spent_ms : 1, wait_ms, err, err_cap);
   }
   return rc;
 }
@@ -620,6 +631,12 @@ static int lookup_chunk(struct ucx_client *cl, const char *const *keys, uint32_t
     return link_error(cl);
   if (rc != ECC_OK && got == ECC_ERR_TRANSFER)
     return link_error(cl);
+  if (rc == ECC_ERR_BUSY)
+    return log_fail(cl->log, rc,
+                    "ucx: lookup of %u keys: the server refused it (ECC_ERR_BUSY): this client "
+                    "holds as many pins as the server allows (its ucx.client_max_pins), or the "
+                    "server's directory has no pin slot left; load or unpin, then retry",
+                    n);
   if (rc != ECC_OK)
     return log_fail(cl->log, rc, "ucx: lookup of %u keys: the server refused it", n);
   return ECC_OK;
@@ -632,6 +649,9 @@ int ucx_client_lookup(struct ucx_client *cl, const char *const *keys, size_t n, 
     return log_fail(cl->log, ECC_ERR_INVALID, "lookup: %s is NULL", keys == NULL ? "keys" : "out");
   if (ranks == 0)
     return log_fail(cl->log, ECC_ERR_INVALID, "lookup: ranks is 0 (a pin needs one release)");
+  if (ranks > ECC_RANKS_MAX)
+    return log_fail(cl->log, ECC_ERR_INVALID, "lookup: ranks %u is above ECC_RANKS_MAX (%u)", ranks,
+                    (unsigned)ECC_RANKS_MAX);
   for (size_t i = 0; i < n; i++) {
     size_t len = keys[i] != NULL ? strnlen(keys[i], ECC_KEY_MAX + 1) : 0;
     if (len == 0 || len > ECC_KEY_MAX)
@@ -765,7 +785,7 @@ int ucx_client_unpin(struct ucx_client *cl, uint64_t token)
  * what), or one that landed in its destination directly. */
 static void queue_done(struct ucx_client *cl, struct pull *p, const char *why)
 {
-  int status = why != NULL ? ECC_ERR_TRANSFER : ECC_OK;
+  int status = why == NULL ? ECC_OK : p->refused == ECC_ERR_BUSY ? ECC_ERR_BUSY : ECC_ERR_TRANSFER;
   if (why != NULL)
     log_msg(cl->log, ECC_LOG_ERROR, "ucx: load of %s (transfer %" PRIu64 ") failed: %s", p->key,
             p->transfer_id, why);
@@ -935,10 +955,15 @@ static void took_pulled(struct ucx_client *cl, const struct wire_pulled *m)
   struct pull *p = pull_of(cl, m->req_id);
   bool mine = p != NULL && pull_take(cl, p);
   pthread_mutex_unlock(&cl->lock);
-  if (mine)
-    pull_finish(cl, p,
-                m->status == ECC_ERR_CLOSED ? "the server no longer holds its pin"
-                                            : "the server could not send it");
+  if (!mine)
+    return;
+  p->refused = m->status;
+  pull_finish(cl, p,
+              m->status == ECC_ERR_CLOSED ? "the server no longer holds its pin"
+              : m->status == ECC_ERR_BUSY
+                  ? "the server refused it: this client has as many loads in flight as the "
+                    "server allows (its ucx.client_max_pulls); poll, then load again"
+                  : "the server could not send it");
 }
 
 /* Every pull in flight, failed: the link they depend on is gone. */

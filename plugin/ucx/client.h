@@ -23,10 +23,12 @@
 
 struct ucx_client;
 
-/* Connects and shakes hands with the server within cfg->connect_ms.
- * ECC_ERR_TRANSFER if it cannot be reached or does not answer; the
- * server's code (ECC_ERR_INCOMPATIBLE for another layout or protocol) and
- * reason if it refuses. */
+/* Connects, passes the preface and shakes hands with the server, all
+ * within cfg->connect_ms. ECC_ERR_TRANSFER if it cannot be reached, does
+ * not answer or is not a server of this plugin; ECC_ERR_CONFIG when the
+ * two sides' ucx.secret_file differ; the server's code
+ * (ECC_ERR_INCOMPATIBLE for another layout or wire version) and reason if
+ * it refuses. */
 int ucx_client_start(struct conn *conn, const struct ucx_config *cfg, char *err, size_t err_cap,
                      struct ucx_client **out);
 

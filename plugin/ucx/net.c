@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * net.c - the UCX layer (net.h): context, worker and progress thread,
- * listener or endpoint, active messages, RMA gets, peer failures, and
- * UCX's log routed to the connector's.
+ * the gate (a server's) or the preface (a client's) and the endpoints made
+ * from exchanged worker addresses, active messages, RMA gets, peer
+ * failures, and UCX's log routed to the connector's.
  */
 #include "net.h"
 
@@ -16,11 +17,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <ucp/api/ucp.h>
 #include <ucs/debug/log_def.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "errtext.h"
+#include "gate.h"
+#include "sha256.h"
 
 #define NET_AM_ID 17u
 #define NET_DATA_ID 18u
@@ -30,6 +35,10 @@
  * stop request waits, since ucp_worker_signal wakes it at once otherwise. */
 #define NET_IDLE_MS 100
 #define NET_CLOSE_MS 500 /* a graceful close, before it is forced */
+#define NET_PREFACE_MS 5000u
+/* Messages queued to one peer and not yet sent: one that reads none of its
+ * answers is given up past this, instead of growing this process. */
+#define NET_MAX_QUEUED 4096u
 
 struct net_peer {
   struct net *net;
@@ -37,14 +46,26 @@ struct net_peer {
   ucp_rkey_h rkey; /* the peer's region, once known */
   uint64_t base;
   atomic_bool failed;
-  atomic_bool close_pending; /* net_peer_fail asked the progress thread to close it */
+  atomic_bool close_pending;  /* the progress thread is to close it (failed) */
+  atomic_bool heard;          /* a message came from it: its endpoint is connected */
+  atomic_bool overflowed;     /* NET_MAX_QUEUED messages wait for it: to be given up */
+  atomic_bool gently;         /* given up alive: its endpoint is closed by a flush, not forced */
+  atomic_uint queued;         /* its messages not yet sent */
+  atomic_uint refs;           /* 1 while listed, and 1 per operation in flight on it */
+  uint64_t born_ns;           /* when its endpoint was made */
+  int sock;                   /* its preface's connection, kept: its end is the peer's; or -1 */
+  struct net_peer *next_gone; /* on the list of closed peers whose operations still run */
 };
 
 struct net {
   struct net_params p;
   ucp_context_h ctx;
   ucp_worker_h worker;
-  ucp_listener_h listener;
+  ucp_address_t *own_addr; /* this worker's address, for the preface */
+  size_t own_len;
+  uint8_t key[SHA256_BYTES];
+  bool has_key;
+  struct gate *gate; /* a server's listener */
   ucp_mem_h memh;
   void *rkey_buf;
   size_t rkey_len;
@@ -60,6 +81,7 @@ struct net {
   pthread_rwlock_t ep_lock;
   struct net_peer *peers[NET_MAX_PEERS];
   unsigned n_peers;
+  struct net_peer *gone; /* closed server peers, freed once no operation refers to them */
 };
 
 /* ---- UCX's log --------------------------------------------------------------- */
@@ -136,6 +158,7 @@ static void peer_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
   if (atomic_exchange(&peer->failed, true))
     return;
   struct net *n = peer->net;
+  atomic_store(&peer->close_pending, true);
   if (n->p.cb.on_peer_error != NULL)
     n->p.cb.on_peer_error(n->p.cb.user, peer, ECC_ERR_TRANSFER, ucs_status_string(status));
 }
@@ -146,6 +169,9 @@ static struct net_peer *peer_new(struct net *n)
   if (peer == NULL)
     return NULL;
   peer->net = n;
+  peer->born_ns = ecc_now_ns();
+  peer->sock = -1;
+  atomic_init(&peer->refs, 1);
   pthread_mutex_lock(&n->lock);
   if (n->n_peers == NET_MAX_PEERS) {
     pthread_mutex_unlock(&n->lock);
@@ -178,27 +204,101 @@ static ucp_ep_params_t ep_params(struct net_peer *peer)
   return ep;
 }
 
-static void on_conn_request(ucp_conn_request_h req, void *arg)
+/* A peer's endpoint, made from the worker address it sent in its preface.
+ * UCX reads that address trusting it (1.13 asserts on a header of another
+ * version, as on the sockaddr bytes it aborted on): only one that opens as
+ * this worker's own does goes to it. Behind that check,
+ * UCX's parser is as exposed as UCX's own data ports (README, Trust). */
+static int ep_to(struct net *n, struct net_peer *peer, const uint8_t *addr, size_t len, char *why,
+                 size_t cap)
 {
-  struct net *n = arg;
-  struct net_peer *peer = peer_new(n);
-  if (peer == NULL) {
-    log_msg(n->p.log, ECC_LOG_WARN, "ucx: a connection refused: %u peers already", NET_MAX_PEERS);
-    ucp_listener_reject(n->listener, req);
-    return;
+  const uint8_t *own = (const uint8_t *)n->own_addr;
+  if (len < 9 || addr[0] != own[0]) {
+    atomic_store(&peer->failed, true);
+    return errtext_fail(why, cap, ECC_ERR_INCOMPATIBLE,
+                        "the peer's UCX worker address is not of this UCX (it opens with 0x%02x, "
+                        "this side's with 0x%02x): run the same UCX release on both hosts",
+                        len > 0 ? addr[0] : 0, own[0]);
   }
   ucp_ep_params_t ep = ep_params(peer);
-  ep.field_mask |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
-  ep.conn_request = req;
+  ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  ep.address = (const ucp_address_t *)addr;
   ucs_status_t st = ucp_ep_create(n->worker, &ep, &peer->ep);
   if (st != UCS_OK) {
-    log_msg(n->p.log, ECC_LOG_WARN, "ucx: accepting a connection failed: %s",
-            ucs_status_string(st));
+    peer->ep = NULL;
     atomic_store(&peer->failed, true);
-    return;
+    return errtext_fail(why, cap, ECC_ERR_TRANSFER, "ucx: no endpoint to the peer's address: %s",
+                        ucs_status_string(st));
   }
+  return ECC_OK;
+}
+
+/* Unlists a peer whose endpoint is closed: only a server's, only on the
+ * progress thread. Its operations in flight complete as the worker goes on
+ * (with errors): it is freed by sweep_gone once none is left. */
+static void peer_free(struct net *n, struct net_peer *peer)
+{
+  pthread_mutex_lock(&n->lock);
+  for (unsigned i = 0; i < n->n_peers; i++)
+    if (n->peers[i] == peer) {
+      n->peers[i] = n->peers[--n->n_peers];
+      break;
+    }
+  pthread_mutex_unlock(&n->lock);
+  atomic_fetch_sub(&peer->refs, 1);
+  peer->next_gone = n->gone;
+  n->gone = peer;
+}
+
+/* Frees the closed peers no operation refers to any more (progress thread,
+ * or net_destroy once the worker is gone: then all of them). */
+static void sweep_gone(struct net *n, bool all)
+{
+  for (struct net_peer **at = &n->gone; *at != NULL;) {
+    struct net_peer *p = *at;
+    if (all || atomic_load(&p->refs) == 0) {
+      *at = p->next_gone;
+      free(p);
+    } else {
+      at = &p->next_gone;
+    }
+  }
+}
+
+/* The gate's peer passed its preface (progress thread). The gate holds a
+ * reference to it until `linked`. */
+static int admit(void *user, const uint8_t *addr, size_t len, void **cookie, char *why, size_t cap)
+{
+  struct net *n = user;
+  *cookie = NULL;
+  struct net_peer *peer = peer_new(n);
+  if (peer == NULL)
+    return errtext_fail(why, cap, ECC_ERR_BUSY, "the server has %u peers already", NET_MAX_PEERS);
+  int rc = ep_to(n, peer, addr, len, why, cap);
+  if (rc != ECC_OK) {
+    peer_free(n, peer);
+    return rc;
+  }
+  atomic_fetch_add(&peer->refs, 1);
+  *cookie = peer;
   if (n->p.cb.on_connect != NULL)
     n->p.cb.on_connect(n->p.cb.user, peer);
+  return ECC_OK;
+}
+
+/* The admitted peer's connection, kept (progress thread). */
+static void linked(void *user, void *cookie, int fd)
+{
+  struct net *n = user;
+  struct net_peer *peer = cookie;
+  if (fd < 0 || atomic_load(&peer->failed)) {
+    if (fd >= 0)
+      close(fd);
+    net_peer_fail(n, peer, "its preface's answer could not be sent");
+  } else {
+    peer->sock = fd;
+  }
+  atomic_fetch_sub(&peer->refs, 1);
 }
 
 /* ---- messages ------------------------------------------------------------- */
@@ -217,6 +317,7 @@ static struct net_peer *sender_of(struct net *n, const ucp_am_recv_param_t *para
             len);
     return NULL;
   }
+  atomic_store(&peer->heard, true);
   return atomic_load(&peer->failed) ? NULL : peer;
 }
 
@@ -234,19 +335,24 @@ static ucs_status_t on_am(void *arg, const void *header, size_t header_len, void
 
 /* What a message, a data message or a get carries to its completion. */
 struct op {
+  struct net_peer *peer;               /* held (refs) until the op ends */
+  bool counted;                        /* a message: counted in peer->queued */
   void (*done)(void *arg, int status); /* NULL: nobody waits for it */
   void *arg;
   void *owned;                    /* a message's copy, freed with the op */
   uint8_t header[NET_MAX_HEADER]; /* a data message's: UCX reads it until the send completes */
 };
 
-static struct op *op_new(void (*done)(void *arg, int status), void *arg)
+static struct op *op_new(struct net_peer *peer, void (*done)(void *arg, int status), void *arg)
 {
   struct op *o = malloc(sizeof(*o));
   if (o != NULL) {
+    o->peer = peer;
+    o->counted = false;
     o->done = done;
     o->arg = arg;
     o->owned = NULL;
+    atomic_fetch_add(&peer->refs, 1);
   }
   return o;
 }
@@ -256,6 +362,9 @@ static void op_end(struct op *o, int status)
 {
   void (*done)(void *, int) = o->done;
   void *arg = o->arg;
+  if (o->counted)
+    atomic_fetch_sub(&o->peer->queued, 1);
+  atomic_fetch_sub(&o->peer->refs, 1);
   free(o->owned);
   free(o);
   if (done != NULL)
@@ -309,12 +418,23 @@ static int send_locked(struct net *n, struct net_peer *p, const void *buf, size_
 {
   if (!peer_usable(p))
     return ECC_ERR_TRANSFER;
-  struct op *o = op_new(NULL, NULL);
-  if (o == NULL || (o->owned = malloc(len > 0 ? len : 1)) == NULL) {
-    free(o);
+  if (atomic_load(&p->queued) >= NET_MAX_QUEUED) {
+    /* Given up by the progress thread: this may be another thread, or a
+     * callback of the peer's own. */
+    atomic_store(&p->overflowed, true);
+    ucp_worker_signal(n->worker);
+    return ECC_ERR_TRANSFER;
+  }
+  struct op *o = op_new(p, NULL, NULL);
+  if (o == NULL)
+    return ECC_ERR_NOMEM;
+  if ((o->owned = malloc(len > 0 ? len : 1)) == NULL) {
+    op_end(o, ECC_ERR_NOMEM);
     return ECC_ERR_NOMEM;
   }
   memcpy(o->owned, buf, len);
+  o->counted = true;
+  atomic_fetch_add(&p->queued, 1);
   return am_post(n, p, NET_AM_ID, NULL, 0, o->owned, len, o, "a message");
 }
 
@@ -346,7 +466,7 @@ static int send_data_locked(struct net *n, struct net_peer *p, const void *hdr, 
     return ECC_ERR_TRANSFER;
   if (hlen > NET_MAX_HEADER)
     return ECC_ERR_INVALID;
-  struct op *o = op_new(done, arg);
+  struct op *o = op_new(p, done, arg);
   if (o == NULL)
     return ECC_ERR_NOMEM;
   memcpy(o->header, hdr, hlen);
@@ -375,7 +495,7 @@ static int get_locked(struct net *n, struct net_peer *p, void *local, size_t len
   const uint8_t *at = local;
   if (at < lo || at >= hi || len > (size_t)(hi - at))
     return log_fail(n->p.log, ECC_ERR_RANGE, "ucx: a get of %zu bytes outside the region", len);
-  struct op *o = op_new(done, arg);
+  struct op *o = op_new(p, done, arg);
   if (o == NULL)
     return ECC_ERR_NOMEM;
   ucp_request_param_t rp = {0};
@@ -395,6 +515,14 @@ int net_get(struct net *n, struct net_peer *p, void *local, size_t len, uint64_t
   return rc;
 }
 
+/* A failed peer's kept connection, closed with its endpoint. */
+static void close_sock(struct net_peer *peer)
+{
+  if (peer->sock >= 0)
+    close(peer->sock);
+  peer->sock = -1;
+}
+
 void net_peer_fail(struct net *n, struct net_peer *p, const char *why)
 {
   bool first = !atomic_exchange(&p->failed, true);
@@ -405,9 +533,14 @@ void net_peer_fail(struct net *n, struct net_peer *p, const char *why)
 }
 
 /* Forced: the peer may never answer. Requests in flight on it complete
- * with errors; the close itself finishes as the worker progresses. */
+ * with errors; the close itself finishes as the worker progresses. A live
+ * peer given up with thousands of sends queued is closed by a flush
+ * instead, left to finish when it reads or dies: UCX 1.13 crashed in its
+ * TCP progress (a call through NULL) after a forced close of such an
+ * endpoint. What stays meanwhile is bounded by NET_MAX_QUEUED. */
 static void close_forced(struct net_peer *peer)
 {
+  close_sock(peer);
   if (peer->rkey != NULL)
     ucp_rkey_destroy(peer->rkey);
   peer->rkey = NULL;
@@ -415,7 +548,7 @@ static void close_forced(struct net_peer *peer)
     return;
   ucp_request_param_t rp = {0};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  rp.flags = atomic_load(&peer->gently) ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
   ucs_status_ptr_t r = ucp_ep_close_nbx(peer->ep, &rp);
   if (UCS_PTR_IS_PTR(r))
     ucp_request_free(r);
@@ -445,6 +578,89 @@ static void close_pending_peers(struct net *n)
   for (unsigned i = 0; i < k; i++)
     close_forced(closing[i]);
   pthread_rwlock_unlock(&n->ep_lock);
+  /* A server's failed peers go: its on_peer_error has run, and a long-lived
+   * server must not run out of slots to clients that came and went. */
+  for (unsigned i = 0; n->p.server && i < k; i++)
+    peer_free(n, closing[i]);
+}
+
+static uint32_t preface_ms(const struct net *n)
+{
+  return n->p.preface_ms != 0 ? n->p.preface_ms : NET_PREFACE_MS;
+}
+
+/* A server's peer that passed the preface but sends nothing holds a slot:
+ * given up after preface_ms (progress thread). */
+static void fail_silent_peers(struct net *n)
+{
+  uint64_t now = ecc_now_ns(), limit = (uint64_t)preface_ms(n) * 1000000ull;
+  struct net_peer *silent[NET_MAX_PEERS];
+  unsigned k = 0;
+  pthread_mutex_lock(&n->lock);
+  for (unsigned i = 0; i < n->n_peers; i++) {
+    struct net_peer *p = n->peers[i];
+    if (!atomic_load(&p->heard) && !atomic_load(&p->failed) && now - p->born_ns > limit)
+      silent[k++] = p;
+  }
+  pthread_mutex_unlock(&n->lock);
+  char why[96];
+  snprintf(why, sizeof(why), "a peer sent no message within %u ms of its preface", preface_ms(n));
+  for (unsigned i = 0; i < k; i++)
+    net_peer_fail(n, silent[i], why);
+}
+
+/* The kept connections to poll: n_socks of them into pfd, their peers
+ * into of[] (progress thread: no peer is freed meanwhile). */
+static size_t peer_socks(struct net *n, struct pollfd *pfd, struct net_peer **of)
+{
+  size_t k = 0;
+  pthread_mutex_lock(&n->lock);
+  for (unsigned i = 0; i < n->n_peers; i++) {
+    struct net_peer *p = n->peers[i];
+    if (p->sock >= 0 && !atomic_load(&p->failed)) {
+      pfd[k] = (struct pollfd){.fd = p->sock, .events = POLLIN};
+      of[k++] = p;
+    }
+  }
+  pthread_mutex_unlock(&n->lock);
+  return k;
+}
+
+/* A kept connection that became readable: the peer closed it or its host
+ * reset it (or it sent bytes it must not): the peer is gone. */
+static void check_socks(struct net *n, const struct pollfd *pfd, struct net_peer **of, size_t k)
+{
+  for (size_t i = 0; i < k; i++) {
+    if (pfd[i].revents == 0)
+      continue;
+    uint8_t b;
+    ssize_t r = recv(pfd[i].fd, &b, 1, MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+      continue;
+    net_peer_fail(n, of[i],
+                  r == 0  ? "it closed its connection"
+                  : r > 0 ? "it sent bytes on its preface's connection"
+                          : "its connection failed");
+  }
+}
+
+/* Peers that read none of their answers (progress thread). */
+static void fail_overflowed_peers(struct net *n)
+{
+  struct net_peer *full[NET_MAX_PEERS];
+  unsigned k = 0;
+  pthread_mutex_lock(&n->lock);
+  for (unsigned i = 0; i < n->n_peers; i++)
+    if (atomic_exchange(&n->peers[i]->overflowed, false)) {
+      atomic_store(&n->peers[i]->gently, true);
+      full[k++] = n->peers[i];
+    }
+  pthread_mutex_unlock(&n->lock);
+  char why[96];
+  snprintf(why, sizeof(why), "it reads none of its answers (%u messages queued for it)",
+           NET_MAX_QUEUED);
+  for (unsigned i = 0; i < k; i++)
+    net_peer_fail(n, full[i], why);
 }
 
 int net_region_key(struct net *n, const void **rkey, size_t *len, uint64_t *base)
@@ -483,45 +699,38 @@ static void *progress_main(void *arg)
   struct net *n = arg;
   progress_of = n;
   uint64_t last_tick = ecc_now_ns();
+  struct pollfd pfd[2 + GATE_MAX_PENDING + NET_MAX_PEERS];
+  struct net_peer *sock_of[NET_MAX_PEERS];
   while (!atomic_load(&n->stop)) {
     while (ucp_worker_progress(n->worker) != 0)
       ;
+    fail_overflowed_peers(n);
     close_pending_peers(n);
+    sweep_gone(n, false);
     uint64_t now = ecc_now_ns();
-    if (n->p.cb.on_tick != NULL && now - last_tick >= NET_IDLE_MS * 1000000ull) {
+    if (now - last_tick >= NET_IDLE_MS * 1000000ull) {
       last_tick = now;
-      n->p.cb.on_tick(n->p.cb.user);
+      if (n->p.server)
+        fail_silent_peers(n);
+      if (n->p.cb.on_tick != NULL)
+        n->p.cb.on_tick(n->p.cb.user);
     }
-    ucs_status_t st = ucp_worker_arm(n->worker);
-    if (st == UCS_ERR_BUSY)
-      continue;
-    struct pollfd pfd = {.fd = n->efd, .events = POLLIN};
-    (void)poll(&pfd, 1, NET_IDLE_MS);
+    /* Armed, the worker's descriptor wakes the poll; busy, it is not slept
+     * on, but the gate's connections are still looked at. */
+    bool busy = ucp_worker_arm(n->worker) == UCS_ERR_BUSY;
+    pfd[0] = (struct pollfd){.fd = n->efd, .events = POLLIN};
+    size_t k = n->gate != NULL ? gate_fds(n->gate, pfd + 1, 1 + GATE_MAX_PENDING) : 0;
+    size_t socks = peer_socks(n, pfd + 1 + k, sock_of);
+    int r = poll(pfd, 1 + k + socks, busy ? 0 : NET_IDLE_MS);
+    if (r > 0)
+      check_socks(n, pfd + 1 + k, sock_of, socks);
+    if (n->gate != NULL)
+      gate_service(n->gate, pfd + 1, r > 0 ? k : 0);
   }
   return NULL;
 }
 
 /* ---- create and destroy ---------------------------------------------------- */
-
-static int sockaddr_of(const char *addr, uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
-{
-  memset(ss, 0, sizeof(*ss));
-  struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
-  struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
-  if (inet_pton(AF_INET, addr, &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(port);
-    *len = sizeof(*v4);
-    return 0;
-  }
-  if (inet_pton(AF_INET6, addr, &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(port);
-    *len = sizeof(*v6);
-    return 0;
-  }
-  return -1;
-}
 
 static bool is_ipv6(const char *addr)
 {
@@ -537,11 +746,6 @@ static int start_context(struct net *n, char *why, size_t cap)
     st = ucp_config_modify(cfg, "TLS", n->p.transports);
   if (st == UCS_OK && n->p.net_devices != NULL)
     st = ucp_config_modify(cfg, "NET_DEVICES", n->p.net_devices);
-  /* A restarted server takes its port back even while connections of the
-   * one before are in TIME_WAIT (UCX fails the listen with "Device is busy"
-   * otherwise). */
-  if (st == UCS_OK && n->p.server)
-    st = ucp_config_modify(cfg, "CM_REUSEADDR", "y");
   /* With an IPv6 address on an interface that also has an IPv4 one, UCX
    * 1.13 corrupted its heap on the server's first accept (the wireup took
    * the IPv4 address first): the TCP transport is told to prefer IPv6. A
@@ -578,6 +782,15 @@ static int start_worker(struct net *n, char *why, size_t cap)
   if ((st = ucp_worker_get_efd(n->worker, &n->efd)) != UCS_OK)
     return errtext_fail(why, cap, ECC_ERR_SYSTEM, "ucx: no wake-up descriptor: %s",
                         ucs_status_string(st));
+  /* Network transports only: the peer is on another host. */
+  ucp_worker_attr_t aa = {.field_mask =
+                              UCP_WORKER_ATTR_FIELD_ADDRESS | UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS,
+                          .address_flags = UCP_WORKER_ADDRESS_FLAG_NET_ONLY};
+  if ((st = ucp_worker_query(n->worker, &aa)) != UCS_OK)
+    return errtext_fail(why, cap, ECC_ERR_SYSTEM, "ucx: the worker has no address: %s",
+                        ucs_status_string(st));
+  n->own_addr = aa.address;
+  n->own_len = aa.address_length;
   ucp_am_handler_param_t h = {0};
   h.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
@@ -612,38 +825,39 @@ static int map_region(struct net *n, char *why, size_t cap)
   return ECC_OK;
 }
 
-static int open_side(struct net *n, char *why, size_t cap)
+static int open_server(struct net *n, char *why, size_t cap)
 {
-  struct sockaddr_storage ss;
-  socklen_t sl;
-  if (n->p.addr == NULL || n->p.port == 0 || sockaddr_of(n->p.addr, n->p.port, &ss, &sl) != 0)
-    return errtext_fail(why, cap, ECC_ERR_CONFIG, "ucx: '%s' port %u is not a numeric address",
-                        n->p.addr ? n->p.addr : "(none)", n->p.port);
-  ucs_status_t st;
-  if (n->p.server) {
-    ucp_listener_params_t lp = {0};
-    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    lp.sockaddr.addr = (struct sockaddr *)&ss;
-    lp.sockaddr.addrlen = sl;
-    lp.conn_handler.cb = on_conn_request;
-    lp.conn_handler.arg = n;
-    st = ucp_listener_create(n->worker, &lp, &n->listener);
-  } else {
-    struct net_peer *peer = peer_new(n);
-    if (peer == NULL)
-      return errtext_fail(why, cap, ECC_ERR_NOMEM, "ucx: out of memory");
-    ucp_ep_params_t ep = ep_params(peer);
-    ep.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
-    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep.sockaddr.addr = (struct sockaddr *)&ss;
-    ep.sockaddr.addrlen = sl;
-    st = ucp_ep_create(n->worker, &ep, &peer->ep);
-  }
-  if (st != UCS_OK)
-    return errtext_fail(why, cap, ECC_ERR_TRANSFER, "ucx: cannot %s %s port %u: %s",
-                        n->p.server ? "listen on" : "connect to", n->p.addr, n->p.port,
-                        ucs_status_string(st));
-  return ECC_OK;
+  struct gate_params gp = {.addr = n->p.addr,
+                           .port = n->p.port,
+                           .step_ms = preface_ms(n),
+                           .key = n->has_key ? n->key : NULL,
+                           .own_addr = n->own_addr,
+                           .own_len = n->own_len,
+                           .log = n->p.log,
+                           .admit = admit,
+                           .linked = linked,
+                           .user = n};
+  return gate_open(&gp, &n->gate, why, cap);
+}
+
+static int open_client(struct net *n, char *why, size_t cap)
+{
+  uint8_t *server_addr;
+  size_t len;
+  int sock;
+  int rc = gate_connect(n->p.addr, n->p.port, preface_ms(n), n->has_key ? n->key : NULL,
+                        n->own_addr, n->own_len, &server_addr, &len, &sock, why, cap);
+  if (rc != ECC_OK)
+    return rc;
+  struct net_peer *peer = peer_new(n);
+  if (peer != NULL)
+    peer->sock = sock;
+  else
+    close(sock);
+  rc = peer != NULL ? ep_to(n, peer, server_addr, len, why, cap)
+                    : errtext_fail(why, cap, ECC_ERR_NOMEM, "ucx: out of memory");
+  free(server_addr);
+  return rc;
 }
 
 int net_create(const struct net_params *p, struct net **out, char *why, size_t why_cap)
@@ -653,6 +867,10 @@ int net_create(const struct net_params *p, struct net **out, char *why, size_t w
   if (n == NULL)
     return errtext_fail(why, why_cap, ECC_ERR_NOMEM, "ucx: out of memory");
   n->p = *p;
+  n->p.secret = NULL;
+  n->has_key = p->secret != NULL;
+  if (n->has_key)
+    memcpy(n->key, p->secret, SHA256_BYTES);
   n->efd = -1;
   pthread_mutex_init(&n->lock, NULL);
   pthread_rwlock_init(&n->ep_lock, NULL);
@@ -664,7 +882,7 @@ int net_create(const struct net_params *p, struct net **out, char *why, size_t w
   if (rc == ECC_OK)
     rc = map_region(n, why, why_cap);
   if (rc == ECC_OK)
-    rc = open_side(n, why, why_cap);
+    rc = p->server ? open_server(n, why, why_cap) : open_client(n, why, why_cap);
   /* *out first: callbacks, which start with the thread, may use it. */
   *out = n;
   if (rc == ECC_OK) {
@@ -687,6 +905,7 @@ int net_create(const struct net_params *p, struct net **out, char *why, size_t w
  * the worker's destruction. */
 static void close_ep(struct net *n, struct net_peer *peer)
 {
+  close_sock(peer);
   if (peer->rkey != NULL)
     ucp_rkey_destroy(peer->rkey);
   peer->rkey = NULL;
@@ -718,18 +937,21 @@ void net_destroy(struct net *n)
     ucp_worker_signal(n->worker);
     pthread_join(n->thread, NULL);
   }
-  if (n->listener != NULL)
-    ucp_listener_destroy(n->listener);
-  for (unsigned i = 0; i < n->n_peers; i++) {
+  gate_close(n->gate);
+  for (unsigned i = 0; i < n->n_peers; i++)
     close_ep(n, n->peers[i]);
-    free(n->peers[i]);
-  }
   if (n->rkey_buf != NULL)
     ucp_rkey_buffer_release(n->rkey_buf);
   if (n->memh != NULL)
     ucp_mem_unmap(n->ctx, n->memh);
+  if (n->own_addr != NULL)
+    ucp_worker_release_address(n->worker, n->own_addr);
   if (n->worker != NULL)
     ucp_worker_destroy(n->worker);
+  /* No operation can end after the worker: every peer goes. */
+  for (unsigned i = 0; i < n->n_peers; i++)
+    free(n->peers[i]);
+  sweep_gone(n, true);
   if (n->ctx != NULL)
     ucp_cleanup(n->ctx);
   log_owner_set(NULL, n->p.log);

@@ -2,9 +2,16 @@
 /*
  * net.h - the UCX layer of the cross-host plugin: one UCP context and
  * worker per connector, a progress thread that owns the worker, a listener
- * (server role) or one endpoint (client role), messages both ways, RMA gets
- * from the peer's registered region, and notice of a failed peer. It knows
- * nothing of the wire format: a message is bytes.
+ * of its own (server role) or one endpoint (client role), messages both
+ * ways, RMA gets from the peer's registered region, and notice of a failed
+ * peer. It knows nothing of the wire format: a message is bytes.
+ *
+ * No UCX endpoint exists before a peer has passed the preface (gate.h)
+ * over a plain TCP connection to the server's port: the protocol version
+ * and, with a shared secret, a proof of it each way; then the endpoints
+ * are made from the worker addresses the two sides exchanged. UCX's own
+ * connection manager (which aborted the process on malformed bytes) never
+ * listens.
  *
  * Threading: callbacks run on the progress thread, one at a time, and must
  * not block; net_send and net_get may be called from any thread, also from
@@ -46,19 +53,29 @@ struct net_params {
   uint16_t port;           /* > 0 */
   const char *transports;  /* UCX transports (UCX_TLS), e.g. "tcp" */
   const char *net_devices; /* UCX_NET_DEVICES, or NULL for all */
+  uint32_t preface_ms;     /* client: the longest its preface may take; server: each step of a
+                            * peer's, and a peer's first message after it; 0: 5000 */
+  const uint8_t *secret;   /* the shared secret's key (SHA256_BYTES), copied; NULL: none */
   void *region;            /* memory registered for RMA: the server's is read by */
   size_t region_bytes;     /* its peers, the client's is where gets land */
   struct ecc_log *log;
   struct net_callbacks cb;
 };
 
-/* Starts the layer. A client's endpoint is made at once and connects in the
- * background: a server that cannot be reached shows as on_peer_error, and
- * as ECC_ERR_TRANSFER from later sends (the caller's handshake waits for
- * its answer). Errors:
- * ECC_ERR_CONFIG for a bad address or transport, ECC_ERR_SYSTEM when UCX
- * cannot start; nothing is left behind. *out is set before the first
- * callback can run. */
+/* Starts the layer. A client passes the preface with the server within
+ * preface_ms, then makes its endpoint, which connects in the background (a
+ * peer lost later shows as on_peer_error, and as ECC_ERR_TRANSFER from
+ * later sends). Errors: ECC_ERR_CONFIG for a bad address or transport, or a
+ * secret one side has and the other has not or differs;
+ * ECC_ERR_TRANSFER for a server that cannot be reached, does not answer in
+ * time or is not one of this plugin; ECC_ERR_INCOMPATIBLE for another wire
+ * version; ECC_ERR_SYSTEM when UCX cannot start; nothing is left behind.
+ * *out is set before the first callback can run.
+ *
+ * A server's peer that fails is closed and freed on the progress thread
+ * after its on_peer_error: the callee keeps no pointer to it past that call.
+ * A peer that sends no message within preface_ms of its endpoint is given
+ * up (on_peer_error). */
 int net_create(const struct net_params *p, struct net **out, char *why, size_t why_cap);
 
 /* The client's only peer (NULL for a server). */

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "connector_private.h"
 #include "errtext.h"
 #include "net.h"
@@ -33,6 +34,9 @@ struct held {
 
 struct session {
   struct net_peer *peer; /* NULL: a free session */
+  uint64_t serial;       /* names this session for its pulls' completions, never reused */
+  uint32_t pulls;        /* its pulls whose data messages are not all sent */
+  bool warned_pins, warned_pulls, warned_foreign; /* each said once, then at debug level */
   bool welcomed;
   uint64_t client_id;
   uint64_t group_id; /* 0: none, the pins are this session's alone */
@@ -46,8 +50,10 @@ struct ucx_server {
   struct net *net;
   uint64_t id;
   uint64_t layout_hash;
+  uint32_t max_pins, max_pulls; /* of one client */
   atomic_uint_fast64_t seq;
-  pthread_mutex_t lock; /* sessions */
+  pthread_mutex_t lock; /* sessions, next_serial */
+  uint64_t next_serial;
   struct session sessions[64];
 };
 
@@ -78,7 +84,25 @@ static struct session *session_of(struct ucx_server *s, struct net_peer *p, bool
     return NULL;
   memset(free_one, 0, sizeof(*free_one));
   free_one->peer = p;
+  free_one->serial = ++s->next_serial;
   return free_one;
+}
+
+static struct session *session_by_serial(struct ucx_server *s, uint64_t serial)
+{
+  for (size_t i = 0; i < sizeof(s->sessions) / sizeof(s->sessions[0]); i++)
+    if (s->sessions[i].peer != NULL && s->sessions[i].serial == serial)
+      return &s->sessions[i];
+  return NULL;
+}
+
+/* A limit's refusal is logged once per client, then at debug level: a
+ * client that keeps knocking must not flood the log. */
+static int warn_level(bool *warned)
+{
+  bool first = !*warned;
+  *warned = true;
+  return first ? ECC_LOG_WARN : ECC_LOG_DEBUG;
 }
 
 static bool hold(struct session *ss, const struct wire_found_entry *e, uint32_t ranks,
@@ -167,9 +191,10 @@ static bool hand_over(struct ucx_server *s, struct session *ss)
 static void drop_session(struct ucx_server *s, struct session *ss)
 {
   (void)hand_over(s, ss);
+  /* Every rank of a pin in one directory call: a client's ranks may be
+   * many, and the progress thread serves every other client meanwhile. */
   for (size_t i = 0; i < ss->n_held; i++)
-    for (uint32_t k = 0; k < ss->held[i].left; k++)
-      (void)conn_unpin(s->conn, ss->held[i].token);
+    (void)conn_unpin_ranks(s->conn, ss->held[i].token, ss->held[i].left);
   if (ss->n_held > 0)
     log_msg(s->log, ECC_LOG_INFO, "ucx: client %016" PRIx64 " gone: %zu pins of it dropped",
             ss->client_id, ss->n_held);
@@ -179,10 +204,14 @@ static void drop_session(struct ucx_server *s, struct session *ss)
 
 /* ---- replies --------------------------------------------------------------- */
 
+/* A reply that cannot be sent goes with its client: said at debug level,
+ * since a client that reads nothing would otherwise flood the log (its
+ * failure is logged once). */
 static void send_msg(struct ucx_server *s, struct net_peer *p, const uint8_t *buf, size_t len)
 {
   if (len == 0 || net_send(s->net, p, buf, len) != ECC_OK)
-    log_msg(s->log, ECC_LOG_WARN, "ucx: a reply of %zu bytes could not be sent", len);
+    log_msg(s->log, len == 0 ? ECC_LOG_WARN : ECC_LOG_DEBUG,
+            "ucx: a reply of %zu bytes could not be %s", len, len == 0 ? "encoded" : "sent");
 }
 
 static void refuse(struct ucx_server *s, struct net_peer *p, int code, const char *reason)
@@ -259,9 +288,43 @@ static void to_found(const ecc_entry_v1_t *e, struct wire_found_entry *f)
     f->runs[r] = (struct wire_run){e->extents[r].first_block, e->extents[r].n_blocks};
 }
 
+/* Why a client's lookup is refused before the directory sees it: ECC_OK;
+ * ECC_ERR_INVALID for ranks past ECC_RANKS_MAX (each rank is a release the
+ * server must be able to give back in one call); ECC_ERR_BUSY when its pins
+ * would pass ucx.client_max_pins. */
+static int lookup_refusal(struct ucx_server *s, struct net_peer *p, const struct wire_lookup *q)
+{
+  pthread_mutex_lock(&s->lock);
+  struct session *ss = session_of(s, p, false);
+  int rc = ECC_OK;
+  if (q->ranks > ECC_RANKS_MAX) {
+    log_msg(s->log, ss != NULL ? warn_level(&ss->warned_pins) : ECC_LOG_DEBUG,
+            "ucx: client %016" PRIx64 " looked up with ranks %u, above ECC_RANKS_MAX (%u): "
+            "refused with ECC_ERR_INVALID",
+            ss != NULL ? ss->client_id : 0, q->ranks, (unsigned)ECC_RANKS_MAX);
+    rc = ECC_ERR_INVALID;
+  } else if (ss != NULL && ss->n_held + q->n_keys > s->max_pins) {
+    log_msg(s->log, warn_level(&ss->warned_pins),
+            "ucx: client %016" PRIx64 " holds %zu pins and looked up %u keys: past its limit "
+            "(ucx.client_max_pins = %u), refused with ECC_ERR_BUSY",
+            ss->client_id, ss->n_held, q->n_keys, s->max_pins);
+    rc = ECC_ERR_BUSY;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
 static void answer_lookup(struct ucx_server *s, struct net_peer *p, const struct wire_msg *m)
 {
   const struct wire_lookup *q = &m->u.lookup;
+  int refused = lookup_refusal(s, p, q);
+  if (refused != ECC_OK) {
+    uint8_t buf[WIRE_HEADER_BYTES + 16];
+    send_msg(s, p, buf,
+             wire_encode_found(buf, sizeof(buf), atomic_fetch_add(&s->seq, 1), q->req_id, refused,
+                               NULL, 0));
+    return;
+  }
   struct lookup_work *w = malloc(sizeof(*w));
   if (w == NULL)
     return;
@@ -280,8 +343,7 @@ static void answer_lookup(struct ucx_server *s, struct net_peer *p, const struct
     to_found(&w->out[i], &w->found[i]);
     /* A pin nobody could release is dropped at once, and reported absent. */
     if (w->found[i].found && (ss == NULL || !hold(ss, &w->found[i], q->ranks, w->keys[i]))) {
-      for (uint32_t k = 0; k < q->ranks; k++)
-        (void)conn_unpin(s->conn, w->found[i].token);
+      (void)conn_unpin_ranks(s->conn, w->found[i].token, q->ranks);
       memset(&w->found[i], 0, sizeof(w->found[i]));
     }
   }
@@ -307,17 +369,50 @@ static void take_release(struct ucx_server *s, struct net_peer *p, const struct 
       foreign++;
   }
   pthread_mutex_unlock(&s->lock);
-  if (foreign > 0)
-    log_msg(s->log, ECC_LOG_WARN, "ucx: a client released %u pins it does not hold: ignored",
-            foreign);
+  if (foreign > 0) {
+    pthread_mutex_lock(&s->lock);
+    ss = session_of(s, p, false);
+    int level = ss != NULL ? warn_level(&ss->warned_foreign) : ECC_LOG_DEBUG;
+    pthread_mutex_unlock(&s->lock);
+    log_msg(s->log, level, "ucx: a client released %u pins it does not hold: ignored", foreign);
+  }
 }
 
 /* ---- pulls -------------------------------------------------------------------- */
+
+/* A pull being sent: it counts in its session's pulls until its last data
+ * message is sent or failed. chunks_left also holds one for the poster, so
+ * that a chunk sent at once cannot end it early (progress thread only). */
+struct pull_out {
+  struct ucx_server *s;
+  uint64_t serial; /* its session's: gone sessions are never confused with new ones */
+  uint64_t chunks_left;
+};
+
+/* A pull of the session `serial` ended (the session may be gone). */
+static void pull_ended(struct ucx_server *s, uint64_t serial)
+{
+  pthread_mutex_lock(&s->lock);
+  struct session *ss = session_by_serial(s, serial);
+  if (ss != NULL && ss->pulls > 0)
+    ss->pulls--;
+  pthread_mutex_unlock(&s->lock);
+}
+
+static void pull_put(struct pull_out *po, uint64_t n)
+{
+  po->chunks_left -= n;
+  if (po->chunks_left > 0)
+    return;
+  pull_ended(po->s, po->serial);
+  free(po);
+}
 
 /* One data message in flight, and the copy it is sent from when its chunk
  * crosses from one run of the entry to the next. */
 struct chunk {
   struct ucx_server *s;
+  struct pull_out *pull;
   uint8_t *copy;
 };
 
@@ -326,6 +421,7 @@ static void chunk_sent(void *arg, int status)
   struct chunk *c = arg;
   if (status != ECC_OK)
     log_msg(c->s->log, ECC_LOG_DEBUG, "ucx: a data message to a client failed (it went away?)");
+  pull_put(c->pull, 1);
   free(c->copy);
   free(c);
 }
@@ -363,14 +459,15 @@ static void gather(struct ucx_server *s, const struct wire_found_entry *e, uint6
   }
 }
 
-static int send_chunk(struct ucx_server *s, struct net_peer *p, uint64_t req_id,
-                      const struct wire_found_entry *e, uint64_t off)
+static int send_chunk(struct ucx_server *s, struct net_peer *p, struct pull_out *po,
+                      uint64_t req_id, const struct wire_found_entry *e, uint64_t off)
 {
   uint64_t len = e->nbytes - off < WIRE_DATA_CHUNK ? e->nbytes - off : WIRE_DATA_CHUNK;
   struct chunk *c = calloc(1, sizeof(*c));
   if (c == NULL)
     return ECC_ERR_NOMEM;
   c->s = s;
+  c->pull = po;
   uint64_t run_left;
   const uint8_t *data = byte_at(s, e, off, &run_left);
   if (run_left < len) {
@@ -392,22 +489,53 @@ static int send_chunk(struct ucx_server *s, struct net_peer *p, uint64_t req_id,
   return rc;
 }
 
+/* Whether ss may start one more pull (lock held): ECC_OK, ECC_ERR_CLOSED
+ * for a token of no pin of its group, ECC_ERR_BUSY past its pulls. */
+static int pull_allowed(struct ucx_server *s, struct session *ss, const struct wire_pull *q,
+                        struct wire_found_entry *e)
+{
+  struct session *owner;
+  const struct held *h = ss != NULL ? group_held(s, ss, q->token, &owner) : NULL;
+  if (h == NULL) {
+    log_msg(s->log, ss != NULL ? warn_level(&ss->warned_foreign) : ECC_LOG_DEBUG,
+            "ucx: a client pulled token 0x%" PRIx64 ", which it holds no pin on", q->token);
+    return ECC_ERR_CLOSED;
+  }
+  if (ss->pulls >= s->max_pulls) {
+    log_msg(s->log, warn_level(&ss->warned_pulls),
+            "ucx: client %016" PRIx64 " has %u pulls in flight: past its limit "
+            "(ucx.client_max_pulls), refused with ECC_ERR_BUSY",
+            ss->client_id, ss->pulls);
+    return ECC_ERR_BUSY;
+  }
+  *e = h->entry;
+  ss->pulls++;
+  return ECC_OK;
+}
+
 /* The entry's bytes, in chunks, to a client that holds a pin on it. */
 static void answer_pull(struct ucx_server *s, struct net_peer *p, const struct wire_pull *q)
 {
   struct wire_found_entry e;
   pthread_mutex_lock(&s->lock);
-  struct session *ss = session_of(s, p, false), *owner;
-  const struct held *h = ss != NULL ? group_held(s, ss, q->token, &owner) : NULL;
-  if (h != NULL)
-    e = h->entry;
+  struct session *ss = session_of(s, p, false);
+  int rc = pull_allowed(s, ss, q, &e);
+  uint64_t serial = ss != NULL ? ss->serial : 0;
   pthread_mutex_unlock(&s->lock);
-  int rc = h != NULL ? ECC_OK : ECC_ERR_CLOSED;
-  if (rc != ECC_OK)
-    log_msg(s->log, ECC_LOG_WARN,
-            "ucx: a client pulled token 0x%" PRIx64 ", which it holds no pin on", q->token);
-  for (uint64_t off = 0; rc == ECC_OK && off < e.nbytes; off += WIRE_DATA_CHUNK)
-    rc = send_chunk(s, p, q->req_id, &e, off);
+  struct pull_out *po = rc == ECC_OK ? malloc(sizeof(*po)) : NULL;
+  if (rc == ECC_OK && po == NULL) {
+    pull_ended(s, serial);
+    rc = ECC_ERR_NOMEM;
+  }
+  uint64_t chunks = rc == ECC_OK ? (e.nbytes + WIRE_DATA_CHUNK - 1) / WIRE_DATA_CHUNK : 0, sent = 0;
+  if (po != NULL)
+    *po = (struct pull_out){s, serial, chunks + 1};
+  while (rc == ECC_OK && sent < chunks) {
+    rc = send_chunk(s, p, po, q->req_id, &e, sent * WIRE_DATA_CHUNK);
+    sent += rc == ECC_OK;
+  }
+  if (po != NULL)
+    pull_put(po, 1 + (chunks - sent)); /* the poster's, and the chunks never posted */
   if (rc == ECC_OK)
     return;
   uint8_t buf[WIRE_HEADER_BYTES + 16];
@@ -495,6 +623,18 @@ static void on_peer_error(void *user, struct net_peer *p, int code, const char *
   pthread_mutex_unlock(&s->lock);
 }
 
+/* A quarter of the directory's pin slots, so that no one client can take
+ * them all: the directory's own sizing (directory.max_pins, else
+ * directory.max_entries, else a sixteenth of the blocks and at least 64). */
+static uint32_t default_max_pins(const struct plugin_config *c)
+{
+  uint64_t entries = c->dir_max_entries != 0   ? c->dir_max_entries
+                     : c->num_blocks / 16 < 64 ? 64
+                                               : c->num_blocks / 16;
+  uint64_t pins = c->dir_max_pins != 0 ? c->dir_max_pins : entries;
+  return pins / 4 > 0 ? (uint32_t)(pins / 4) : 1;
+}
+
 int ucx_server_start(struct conn *conn, const struct ucx_config *cfg, char *err, size_t err_cap,
                      struct ucx_server **out)
 {
@@ -506,12 +646,16 @@ int ucx_server_start(struct conn *conn, const struct ucx_config *cfg, char *err,
   s->log = &conn->log;
   s->id = random_id();
   s->layout_hash = wire_layout_hash(conn->region.block_size);
+  s->max_pins = cfg->max_pins != 0 ? cfg->max_pins : default_max_pins(&conn->cfg);
+  s->max_pulls = cfg->max_pulls;
   pthread_mutex_init(&s->lock, NULL);
   struct net_params np = {.server = 1,
                           .addr = cfg->addr,
                           .port = cfg->port,
                           .transports = cfg->transports,
                           .net_devices = cfg->net_devices[0] ? cfg->net_devices : NULL,
+                          .preface_ms = cfg->connect_ms,
+                          .secret = cfg->has_secret ? cfg->secret : NULL,
                           .region = conn->region.blocks,
                           .region_bytes = conn->region.block_size * conn->region.num_blocks,
                           .log = s->log,

@@ -3,7 +3,9 @@
  * server.h - the producer host's side of the ucx plugin: it listens, shakes
  * hands, answers lookups from its local directory by pinning entries for
  * the asking client, lends its region's blocks to the client's gets, and
- * drops a client's pins when the client releases them or goes away.
+ * drops a client's pins when the client releases them or goes away. What
+ * one client may hold is bounded: ucx.client_max_pins pins,
+ * ucx.client_max_pulls pulls in flight, ECC_RANKS_MAX ranks a lookup.
  * Everything else (saves, local loads, the directory calls of processes on
  * this host) is the local connector's.
  */

@@ -10,8 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "errtext.h"
+#include "sha256.h"
+#include "trust.h"
+
+#define SECRET_MIN 16u
+#define SECRET_MAX 4096u
 
 static const ecc_param_v1_t own[UCX_N_OWN] = {
     {"ucx.role", "", "server (the producer host: answers lookups, lends its blocks) | client"},
@@ -25,10 +32,21 @@ static const ecc_param_v1_t own[UCX_N_OWN] = {
     {"ucx.deadline_ms", "1000",
      "how long a lookup waits for the server's answer, and a silent server is tolerated "
      "(1..600000)"},
-    {"ucx.connect_timeout_ms", "5000", "how long a client waits for the handshake (1..600000)"},
+    {"ucx.connect_timeout_ms", "5000",
+     "client: how long the handshake may take; server: how long each step of a connecting "
+     "peer's preface may take (1..600000)"},
     {"ucx.cache", "true",
      "client: true keeps each pulled entry in this host's directory as well (a second load "
      "crosses no network); false lands them in the destination alone"},
+    {"ucx.secret_file", "",
+     "a file of this user, mode 0600 or 0400, of 16..4096 bytes: a peer is admitted only if it "
+     "proves it holds the same (both sides must set it); empty: no secret"},
+    {"ucx.client_max_pins", "0",
+     "server: pins one client may hold at once; a lookup past them is refused with "
+     "ECC_ERR_BUSY (0..1048576; 0: a quarter of the directory's pin slots)"},
+    {"ucx.client_max_pulls", "64",
+     "server: loads of one client in flight at once; one past them fails with ECC_ERR_BUSY "
+     "(1..65536)"},
 };
 
 ecc_param_v1_t ucx_params[UCX_N_PARAMS];
@@ -88,6 +106,62 @@ static int parse_address(const char *v, struct ucx_config *u, char *err, size_t 
   return ECC_OK;
 }
 
+static int parse_count(const char *key, const char *v, uint32_t max, uint32_t *out, char *err,
+                       size_t cap)
+{
+  char *end;
+  errno = 0;
+  unsigned long n = strtoul(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || n < 1 || n > max || v[0] == '-') {
+    char want[48];
+    snprintf(want, sizeof(want), "want a count, 1..%u", max);
+    return fail(err, cap, key, v, want);
+  }
+  *out = (uint32_t)n;
+  return ECC_OK;
+}
+
+/* The secret: a regular file on a path nobody else can change (trust.h),
+ * owned by this user and readable by nobody else, since it admits peers. */
+static int read_secret(const char *path, struct ucx_config *u, char *err, size_t cap)
+{
+  int fd;
+  char canon[4096], why[512];
+  if (trust_open(path, TRUST_FILE, "ucx.secret_file", &fd, canon, sizeof(canon), why,
+                 sizeof(why)) != TRUST_OK)
+    return errtext_fail(err, cap, ECC_ERR_CONFIG, "config: %s", why);
+  struct stat st;
+  int rc = ECC_OK;
+  if (fstat(fd, &st) != 0)
+    rc = errtext_fail(err, cap, ECC_ERR_CONFIG, "config: ucx.secret_file %s: %s", path,
+                      strerror(errno));
+  else if (st.st_uid != geteuid() || (st.st_mode & 077) != 0)
+    rc = errtext_fail(err, cap, ECC_ERR_CONFIG,
+                      "config: ucx.secret_file %s must be owned by this user (uid %u) and "
+                      "readable by nobody else (chmod 600); it is uid %u, mode %04o",
+                      path, (unsigned)geteuid(), (unsigned)st.st_uid,
+                      (unsigned)(st.st_mode & 07777));
+  else if (st.st_size < SECRET_MIN || st.st_size > SECRET_MAX)
+    rc = errtext_fail(err, cap, ECC_ERR_CONFIG,
+                      "config: ucx.secret_file %s holds %lld bytes: want %u..%u (e.g. head -c 32 "
+                      "/dev/urandom > FILE)",
+                      path, (long long)st.st_size, SECRET_MIN, SECRET_MAX);
+  uint8_t buf[SECRET_MAX];
+  ssize_t n = rc == ECC_OK ? read(fd, buf, sizeof(buf)) : 0;
+  if (rc == ECC_OK && n != st.st_size)
+    rc = errtext_fail(err, cap, ECC_ERR_CONFIG, "config: ucx.secret_file %s: short read", path);
+  close(fd);
+  if (rc != ECC_OK)
+    return rc;
+  struct sha256 h;
+  sha256_init(&h);
+  sha256_update(&h, buf, (size_t)n);
+  sha256_final(&h, u->secret);
+  memset(buf, 0, sizeof(buf));
+  u->has_secret = true;
+  return ECC_OK;
+}
+
 static int copy_text(const char *key, const char *v, char *dst, size_t cap, char *err,
                      size_t err_cap)
 {
@@ -114,6 +188,15 @@ static int set_own(struct ucx_config *u, const char *key, const char *v, char *e
     return copy_text(key, v, u->net_devices, sizeof(u->net_devices), err, cap);
   if (strcmp(key, "ucx.deadline_ms") == 0)
     return parse_ms(key, v, &u->deadline_ms, err, cap);
+  if (strcmp(key, "ucx.secret_file") == 0) {
+    u->has_secret = false;
+    return v[0] == '\0' ? ECC_OK : read_secret(v, u, err, cap);
+  }
+  if (strcmp(key, "ucx.client_max_pins") == 0)
+    return strcmp(v, "0") == 0 ? (u->max_pins = 0, ECC_OK)
+                               : parse_count(key, v, 1u << 20, &u->max_pins, err, cap);
+  if (strcmp(key, "ucx.client_max_pulls") == 0)
+    return parse_count(key, v, 1u << 16, &u->max_pulls, err, cap);
   if (strcmp(key, "ucx.cache") == 0) {
     if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0)
       return fail(err, cap, key, v, "want true or false");
@@ -126,7 +209,8 @@ static int set_own(struct ucx_config *u, const char *key, const char *v, char *e
 int ucx_config_parse(const ecc_kv_v1_t *kv, size_t n, struct ucx_config *ucx,
                      struct plugin_config *local, char *err, size_t err_cap)
 {
-  struct ucx_config u = {.deadline_ms = 1000, .connect_ms = 5000, .cache = true};
+  struct ucx_config u = {
+      .deadline_ms = 1000, .connect_ms = 5000, .cache = true, .max_pins = 0, .max_pulls = 64};
   strcpy(u.transports, "tcp");
   ecc_kv_v1_t *rest = calloc(n > 0 ? n : 1, sizeof(*rest));
   if (rest == NULL)

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ucx_config.h - the [ucx] keys of the cross-host plugin: its role, where
- * it listens or connects, UCX's transports and the deadlines. Every other
- * key is the shm connector's (config.h), for the local region each side
- * keeps.
+ * it listens or connects, UCX's transports, the deadlines, the shared
+ * secret and what one client may hold of a server. Every other key is the
+ * shm connector's (config.h), for the local region each side keeps.
  */
 #ifndef ECC_UCX_CONFIG_H
 #define ECC_UCX_CONFIG_H
@@ -25,10 +25,14 @@ struct ucx_config {
   uint32_t deadline_ms;  /* the longest a request waits for the peer's answer */
   uint32_t connect_ms;   /* the longest the handshake waits */
   bool cache;            /* client: keep pulled entries in the local directory */
+  bool has_secret;       /* ucx.secret_file was given */
+  uint8_t secret[32];    /* SHA-256 of its contents: the preface's key */
+  uint32_t max_pins;     /* server: pins one client may hold; 0: a quarter of the pin slots */
+  uint32_t max_pulls;    /* server: pulls of one client in flight */
 };
 
 /* Published keys: the shm connector's, then UCX_N_OWN of ours. */
-#define UCX_N_OWN 7
+#define UCX_N_OWN 10
 #define UCX_N_PARAMS (CONFIG_N_PARAMS + UCX_N_OWN)
 extern ecc_param_v1_t ucx_params[UCX_N_PARAMS];
 

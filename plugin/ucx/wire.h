@@ -39,7 +39,7 @@
 #include "ecc_common.h"
 
 #define WIRE_MAGIC 0x57434345u /* "ECCW" read as little-endian bytes */
-#define WIRE_VERSION 2u
+#define WIRE_VERSION 3u        /* 3: the preface (preface.h) before any message */
 #define WIRE_HEADER_BYTES 24u
 #define WIRE_MAX_BODY (1u << 20) /* no message body is longer */
 #define WIRE_MAX_KEYS 256u       /* keys per LOOKUP, entries per FOUND */
@@ -118,7 +118,7 @@ struct wire_key {
 
 struct wire_lookup {
   uint64_t req_id; /* echoed by FOUND */
-  uint32_t ranks;  /* releases each pin needs: >= 1 */
+  uint32_t ranks;  /* releases each pin needs: >= 1; a server refuses more than ECC_RANKS_MAX */
   uint32_t n_keys; /* 1..WIRE_MAX_KEYS */
   /* The keys, decoded lazily: wire_lookup_key(msg, i, &k) for i < n_keys. */
   const uint8_t *keys;
