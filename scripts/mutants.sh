@@ -47,6 +47,11 @@ builtin_list() {
 elapsed-not-kept @@ plugin/shm/*.c @@ t->elapsed_ns = elapsed; @@ (void)elapsed;
 elapsed-not-reported @@ plugin/shm/*.c @@ out->elapsed_ns = t->elapsed_ns; @@
 elapsed-absolute @@ plugin/shm/*.c @@ *elapsed_ns = j->end_ns - atomic_load(&j->start_ns); @@ *elapsed_ns = j->end_ns;
+host-copy-unguarded @@ plugin/shm/engine_host.c @@ guard.env = &env; @@ guard.env = NULL;
+host-copy-guard-any-address @@ plugin/shm/engine_host.c @@ at >= guard.lo && at < guard.hi @@ at != 0
+region-dead-builder-waited-out @@ plugin/shm/region.c @@ rc = watch_builder(out, watch, log); @@ rc = STEP_ABSENT;
+region-memcg-loosest-limit @@ plugin/shm/region.c @@ if (out->limited && room >= out->room) @@ if (out->limited && room <= out->room)
+trust-pipe-not-found @@ plugin/common/trust.c @@ return unresolved(path, want_dir, what, why, why_cap); @@ return errtext_fail(why, why_cap, TRUST_MISSING, "%s %s not found", what, path);
 batch-from-zero @@ plugin/shm/*.c @@ t->batch = ++c->save_batches; @@ t->batch = c->save_batches++;
 batch-not-incremented @@ plugin/shm/*.c @@ t->batch = ++c->load_batches; @@ t->batch = c->load_batches + 1;
 batch-one-counter @@ plugin/shm/*.c @@ t->batch = ++c->load_batches; @@ t->batch = ++c->save_batches;
@@ -58,8 +63,8 @@ save-transfer-id @@ plugin/shm/*.c @@ out->transfer_id = 0; @@ out->transfer_id 
 load-key-stale @@ plugin/shm/*.c @@ out->key[0] = '\0'; @@
 region-dead-not-reported @@ plugin/shm/*.c @@ t->status = ECC_ERR_REGION;\n    dir_stats @@ dir_stats
 order-in-batch @@ plugin/shm/*.c @@ size_t i = t->next_report++; @@ size_t i = t->n_done - 1 - t->next_report++;
-loads-overwrite-saves @@ plugin/shm/*.c @@ n += drain(c, &c->loads, out + n, cap - n, &checked); @@ n += drain(c, &c->loads, out, cap - n, &checked);
-loads-before-saves @@ plugin/shm/*.c @@ size_t n = drain(c, &c->saves, out, cap, &checked);\n  n += drain(c, &c->loads, out + n, cap - n, &checked); @@ size_t n = drain(c, &c->loads, out, cap, &checked);\n  n += drain(c, &c->saves, out + n, cap - n, &checked);
+loads-overwrite-saves @@ plugin/shm/*.c @@ n += drain(c, &c->loads, out + n, cap - n, &p); @@ n += drain(c, &c->loads, out, cap - n, &p);
+loads-before-saves @@ plugin/shm/*.c @@ size_t n = drain(c, &c->saves, out, cap, &p);\n  n += drain(c, &c->loads, out + n, cap - n, &p); @@ size_t n = drain(c, &c->loads, out, cap, &p);\n  n += drain(c, &c->saves, out + n, cap - n, &p);
 # Stats.
 hist-edge @@ plugin/shm/*.c @@ bytes >= bounds[b] @@ bytes > bounds[b]
 hist-by-first-entry @@ plugin/shm/*.c @@ s->hist[hist_bucket(d->bytes)]++; @@ s->hist[hist_bucket(t->done[0].nbytes)]++;
@@ -97,9 +102,19 @@ strerror-shifted @@ host-shim/*.c @@ {name, #name ": " text}, @@ {name - 1, #nam
 info-pinned @@ host-shim/cli/*.c @@ info.pinned ? "yes" : "no" @@ info.save_rank ? "yes" : "no"
 info-max-inflight @@ host-shim/cli/*.c @@ info.max_inflight); @@ info.num_blocks);
 demo-stats-direction @@ host-shim/cli/*.c @@ dir == ECC_DIR_SAVE ? &st.save : &st.load @@ &st.save
-dir-claim-not-exclusive @@ plugin/shm/directory.c @@ else if (e->claimed)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY, @@ else if (false)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY,
-dir-blocks-unchecked @@ plugin/shm/dir_calls.c @@ if (dir_blocks_held(&c->dir, ids, n, dir == ECC_DIR_LOAD, &bad) == ECC_OK) @@ if (true)
-dir-load-keeps-its-pin @@ plugin/shm/dir_calls.c @@ rc = dir_unpin(&c->dir, pin, NULL, 0);\n  } @@ rc = ECC_OK;\n  }
+dir-claim-not-exclusive @@ plugin/shm/directory.c @@ else if (rc == ECC_OK && e->claimed)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY, @@ else if (false)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY,
+dir-blocks-unchecked @@ plugin/shm/dir_calls.c @@ int rc = dir_blocks_held(&c->dir, ids, n, true, &bad); @@ int rc = ECC_OK;
+dir-load-keeps-its-pin @@ plugin/shm/dir_calls.c @@ : dir_unpin(&c->dir, pin_of(ref), NULL, 0); @@ : ECC_OK;
+dir-block-save-holds-nothing @@ plugin/shm/dir_calls.c @@ rc = claim_found(c, t, &w, e); @@ rc = t != NULL ? ECC_OK : claim_found(c, t, &w, e);
+dir-block-save-any-owner @@ plugin/shm/dir_calls.c @@ bool writable = e->state == DIR_STATE_RESERVED && e->owner.pid == w->self.pid &&\n                  e->owner.start_ticks == w->self.start_ticks; @@ bool writable = e->state == DIR_STATE_RESERVED;
+dir-token-kind-ignored @@ plugin/shm/dir_calls.c @@ return ((low & TOKEN_PIN_BIT) != 0) == (kind == TOKEN_PIN) ? TOKEN_NAMES : TOKEN_OTHER_KIND; @@ return TOKEN_NAMES;
+dir-region-unchecked @@ plugin/shm/dir_calls.c @@ return dir_code(region_check(&c->region, &c->log)); @@ return dir_code(ECC_OK);
+dir-settles-a-cut-directory @@ plugin/shm/poll.c @@ c->dir_gone = !conn_dir_reachable(c); @@ c->dir_gone = false;
+dir-ranks-unbounded @@ plugin/shm/dir_calls.c @@ if (rc == ECC_OK && ranks > ECC_RANKS_MAX) @@ if (false)
+dir-abort-published-invalid @@ plugin/shm/dir_calls.c @@ if (rc == ECC_ERR_INVALID) /* published: no longer a reservation */ @@ if (false)
+dir-generations-from-zero @@ plugin/shm/directory.c @@ sh->instance = new_instance(mem);\n  seed_generations(sh); @@ sh->instance = new_instance(mem);
+dir-ref-runs-unchecked @@ plugin/shm/directory.c @@ if (!slot_valid(sh, e))\n    return slot_damaged(sh, ref.slot, why, cap); @@ if (false)\n    return slot_damaged(sh, ref.slot, why, cap);
+dir-lookup-runs-unchecked @@ plugin/shm/directory.c @@ if (s != NO_SLOT && !runs_valid(sh, slot_at(sh, s)))\n      return slot_damaged(sh, s, why, cap);\n    need @@ if (false)\n      return slot_damaged(sh, s, why, cap);\n    need
 dir-gaps-not-used @@ plugin/shm/directory.c @@ *in_gap = gap_take(sh, q->n_blocks, &runs[0].first); @@ *in_gap = false;
 dir-sweep-forgets-passed-runs @@ plugin/shm/directory.c @@ for (uint32_t i = 0; i < w->n; i++)\n    gap_note(sh, w->free[i].first, w->free[i].count); @@ for (uint32_t i = 0; i < w->n; i++)\n    (void)sh;
 # The cross-host plugin.
@@ -111,7 +126,10 @@ ucx-kept-copy-not-written @@ plugin/ucx/client.c @@     memcpy(local + done, dat
 ucx-ipv6-prefers-nothing @@ plugin/ucx/net.c @@ st = ucp_config_modify(cfg, "AF_PRIO", "inet6"); @@ st = UCS_OK;
 ucx-groups-ignored @@ plugin/ucx/server.c @@ return b->peer != NULL && b->welcomed && a->group_id != 0 && b->group_id == a->group_id; @@ return false && a && b;
 ucx-pins-dropped-not-handed-over @@ plugin/ucx/server.c @@ (void)hand_over(s, ss); @@ (void)s;
-ucx-close-forced @@ plugin/ucx/net.c @@ bool force = atomic_load(&peer->failed); @@ bool force = true;
+ucx-wrong-secret-admitted @@ plugin/ucx/gate.c @@ if (key != NULL && !mac_equal(want, pr.mac)) { @@ if (false) {
+ucx-gone-peers-kept @@ plugin/ucx/net.c @@ for (unsigned i = 0; n->p.server && i < k; i++)\n    peer_free(n, closing[i]); @@ for (unsigned i = 0; n->p.server && i < k; i++)\n    (void)closing[i];
+ucx-client-pins-unbounded @@ plugin/ucx/server.c @@ } else if (ss != NULL && ss->n_held + q->n_keys > s->max_pins) { @@ } else if (false) {
+ucx-ranks-unbounded @@ plugin/ucx/server.c @@ if (q->ranks > ECC_RANKS_MAX) { @@ if (false) {
 dir-new-entry-unmarked @@ plugin/shm/directory.c @@ hand passes it once before it may be evicted. */\n  e->marked = 1; @@ hand passes it once before it may be evicted. */\n  e->marked = 0;
 EOF
 }

@@ -7,8 +7,13 @@
  * A transfer is cut into fixed-size chunks of its byte stream; workers claim
  * chunks with an atomic counter, so one large descriptor and thousands of
  * small ones both spread over every thread. Transfers run in FIFO order.
+ * Copies are memcpy, guarded (below): a region truncated under a copy
+ * fails it with ECC_ERR_REGION instead of killing the process with SIGBUS.
  */
+#include <errno.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +24,7 @@
 #include "config.h"
 #include "engine.h"
 #include "log.h"
+#include "region.h"
 
 /* Large enough to amortise claiming, small enough to share a 3 MB entry
  * between threads. */
@@ -32,7 +38,8 @@ struct host_job {
   size_t n_chunks;
   atomic_size_t next_chunk; /* next chunk to claim */
   atomic_size_t chunks_done;
-  atomic_int done; /* release-set once every chunk is copied */
+  atomic_int done;   /* release-set once every chunk is copied */
+  atomic_int status; /* ECC_OK, or the first chunk's failure */
   atomic_uint_fast64_t start_ns;
   uint64_t end_ns;
   struct host_job *next; /* queue link */
@@ -47,7 +54,144 @@ struct host_engine {
   struct host_job *head, *tail; /* jobs with chunks left to claim */
   size_t copying;               /* chunks claimed and not yet finished */
   int stop;
+  uintptr_t region_lo, region_hi; /* the region's mapping: faults there fail a copy */
 };
+
+/*
+ * Guarded copies. Copies are plain memcpy; a page of the region past the
+ * end of its file (a same-user process truncated it) raises SIGBUS, and a
+ * page of it unmapped or protected SIGSEGV. A handler installed once turns
+ * such a fault into a failed copy when, and only when, the faulting thread
+ * is inside a guarded copy and the address lies in its engine's region
+ * mapping; every other fault goes on to the disposition found at install,
+ * as the kernel would have delivered it. A store past the end of the file
+ * faults rather than growing it, so a save never writes a truncated file
+ * back to its size.
+ *
+ * The handler reads only the faulting thread's guard and the saved
+ * actions. The guard is initial-exec TLS: a dlopened plugin's TLS reached
+ * through __tls_get_addr may be allocated on first use, which a handler
+ * running on a host thread must not do.
+ *
+ * Copies use sigsetjmp(env, 0): saving the mask would cost a system call
+ * per chunk. The handler is installed with SA_NODEFER and an empty mask,
+ * so its signal is not blocked on entry and is not left blocked after the
+ * siglongjmp (a fault with its signal blocked kills the process). SA_ONSTACK
+ * runs it on a thread's alternate stack where it has one, as a host's own
+ * handler for stack overflows needs.
+ *
+ * A host that installs a SIGBUS or SIGSEGV handler after the first engine
+ * replaces this one: its handler then sees every fault, copies included,
+ * as it did before guarded copies; chaining to the action it found keeps
+ * the guard working.
+ */
+struct copy_guard {
+  sigjmp_buf *volatile env; /* set while this thread copies; cleared by the handler */
+  uintptr_t lo, hi;         /* the region's mapping, [lo, hi) */
+};
+
+static __thread struct copy_guard guard __attribute__((tls_model("initial-exec")));
+
+/* The action found for each guarded signal, for faults that are not ours.
+ * `spent`: it had SA_RESETHAND and ran once, so it is the default now. */
+struct prior_action {
+  int sig;
+  struct sigaction act;
+  volatile sig_atomic_t spent;
+};
+
+static struct prior_action prior[] = {{.sig = SIGBUS}, {.sig = SIGSEGV}};
+static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+static int guard_error;      /* 0: installed; GUARD_DISPLACED, or the errno of sigaction */
+#define GUARD_DISPLACED (-1) /* installed, but another handler stays in place */
+
+/* Whether returning from the handler re-executes an instruction that
+ * faults again: true of memory faults, not of a signal sent by a process
+ * (si_code <= 0) or of an asynchronous memory-error report. */
+static bool refaults(int sig, const siginfo_t *info)
+{
+  return info->si_code > 0 && !(sig == SIGBUS && info->si_code == BUS_MCEERR_AO);
+}
+
+/* What the kernel does with a signal whose action is the default, or is
+ * ignored while a fault cannot be: the default, so the process dies of it
+ * as it would have without this handler. */
+static void default_action(int sig, const siginfo_t *info, bool ignored)
+{
+  if (ignored && !refaults(sig, info))
+    return; /* a sent signal that is ignored */
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, NULL);
+  if (!refaults(sig, info))
+    raise(sig);
+  /* A fault: returning re-executes the instruction under the default. */
+}
+
+/* Delivers a fault that is not ours to the prior action, with the mask and
+ * flags it asked for, as the kernel would have. */
+static void pass_on(int sig, siginfo_t *info, void *uctx)
+{
+  struct prior_action *p = sig == SIGBUS ? &prior[0] : &prior[1];
+  const struct sigaction *a = &p->act;
+  /* SIG_DFL and SIG_IGN whatever the flags say, as the kernel reads them. */
+  if (p->spent || a->sa_handler == SIG_DFL || a->sa_handler == SIG_IGN) {
+    default_action(sig, info, !p->spent && a->sa_handler == SIG_IGN);
+    return;
+  }
+  sigset_t mask = a->sa_mask;
+  if ((a->sa_flags & SA_NODEFER) == 0)
+    sigaddset(&mask, sig);
+  pthread_sigmask(SIG_BLOCK, &mask, NULL); /* undone by the return from this handler */
+  if ((a->sa_flags & SA_RESETHAND) != 0)
+    p->spent = 1;
+  if ((a->sa_flags & SA_SIGINFO) != 0)
+    a->sa_sigaction(sig, info, uctx);
+  else
+    a->sa_handler(sig);
+}
+
+static void on_fault(int sig, siginfo_t *info, void *uctx)
+{
+  sigjmp_buf *env = guard.env;
+  uintptr_t at = (uintptr_t)info->si_addr;
+  if (env != NULL && info->si_code > 0 && at >= guard.lo && at < guard.hi) {
+    guard.env = NULL;
+    siglongjmp(*env, 1);
+  }
+  /* The prior handler may jump out of the copy: then it is unguarded. */
+  guard.env = NULL;
+  pass_on(sig, info, uctx);
+  guard.env = env;
+}
+
+static void install_guard(void)
+{
+  struct sigaction act;
+  memset(&act, 0, sizeof(act));
+  act.sa_sigaction = on_fault;
+  act.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+  sigemptyset(&act.sa_mask);
+  for (size_t i = 0; i < sizeof(prior) / sizeof(prior[0]); i++) {
+    /* Read first, so that a fault while this installs finds the prior
+     * action; one installed meanwhile by another thread replaces it. */
+    struct sigaction *was = &prior[i].act, meanwhile, now;
+    if (sigaction(prior[i].sig, NULL, was) != 0 || sigaction(prior[i].sig, &act, &meanwhile) != 0 ||
+        sigaction(prior[i].sig, NULL, &now) != 0) {
+      guard_error = errno;
+      return;
+    }
+    if (meanwhile.sa_handler != was->sa_handler)
+      *was = meanwhile;
+    /* A sanitizer may keep its own handler and say nothing. */
+    if ((now.sa_flags & SA_SIGINFO) == 0 || now.sa_sigaction != on_fault) {
+      guard_error = GUARD_DISPLACED;
+      return;
+    }
+  }
+}
 
 /* Index of the descriptor holding byte `offset` of the stream. */
 static size_t find_desc(const struct host_job *j, uint64_t offset)
@@ -63,7 +207,9 @@ static size_t find_desc(const struct host_job *j, uint64_t offset)
   return lo;
 }
 
-static void copy_chunk(struct host_job *j, size_t chunk)
+/* The chunk's bytes; out of line, so that nothing it changes lives in the
+ * frame that sigsetjmp returns to. */
+static __attribute__((noinline)) void copy_pieces(const struct host_job *j, size_t chunk)
 {
   const struct desc_buf *d = &j->t->desc;
   uint64_t begin = (uint64_t)chunk * CHUNK_BYTES;
@@ -78,6 +224,20 @@ static void copy_chunk(struct host_job *j, size_t chunk)
     begin += n;
     i++;
   }
+}
+
+/* ECC_ERR_REGION when the region faulted under the copy. */
+static int copy_chunk(const struct host_job *j, size_t chunk)
+{
+  sigjmp_buf env;
+  if (sigsetjmp(env, 0) != 0)
+    return ECC_ERR_REGION; /* the handler cleared the guard */
+  guard.env = &env;
+  atomic_signal_fence(memory_order_seq_cst);
+  copy_pieces(j, chunk);
+  atomic_signal_fence(memory_order_seq_cst);
+  guard.env = NULL;
+  return ECC_OK;
 }
 
 static void finish_chunk(struct host_engine *e, struct host_job *j)
@@ -135,6 +295,8 @@ static struct host_job *claim(struct host_engine *e, size_t *chunk)
 static void *worker_main(void *arg)
 {
   struct host_engine *e = arg;
+  guard.lo = e->region_lo;
+  guard.hi = e->region_hi;
   for (;;) {
     size_t chunk;
     pthread_mutex_lock(&e->lock);
@@ -144,7 +306,11 @@ static void *worker_main(void *arg)
       return NULL;
     uint_fast64_t zero = 0;
     atomic_compare_exchange_strong(&j->start_ns, &zero, ecc_now_ns());
-    copy_chunk(j, chunk);
+    int rc = copy_chunk(j, chunk);
+    if (rc != ECC_OK) {
+      int ok = ECC_OK;
+      atomic_compare_exchange_strong(&j->status, &ok, rc);
+    }
     finish_chunk(e, j);
   }
 }
@@ -190,6 +356,7 @@ static int host_submit(struct engine *eng, struct transfer_view *t, void *stream
   atomic_store(&j->next_chunk, 0);
   atomic_store(&j->chunks_done, 0);
   atomic_store(&j->start_ns, 0);
+  atomic_store(&j->status, ECC_OK);
   j->next = NULL;
   if (j->n_chunks == 0) {
     j->end_ns = ecc_now_ns();
@@ -223,7 +390,7 @@ static int host_query(struct engine *eng, struct transfer_view *t, int *status,
   struct host_job *j = t->engine_state;
   if (!atomic_load_explicit(&j->done, memory_order_acquire))
     return 0;
-  *status = ECC_OK;
+  *status = atomic_load(&j->status);
   *elapsed_ns = j->end_ns - atomic_load(&j->start_ns);
   return 1;
 }
@@ -292,10 +459,18 @@ static unsigned pick_threads(const struct plugin_config *cfg)
 int engine_host_create(const struct plugin_config *cfg, struct region *r, struct ecc_log *log,
                        struct engine *out)
 {
-  (void)r;
   struct host_engine *e = calloc(1, sizeof(*e));
   if (e == NULL)
     return log_fail(log, ECC_ERR_NOMEM, "engine: out of memory for the host engine");
+  e->region_lo = (uintptr_t)r->map;
+  e->region_hi = (uintptr_t)r->map + r->map_bytes;
+  pthread_once(&guard_once, install_guard);
+  if (guard_error != 0)
+    log_msg(log, ECC_LOG_WARN,
+            "engine: cannot install the SIGBUS/SIGSEGV handler that guards host copies (%s): "
+            "a region truncated under a copy kills the process with SIGBUS",
+            guard_error == GUARD_DISPLACED ? "another handler stays in place"
+                                           : strerror(guard_error));
   pthread_mutex_init(&e->lock, NULL);
   pthread_cond_init(&e->work, NULL);
   pthread_cond_init(&e->finished, NULL);
@@ -311,7 +486,8 @@ int engine_host_create(const struct plugin_config *cfg, struct region *r, struct
     }
     e->n_threads = i + 1;
   }
-  snprintf(out->detail, sizeof(out->detail), "host memcpy, %u thread%s, %u KiB chunks",
-           e->n_threads, e->n_threads == 1 ? "" : "s", CHUNK_BYTES / 1024);
+  snprintf(out->detail, sizeof(out->detail), "host memcpy%s, %u thread%s, %u KiB chunks",
+           guard_error == 0 ? " (guarded)" : " (unguarded)", e->n_threads,
+           e->n_threads == 1 ? "" : "s", CHUNK_BYTES / 1024);
   return ECC_OK;
 }
