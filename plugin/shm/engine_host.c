@@ -90,7 +90,12 @@ struct copy_guard {
   uintptr_t lo, hi;         /* the region's mapping, [lo, hi) */
 };
 
-static __thread struct copy_guard guard __attribute__((tls_model("initial-exec")));
+/* The default TLS model: a dlopened plugin may find no static TLS left for
+ * initial-exec. A thread's block is made when it first touches it, which may
+ * allocate, so the handler touches it only while some copy is guarded: the
+ * workers touch theirs when they start, before any copy. */
+static __thread struct copy_guard guard;
+static atomic_uint copies_guarded; /* chunks inside copy_chunk, all engines */
 
 /* The action found for each guarded signal, for faults that are not ours.
  * `spent`: it had SA_RESETHAND and ran once, so it is the default now. */
@@ -155,6 +160,10 @@ static void pass_on(int sig, siginfo_t *info, void *uctx)
 
 static void on_fault(int sig, siginfo_t *info, void *uctx)
 {
+  if (atomic_load(&copies_guarded) == 0) {
+    pass_on(sig, info, uctx);
+    return;
+  }
   sigjmp_buf *env = guard.env;
   uintptr_t at = (uintptr_t)info->si_addr;
   if (env != NULL && info->si_code > 0 && at >= guard.lo && at < guard.hi) {
@@ -230,13 +239,17 @@ static __attribute__((noinline)) void copy_pieces(const struct host_job *j, size
 static int copy_chunk(const struct host_job *j, size_t chunk)
 {
   sigjmp_buf env;
-  if (sigsetjmp(env, 0) != 0)
+  atomic_fetch_add(&copies_guarded, 1);
+  if (sigsetjmp(env, 0) != 0) {
+    atomic_fetch_sub(&copies_guarded, 1);
     return ECC_ERR_REGION; /* the handler cleared the guard */
+  }
   guard.env = &env;
   atomic_signal_fence(memory_order_seq_cst);
   copy_pieces(j, chunk);
   atomic_signal_fence(memory_order_seq_cst);
   guard.env = NULL;
+  atomic_fetch_sub(&copies_guarded, 1);
   return ECC_OK;
 }
 
