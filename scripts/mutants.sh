@@ -47,8 +47,8 @@ builtin_list() {
 elapsed-not-kept @@ plugin/shm/*.c @@ t->elapsed_ns = elapsed; @@ (void)elapsed;
 elapsed-not-reported @@ plugin/shm/*.c @@ out->elapsed_ns = t->elapsed_ns; @@
 elapsed-absolute @@ plugin/shm/*.c @@ *elapsed_ns = j->end_ns - atomic_load(&j->start_ns); @@ *elapsed_ns = j->end_ns;
-host-copy-unguarded @@ plugin/shm/engine_host.c @@ guard.env = &env; @@ guard.env = NULL;
-host-copy-guard-any-address @@ plugin/shm/engine_host.c @@ at >= guard.lo && at < guard.hi @@ at != 0
+host-copy-unguarded @@ plugin/shm/engine_host.c @@ guard->env = &env; @@ guard->env = NULL;
+host-copy-guard-any-address @@ plugin/shm/engine_host.c @@ at >= guard->lo && at < guard->hi @@ at != 0
 region-dead-builder-waited-out @@ plugin/shm/region.c @@ rc = watch_builder(out, watch, log); @@ rc = STEP_ABSENT;
 region-memcg-loosest-limit @@ plugin/shm/region.c @@ if (out->limited && room >= out->room) @@ if (out->limited && room <= out->room)
 trust-pipe-not-found @@ plugin/common/trust.c @@ return unresolved(path, want_dir, what, why, why_cap); @@ return errtext_fail(why, why_cap, TRUST_MISSING, "%s %s not found", what, path);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -86,16 +87,63 @@ struct host_engine {
  * the guard working.
  */
 struct copy_guard {
-  sigjmp_buf *volatile env; /* set while this thread copies; cleared by the handler */
+  _Atomic pid_t tid;        /* the worker thread holding this slot; 0: free */
+  sigjmp_buf *volatile env; /* set while it copies; cleared by the handler */
   uintptr_t lo, hi;         /* the region's mapping, [lo, hi) */
 };
 
-/* The default TLS model: a dlopened plugin may find no static TLS left for
- * initial-exec. A thread's block is made when it first touches it, which may
- * allocate, so the handler touches it only while some copy is guarded: the
- * workers touch theirs when they start, before any copy. */
-static __thread struct copy_guard guard;
+/* One slot per worker thread of every engine, found by thread id: no
+ * thread-local storage, whose blocks a dlopened plugin gets from malloc
+ * (not a thing to touch in a signal handler) or, for initial-exec, from a
+ * static reserve it may find used up. A worker that finds no free slot
+ * copies unguarded. */
+#define GUARD_SLOTS 1024
+static struct copy_guard guards[GUARD_SLOTS];
 static atomic_uint copies_guarded; /* chunks inside copy_chunk, all engines */
+
+static pid_t thread_id(void)
+{
+  return (pid_t)syscall(SYS_gettid);
+}
+
+static struct copy_guard *guard_claim(uintptr_t lo, uintptr_t hi)
+{
+  pid_t self = thread_id();
+  for (size_t i = 0; i < GUARD_SLOTS; i++) {
+    pid_t none = 0;
+    if (atomic_compare_exchange_strong(&guards[i].tid, &none, self)) {
+      guards[i].env = NULL;
+      guards[i].lo = lo;
+      guards[i].hi = hi;
+      return &guards[i];
+    }
+  }
+  return NULL;
+}
+
+static void guard_release(struct copy_guard *g)
+{
+  if (g != NULL)
+    atomic_store(&g->tid, 0);
+}
+
+/* Async-signal-safe: a system call and loads. */
+static struct copy_guard *guard_of_self(void)
+{
+  pid_t self = thread_id();
+  for (size_t i = 0; i < GUARD_SLOTS; i++)
+    if (atomic_load(&guards[i].tid) == self)
+      return &guards[i];
+  return NULL;
+}
+
+/* A child of fork() has none of its parent's workers. */
+static void guards_forget(void)
+{
+  for (size_t i = 0; i < GUARD_SLOTS; i++)
+    atomic_store(&guards[i].tid, 0);
+  atomic_store(&copies_guarded, 0);
+}
 
 /* The action found for each guarded signal, for faults that are not ours.
  * `spent`: it had SA_RESETHAND and ran once, so it is the default now. */
@@ -164,16 +212,21 @@ static void on_fault(int sig, siginfo_t *info, void *uctx)
     pass_on(sig, info, uctx);
     return;
   }
-  sigjmp_buf *env = guard.env;
+  struct copy_guard *guard = guard_of_self();
+  if (guard == NULL) {
+    pass_on(sig, info, uctx);
+    return;
+  }
+  sigjmp_buf *env = guard->env;
   uintptr_t at = (uintptr_t)info->si_addr;
-  if (env != NULL && info->si_code > 0 && at >= guard.lo && at < guard.hi) {
-    guard.env = NULL;
+  if (env != NULL && info->si_code > 0 && at >= guard->lo && at < guard->hi) {
+    guard->env = NULL;
     siglongjmp(*env, 1);
   }
   /* The prior handler may jump out of the copy: then it is unguarded. */
-  guard.env = NULL;
+  guard->env = NULL;
   pass_on(sig, info, uctx);
-  guard.env = env;
+  guard->env = env;
 }
 
 static void install_guard(void)
@@ -183,6 +236,11 @@ static void install_guard(void)
   act.sa_sigaction = on_fault;
   act.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
   sigemptyset(&act.sa_mask);
+  int rc = pthread_atfork(NULL, NULL, guards_forget);
+  if (rc != 0) {
+    guard_error = rc;
+    return;
+  }
   for (size_t i = 0; i < sizeof(prior) / sizeof(prior[0]); i++) {
     /* Read first, so that a fault while this installs finds the prior
      * action; one installed meanwhile by another thread replaces it. */
@@ -236,19 +294,23 @@ static __attribute__((noinline)) void copy_pieces(const struct host_job *j, size
 }
 
 /* ECC_ERR_REGION when the region faulted under the copy. */
-static int copy_chunk(const struct host_job *j, size_t chunk)
+static int copy_chunk(struct copy_guard *guard, const struct host_job *j, size_t chunk)
 {
+  if (guard == NULL) {
+    copy_pieces(j, chunk);
+    return ECC_OK;
+  }
   sigjmp_buf env;
   atomic_fetch_add(&copies_guarded, 1);
   if (sigsetjmp(env, 0) != 0) {
     atomic_fetch_sub(&copies_guarded, 1);
     return ECC_ERR_REGION; /* the handler cleared the guard */
   }
-  guard.env = &env;
+  guard->env = &env;
   atomic_signal_fence(memory_order_seq_cst);
   copy_pieces(j, chunk);
   atomic_signal_fence(memory_order_seq_cst);
-  guard.env = NULL;
+  guard->env = NULL;
   atomic_fetch_sub(&copies_guarded, 1);
   return ECC_OK;
 }
@@ -308,18 +370,19 @@ static struct host_job *claim(struct host_engine *e, size_t *chunk)
 static void *worker_main(void *arg)
 {
   struct host_engine *e = arg;
-  guard.lo = e->region_lo;
-  guard.hi = e->region_hi;
+  struct copy_guard *guard = guard_claim(e->region_lo, e->region_hi);
   for (;;) {
     size_t chunk;
     pthread_mutex_lock(&e->lock);
     struct host_job *j = claim(e, &chunk);
     pthread_mutex_unlock(&e->lock);
-    if (j == NULL)
+    if (j == NULL) {
+      guard_release(guard);
       return NULL;
+    }
     uint_fast64_t zero = 0;
     atomic_compare_exchange_strong(&j->start_ns, &zero, ecc_now_ns());
-    int rc = copy_chunk(j, chunk);
+    int rc = copy_chunk(guard, j, chunk);
     if (rc != ECC_OK) {
       int ok = ECC_OK;
       atomic_compare_exchange_strong(&j->status, &ok, rc);
