@@ -278,23 +278,6 @@ int conn_lookup_for_peer(struct conn *c, const char *const *keys, size_t n, uint
   return lookup_checked(c, need_directory(c, "lookup"), keys, n, ranks, out);
 }
 
-int conn_unpin(struct conn *c, uint64_t token)
-{
-  int rc = need_directory(c, "unpin");
-  struct dir_ref ref;
-  if (rc == ECC_OK)
-    rc = token_ref(c, "unpin", token, TOKEN_PIN, &ref);
-  if (rc == ECC_OK)
-    rc = need_region(c);
-  if (rc != ECC_OK)
-    return rc;
-  char why[256] = "";
-  rc = dir_unpin(&c->dir, pin_of(ref), why, sizeof(why));
-  if (rc != ECC_OK)
-    return log_fail(&c->log, dir_code(rc), "unpin: token 0x%" PRIx64 ": %s", token, why);
-  return ECC_OK;
-}
-
 int conn_unpin_ranks(struct conn *c, uint64_t token, uint32_t ranks)
 {
   int rc = need_directory(c, "unpin");
@@ -307,10 +290,17 @@ int conn_unpin_ranks(struct conn *c, uint64_t token, uint32_t ranks)
     return rc;
   char why[256] = "";
   rc = dir_unpin_ranks(&c->dir, pin_of(ref), ranks, why, sizeof(why));
-  if (rc != ECC_OK)
-    return log_fail(&c->log, dir_code(rc), "unpin of %" PRIu32 " ranks: token 0x%" PRIx64 ": %s",
-                    ranks, token, why);
-  return ECC_OK;
+  if (rc == ECC_OK)
+    return ECC_OK;
+  if (ranks == 1)
+    return log_fail(&c->log, dir_code(rc), "unpin: token 0x%" PRIx64 ": %s", token, why);
+  return log_fail(&c->log, dir_code(rc), "unpin of %" PRIu32 " ranks: token 0x%" PRIx64 ": %s",
+                  ranks, token, why);
+}
+
+int conn_unpin(struct conn *c, uint64_t token)
+{
+  return conn_unpin_ranks(c, token, 1);
 }
 
 int conn_remove(struct conn *c, const char *key)

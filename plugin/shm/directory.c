@@ -1915,22 +1915,6 @@ static int pinned_entry(struct dir *d, struct dir_pin_ref ref, uint32_t *slot, c
   return rc;
 }
 
-int dir_unpin(struct dir *d, struct dir_pin_ref ref, char *why, size_t why_cap)
-{
-  int rc = dir_lock(d, why, why_cap);
-  if (rc != ECC_OK)
-    return rc;
-  struct dir_pin *pin = pin_ref_live(d, ref, why, why_cap);
-  if (pin == NULL)
-    rc = ECC_ERR_CLOSED;
-  else if (pin->ranks_left > 1)
-    pin->ranks_left--;
-  else
-    pin_free(d->sh, ref.slot);
-  dir_unlock(d);
-  return rc;
-}
-
 int dir_unpin_ranks(struct dir *d, struct dir_pin_ref ref, uint32_t ranks, char *why,
                     size_t why_cap)
 {
@@ -1948,6 +1932,11 @@ int dir_unpin_ranks(struct dir *d, struct dir_pin_ref ref, uint32_t ranks, char 
     pin_free(d->sh, ref.slot);
   dir_unlock(d);
   return rc;
+}
+
+int dir_unpin(struct dir *d, struct dir_pin_ref ref, char *why, size_t why_cap)
+{
+  return dir_unpin_ranks(d, ref, 1, why, why_cap);
 }
 
 static int range_in_runs(const struct dir_slot *e, uint32_t first, uint32_t count, char *why,
