@@ -2,17 +2,17 @@
 /*
  * churn_layouts.c - the block layouts a serving cache leaves behind once
  * eviction has run for a while: entries placed by the directory
- * (plugin/shm/directory.c), and by a LIFO stack of free blocks with exact
+ * (core/directory/directory.c), and by a LIFO stack of free blocks with exact
  * LRU eviction, as upstream's scheduler keeps them, after the same churn.
  */
-#include "churn_layouts.h"
+#include "bench/churn_layouts.h"
 
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "directory.h"
+#include "core/directory/directory.h"
 
 /* Requests of the churn, in region capacities (of mean-sized entries). */
 #define CHURN_TURNS 16u

@@ -24,8 +24,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "churn_layouts.h"
-#include "clock.h"
+#include "bench/churn_layouts.h"
+#include "common/clock.h"
 #include "ecc_host.h"
 
 enum { M_CONTIG, M_AUTO, M_DMA, M_KERNEL, M_UPSTREAM, N_METHODS };

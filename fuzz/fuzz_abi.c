@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "ecc_plugin_v1.h"
-#include "fuzz_input.h"
+#include "fuzz/fuzz_input.h"
 
 extern const ecc_plugin_v1_t ecc_plugin_v1;
 static const ecc_plugin_v1_t *const T = &ecc_plugin_v1;

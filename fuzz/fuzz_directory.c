@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz_directory.c - libFuzzer target: a small directory (plugin/shm/
+ * fuzz_directory.c - libFuzzer target: a small directory (core/
  * directory.c) formatted in an exact-size heap block, driven by a program of
  * reserve, publish, abort, lookup, unpin, check_pinned, remove, attach,
  * reclaim and rebuild calls and those the connector's copies make (claim,
@@ -59,8 +59,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "directory.h"
-#include "fuzz_input.h"
+#include "core/directory/directory.h"
+#include "fuzz/fuzz_input.h"
 
 #define NKEYS 12
 #define MAX_OPS 200

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "probe.h"
+#include "host-shim/probe.h"
 
 #define ERR_CAP 9000
 

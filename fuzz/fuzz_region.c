@@ -25,9 +25,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
-#include "region.h"
+#include "common/log.h"
+#include "core/config.h"
+#include "core/region/region.h"
 
 #define MAX_TAIL 65536u
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_wire.c - libFuzzer target: bytes as one message of the UCX plugin's
- * wire format (plugin/ucx/wire.c, compiled in alone), decoded twice: as
+ * wire format (plugins/ucx/wire.c, compiled in alone), decoded twice: as
  * they are, and with the header repaired (magic, version, flags and length
  * made right, the type folded into the set), so that mutations reach the
  * bodies instead of stopping at the header.
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "wire.h"
+#include "plugins/ucx/wire.h"
 
 __attribute__((format(printf, 1, 2), noreturn)) static void broken(const char *fmt, ...)
 {

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "ecc_host.h"
-#include "shim_connector.h"
-#include "shim_names.h"
+#include "host-shim/shim_connector.h"
+#include "host-shim/shim_names.h"
 
 /* ---- the process a connector belongs to ---- */
 

@@ -10,12 +10,12 @@
 #include <string.h>
 
 #include "ecc_host.h"
-#include "options.h"
-#include "probe.h"
-#include "shim_connector.h"
-#include "shim_err.h"
-#include "steps.h"
-#include "where.h"
+#include "host-shim/options.h"
+#include "host-shim/probe.h"
+#include "host-shim/shim_connector.h"
+#include "host-shim/shim_err.h"
+#include "host-shim/steps.h"
+#include "host-shim/where.h"
 
 /* Let the plugin judge the values; without validate, only keys were checked. */
 static int validate_config(const struct loaded_plugin *p, const struct ini_config *ini, char *err,

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ecc_host.h"
-#include "shim_connector.h"
+#include "host-shim/shim_connector.h"
 
 static bool state_known(int32_t state)
 {

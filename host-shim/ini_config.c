@@ -6,7 +6,7 @@
  * The file is opened by the ownership rule and read whole into memory of
  * bounded size, then handed to inih one line at a time.
  */
-#include "ini_config.h"
+#include "host-shim/ini_config.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -22,11 +22,11 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "key_index.h"
-#include "names.h"
-#include "shim_err.h"
-#include "shim_names.h"
-#include "trust.h"
+#include "common/names.h"
+#include "common/trust.h"
+#include "host-shim/key_index.h"
+#include "host-shim/shim_err.h"
+#include "host-shim/shim_names.h"
 
 /* A line number never passes the number of bytes plus one. */
 _Static_assert(INI_CONFIG_MAX_BYTES < INT_MAX - 1, "INI line numbers are ints");

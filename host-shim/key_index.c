@@ -3,7 +3,7 @@
  * key_index.c - the open-addressed table of key_index.h: linear probing, at
  * most half full, over SipHash-1-3 with a key drawn for each INI file.
  */
-#include "key_index.h"
+#include "host-shim/key_index.h"
 
 #include <stdlib.h>
 #include <string.h>

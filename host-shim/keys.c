@@ -4,14 +4,14 @@
  * and, for an unknown one, finds the published key it is a typo of (edit
  * distance of two or less).
  */
-#include "keys.h"
+#include "host-shim/keys.h"
 
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "shim_err.h"
-#include "where.h"
+#include "host-shim/shim_err.h"
+#include "host-shim/where.h"
 
 /* ---- keys against the plugin's published params ---- */
 

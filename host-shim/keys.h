@@ -9,8 +9,8 @@
 
 #include <stddef.h>
 
-#include "ini_config.h"
-#include "loader.h"
+#include "host-shim/ini_config.h"
+#include "host-shim/loader.h"
 
 /* ECC_OK, or ECC_ERR_CONFIG with "<file>:<line>: unknown key ... did you
  * mean ...?" in err. A plugin that publishes no keys judges them itself. */

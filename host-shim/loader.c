@@ -4,7 +4,7 @@
  * another user could control, dlopens it, finds and checks its ABI table,
  * adapts the table to the shim's internal shape, and unloads it.
  */
-#include "loader.h"
+#include "host-shim/loader.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "names.h"
-#include "shim_err.h"
-#include "trust.h"
+#include "common/names.h"
+#include "common/trust.h"
+#include "host-shim/shim_err.h"
 
 /* ---- resolving a name or path to a file ---- */
 

@@ -75,7 +75,7 @@ int plugin_resolve(const char *name, const char *path, const char *dir, char *fi
 
 /* Check the file (a regular file that it, and every directory on its
  * canonical path, is owned by root or this user and writable by nobody
- * else, as plugin/common/trust.h says), dlopen its canonical path (which
+ * else, as common/trust.h says), dlopen its canonical path (which
  * runs the plugin's constructors) and check its table.
  * Returns ECC_OK; ECC_ERR_CONFIG (file not found, unsafe, not a file);
  * ECC_ERR_SYSTEM (a system call or dlopen failed); ECC_ERR_INCOMPATIBLE (no

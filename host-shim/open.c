@@ -10,11 +10,11 @@
 #include <string.h>
 
 #include "ecc_host.h"
-#include "options.h"
-#include "shim_connector.h"
-#include "shim_err.h"
-#include "steps.h"
-#include "where.h"
+#include "host-shim/options.h"
+#include "host-shim/shim_connector.h"
+#include "host-shim/shim_err.h"
+#include "host-shim/steps.h"
+#include "host-shim/where.h"
 
 __attribute__((format(printf, 3, 4))) static void shim_log(const ecc_host_services_t *svc,
                                                            int level, const char *fmt, ...)

@@ -4,13 +4,13 @@
  * caller's struct_size reaches, so callers built against an older
  * ecc_host.h keep working; and the default log sink, stderr.
  */
-#include "options.h"
+#include "host-shim/options.h"
 
 #include <stdio.h>
 #include <unistd.h>
 
-#include "shim_err.h"
-#include "shim_names.h"
+#include "host-shim/shim_err.h"
+#include "host-shim/shim_names.h"
 
 /* The default sink: one write per line so that lines from several threads
  * never interleave. */

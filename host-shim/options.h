@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "ecc_host.h"
-#include "ini_config.h"
+#include "host-shim/ini_config.h"
 
 /* How long the check process may take when the options do not say. */
 #define CHECK_TIMEOUT_DEFAULT_MS 10000

@@ -5,7 +5,7 @@
  * length it reads (the plugin's code ran where the bytes were made), waits
  * with a deadline, and says how a child that sent no report ended.
  */
-#include "probe.h"
+#include "host-shim/probe.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim_err.h"
-#include "shim_names.h"
+#include "host-shim/shim_err.h"
+#include "host-shim/shim_names.h"
 
 /* "ECC1": the first word of every report. */
 #define REPORT_MAGIC 0x31434345u

@@ -12,7 +12,7 @@
 #include <sys/types.h>
 
 #include "ecc_plugin.h"
-#include "loader.h"
+#include "host-shim/loader.h"
 
 #define ECC_API __attribute__((visibility("default")))
 

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "ecc_host.h"
-#include "shim_connector.h"
-#include "shim_names.h"
+#include "host-shim/shim_connector.h"
+#include "host-shim/shim_names.h"
 
 static const struct {
   int code;

@@ -4,16 +4,16 @@
  * read the INI, resolve and load the plugin it names, check the keys
  * against the table, and hand the pairs over in the ABI's shape.
  */
-#include "steps.h"
+#include "host-shim/steps.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "keys.h"
-#include "shim_err.h"
-#include "shim_names.h"
-#include "where.h"
+#include "host-shim/keys.h"
+#include "host-shim/shim_err.h"
+#include "host-shim/shim_names.h"
+#include "host-shim/where.h"
 
 /* The plugin file the INI names (text only); errors point at the line. */
 int steps_resolve(const struct ini_config *ini, char *file, size_t file_cap, char *err,

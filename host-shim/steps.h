@@ -10,9 +10,9 @@
 #include <stddef.h>
 
 #include "ecc_host.h"
-#include "ini_config.h"
-#include "loader.h"
-#include "options.h"
+#include "host-shim/ini_config.h"
+#include "host-shim/loader.h"
+#include "host-shim/options.h"
 
 /* Room for a plugin's reason and the path it is about. */
 #define PLUGIN_ERR_MAX (PLUGIN_PATH_MAX + 1024)

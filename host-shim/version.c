@@ -5,7 +5,7 @@
  */
 #include "ecc_build_info.h"
 #include "ecc_host.h"
-#include "shim_connector.h"
+#include "host-shim/shim_connector.h"
 
 ECC_API const char *ecc_version(void)
 {

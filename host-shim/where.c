@@ -4,12 +4,12 @@
  * setting by its role, a plugin's message by the key it names as a whole
  * word (the longest such key wins).
  */
-#include "where.h"
+#include "host-shim/where.h"
 
 #include <stdbool.h>
 #include <string.h>
 
-#include "names.h"
+#include "common/names.h"
 
 /* Where an INI setting came from, for an error about it; "" if unknown. */
 void where_setting(const struct ini_config *ini, const struct ini_setting *s, char *buf, size_t cap)

@@ -9,8 +9,8 @@
 
 #include <stddef.h>
 
-#include "ini_config.h"
-#include "loader.h"
+#include "host-shim/ini_config.h"
+#include "host-shim/loader.h"
 
 /* Room for "<file>:<line>: ". */
 #define WHERE_MAX (PLUGIN_PATH_MAX + 32)

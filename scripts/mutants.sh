@@ -44,57 +44,57 @@ done
 builtin_list() {
   cat <<'EOF'
 # The shared-memory plugin: what poll reports for each entry.
-elapsed-not-kept @@ plugin/shm/*.c @@ t->elapsed_ns = elapsed; @@ (void)elapsed;
-elapsed-not-reported @@ plugin/shm/*.c @@ out->elapsed_ns = t->elapsed_ns; @@
-elapsed-absolute @@ plugin/shm/*.c @@ *elapsed_ns = j->end_ns - atomic_load(&j->start_ns); @@ *elapsed_ns = j->end_ns;
-host-copy-unguarded @@ plugin/shm/engine_host.c @@ guard->env = &env; @@ guard->env = NULL;
-host-copy-guard-any-address @@ plugin/shm/engine_host.c @@ at >= guard->lo && at < guard->hi @@ at != 0
-region-dead-builder-waited-out @@ plugin/shm/region.c @@ rc = watch_builder(out, watch, log); @@ rc = STEP_ABSENT;
-region-memcg-loosest-limit @@ plugin/shm/region.c @@ if (out->limited && room >= out->room) @@ if (out->limited && room <= out->room)
-trust-pipe-not-found @@ plugin/common/trust.c @@ return unresolved(path, want_dir, what, why, why_cap); @@ return errtext_fail(why, why_cap, TRUST_MISSING, "%s %s not found", what, path);
-batch-from-zero @@ plugin/shm/*.c @@ t->batch = ++c->save_batches; @@ t->batch = c->save_batches++;
-batch-not-incremented @@ plugin/shm/*.c @@ t->batch = ++c->load_batches; @@ t->batch = c->load_batches + 1;
-batch-one-counter @@ plugin/shm/*.c @@ t->batch = ++c->load_batches; @@ t->batch = ++c->save_batches;
-batch-not-reported @@ plugin/shm/*.c @@ out->batch = t->batch; @@
-nbytes-of-batch @@ plugin/shm/*.c @@ out->nbytes = rec->nbytes; @@ out->nbytes = t->view.desc.bytes;
-load-nbytes-capacity @@ plugin/shm/*.c @@ rec[i].nbytes = bytes; @@ rec[i].nbytes = e[i].dst_capacity;
-direction-fixed @@ plugin/shm/*.c @@ out->direction = (uint32_t)t->view.direction; @@ out->direction = ECC_DIR_SAVE;
-save-transfer-id @@ plugin/shm/*.c @@ out->transfer_id = 0; @@ out->transfer_id = rec->id;
-load-key-stale @@ plugin/shm/*.c @@ out->key[0] = '\0'; @@
-region-dead-not-reported @@ plugin/shm/*.c @@ t->status = ECC_ERR_REGION;\n    dir_stats @@ dir_stats
-order-in-batch @@ plugin/shm/*.c @@ size_t i = t->next_report++; @@ size_t i = t->n_done - 1 - t->next_report++;
-loads-overwrite-saves @@ plugin/shm/*.c @@ n += drain(c, &c->loads, out + n, cap - n, &p); @@ n += drain(c, &c->loads, out, cap - n, &p);
-loads-before-saves @@ plugin/shm/*.c @@ size_t n = drain(c, &c->saves, out, cap, &p);\n  n += drain(c, &c->loads, out + n, cap - n, &p); @@ size_t n = drain(c, &c->loads, out, cap, &p);\n  n += drain(c, &c->saves, out + n, cap - n, &p);
+elapsed-not-kept @@ core/*.c @@ t->elapsed_ns = elapsed; @@ (void)elapsed;
+elapsed-not-reported @@ core/*.c @@ out->elapsed_ns = t->elapsed_ns; @@
+elapsed-absolute @@ core/engine/engine_host.c @@ *elapsed_ns = j->end_ns - atomic_load(&j->start_ns); @@ *elapsed_ns = j->end_ns;
+host-copy-unguarded @@ core/engine/engine_host.c @@ guard->env = &env; @@ guard->env = NULL;
+host-copy-guard-any-address @@ core/engine/engine_host.c @@ at >= guard->lo && at < guard->hi @@ at != 0
+region-dead-builder-waited-out @@ core/region/region.c @@ rc = watch_builder(out, watch, log); @@ rc = STEP_ABSENT;
+region-memcg-loosest-limit @@ core/region/region.c @@ if (out->limited && room >= out->room) @@ if (out->limited && room <= out->room)
+trust-pipe-not-found @@ common/trust.c @@ return unresolved(path, want_dir, what, why, why_cap); @@ return errtext_fail(why, why_cap, TRUST_MISSING, "%s %s not found", what, path);
+batch-from-zero @@ core/*.c @@ t->batch = ++c->save_batches; @@ t->batch = c->save_batches++;
+batch-not-incremented @@ core/*.c @@ t->batch = ++c->load_batches; @@ t->batch = c->load_batches + 1;
+batch-one-counter @@ core/*.c @@ t->batch = ++c->load_batches; @@ t->batch = ++c->save_batches;
+batch-not-reported @@ core/*.c @@ out->batch = t->batch; @@
+nbytes-of-batch @@ core/*.c @@ out->nbytes = rec->nbytes; @@ out->nbytes = t->view.desc.bytes;
+load-nbytes-capacity @@ core/*.c @@ rec[i].nbytes = bytes; @@ rec[i].nbytes = e[i].dst_capacity;
+direction-fixed @@ core/*.c @@ out->direction = (uint32_t)t->view.direction; @@ out->direction = ECC_DIR_SAVE;
+save-transfer-id @@ core/*.c @@ out->transfer_id = 0; @@ out->transfer_id = rec->id;
+load-key-stale @@ core/*.c @@ out->key[0] = '\0'; @@
+region-dead-not-reported @@ core/*.c @@ t->status = ECC_ERR_REGION;\n    dir_stats @@ dir_stats
+order-in-batch @@ core/*.c @@ size_t i = t->next_report++; @@ size_t i = t->n_done - 1 - t->next_report++;
+loads-overwrite-saves @@ core/*.c @@ n += drain(c, &c->loads, out + n, cap - n, &p); @@ n += drain(c, &c->loads, out, cap - n, &p);
+loads-before-saves @@ core/*.c @@ size_t n = drain(c, &c->saves, out, cap, &p);\n  n += drain(c, &c->loads, out + n, cap - n, &p); @@ size_t n = drain(c, &c->loads, out, cap, &p);\n  n += drain(c, &c->saves, out + n, cap - n, &p);
 # Stats.
-hist-edge @@ plugin/shm/*.c @@ bytes >= bounds[b] @@ bytes > bounds[b]
-hist-by-first-entry @@ plugin/shm/*.c @@ s->hist[hist_bucket(d->bytes)]++; @@ s->hist[hist_bucket(t->done[0].nbytes)]++;
-busy-not-summed @@ plugin/shm/*.c @@ s->busy_ns += t->elapsed_ns; @@ s->busy_ns = t->elapsed_ns;
-transfers-as-entries @@ plugin/shm/*.c @@ s->transfers++;\n  s->entries += t->n_done; @@ s->transfers += t->n_done;\n  s->entries += t->n_done;
-entries-as-transfers @@ plugin/shm/*.c @@ s->entries += t->n_done; @@ s->entries++;
-descriptors-as-entries @@ plugin/shm/*.c @@ s->descriptors += d->count; @@ s->descriptors += t->n_done;
-bytes-as-entries @@ plugin/shm/*.c @@ s->bytes += d->bytes; @@ s->bytes += t->n_done;
-dead-region-not-failed @@ plugin/shm/*.c @@ dir_stats(c, t->view.direction)->failed++; @@ (void)t;
-skipped-per-call @@ plugin/shm/*.c @@ c->stats.saves_skipped += n; @@ c->stats.saves_skipped++;
-save-rank-ignores-pcp @@ plugin/shm/*.c @@ c->save_rank = cfg->tp_rank == 0 && cfg->pcp_rank == 0; @@ c->save_rank = cfg->tp_rank == 0;
+hist-edge @@ core/*.c @@ bytes >= bounds[b] @@ bytes > bounds[b]
+hist-by-first-entry @@ core/*.c @@ s->hist[hist_bucket(d->bytes)]++; @@ s->hist[hist_bucket(t->done[0].nbytes)]++;
+busy-not-summed @@ core/*.c @@ s->busy_ns += t->elapsed_ns; @@ s->busy_ns = t->elapsed_ns;
+transfers-as-entries @@ core/*.c @@ s->transfers++;\n  s->entries += t->n_done; @@ s->transfers += t->n_done;\n  s->entries += t->n_done;
+entries-as-transfers @@ core/*.c @@ s->entries += t->n_done; @@ s->entries++;
+descriptors-as-entries @@ core/*.c @@ s->descriptors += d->count; @@ s->descriptors += t->n_done;
+bytes-as-entries @@ core/*.c @@ s->bytes += d->bytes; @@ s->bytes += t->n_done;
+dead-region-not-failed @@ core/*.c @@ dir_stats(c, t->view.direction)->failed++; @@ (void)t;
+skipped-per-call @@ core/*.c @@ c->stats.saves_skipped += n; @@ c->stats.saves_skipped++;
+save-rank-ignores-pcp @@ core/*.c @@ c->save_rank = cfg->tp_rank == 0 && cfg->pcp_rank == 0; @@ c->save_rank = cfg->tp_rank == 0;
 # describe.
-describe-creator @@ plugin/shm/*.c @@ info.creator = (uint32_t)c->region.creator; @@ info.creator = (uint32_t)c->save_rank;
-describe-save-rank @@ plugin/shm/*.c @@ info.save_rank = (uint32_t)c->save_rank; @@ info.save_rank = (uint32_t)c->region.creator;
-describe-pinned @@ plugin/shm/*.c @@ info.pinned = (uint32_t)c->engine.pinned; @@ info.pinned = (uint32_t)c->save_rank;
-describe-max-inflight @@ plugin/shm/*.c @@ info.max_inflight = c->cfg.max_inflight; @@ info.max_inflight = c->cfg.max_sms;
-describe-region-bytes @@ plugin/shm/*.c @@ info.region_bytes = c->region.map_bytes; @@ info.region_bytes = c->region.block_size * c->region.num_blocks;
-describe-role @@ plugin/shm/*.c @@ snprintf(info.role, sizeof(info.role), "%s", config_role_name(c->cfg.role)); @@ snprintf(info.role, sizeof(info.role), "%s", config_role_name(ROLE_BOTH));
-describe-path @@ plugin/shm/*.c @@ snprintf(info.region_path, sizeof(info.region_path), "%s", c->region.path); @@ snprintf(info.region_path, sizeof(info.region_path), "%s", c->region.file);
+describe-creator @@ core/*.c @@ info.creator = (uint32_t)c->region.creator; @@ info.creator = (uint32_t)c->save_rank;
+describe-save-rank @@ core/*.c @@ info.save_rank = (uint32_t)c->save_rank; @@ info.save_rank = (uint32_t)c->region.creator;
+describe-pinned @@ core/*.c @@ info.pinned = (uint32_t)c->engine.pinned; @@ info.pinned = (uint32_t)c->save_rank;
+describe-max-inflight @@ core/*.c @@ info.max_inflight = c->cfg.max_inflight; @@ info.max_inflight = c->cfg.max_sms;
+describe-region-bytes @@ core/*.c @@ info.region_bytes = c->region.map_bytes; @@ info.region_bytes = c->region.block_size * c->region.num_blocks;
+describe-role @@ core/*.c @@ snprintf(info.role, sizeof(info.role), "%s", config_role_name(c->cfg.role)); @@ snprintf(info.role, sizeof(info.role), "%s", config_role_name(ROLE_BOTH));
+describe-path @@ core/*.c @@ snprintf(info.region_path, sizeof(info.region_path), "%s", c->region.path); @@ snprintf(info.region_path, sizeof(info.region_path), "%s", c->region.file);
 # Configuration: published defaults, closed sets, names.
-default-join-timeout @@ plugin/shm/*.c @@ {"region.join_timeout_ms", "30000", @@ {"region.join_timeout_ms", "3000",
-default-host-threads @@ plugin/shm/*.c @@ {"engine.host_threads", "0", @@ {"engine.host_threads", "1",
-default-max-inflight @@ plugin/shm/*.c @@ {"connector.max_inflight", "64", @@ {"connector.max_inflight", "32",
-method-names @@ plugin/shm/*.c @@ return choice_name(methods, N_OF(methods), method); @@ return choice_name(engines, N_OF(engines), method);
-engine-names @@ plugin/shm/*.c @@ return choice_name(engines, N_OF(engines), engine); @@ return choice_name(methods, N_OF(methods), engine);
-dtype-bytes @@ plugin/shm/*.c @@ c->block_size = (uint64_t)h * (uint64_t)per; @@ c->block_size = (uint64_t)h * 2;
-tmpfs-into-reap @@ plugin/shm/*.c @@ N_OF(bools), &c->require_tmpfs, @@ N_OF(bools), &c->reap_orphans,
+default-join-timeout @@ core/*.c @@ {"region.join_timeout_ms", "30000", @@ {"region.join_timeout_ms", "3000",
+default-host-threads @@ core/*.c @@ {"engine.host_threads", "0", @@ {"engine.host_threads", "1",
+default-max-inflight @@ core/*.c @@ {"connector.max_inflight", "64", @@ {"connector.max_inflight", "32",
+method-names @@ core/*.c @@ return choice_name(methods, N_OF(methods), method); @@ return choice_name(engines, N_OF(engines), method);
+engine-names @@ core/*.c @@ return choice_name(engines, N_OF(engines), engine); @@ return choice_name(methods, N_OF(methods), engine);
+dtype-bytes @@ core/*.c @@ c->block_size = (uint64_t)h * (uint64_t)per; @@ c->block_size = (uint64_t)h * 2;
+tmpfs-into-reap @@ core/*.c @@ N_OF(bools), &c->require_tmpfs, @@ N_OF(bools), &c->reap_orphans,
 # The plugin's table.
-caps-without-stats @@ plugin/shm/*.c @@ ECC_CAP_STATS | ECC_CAP_DIRECTORY) @@ ECC_CAP_DIRECTORY)
-params-one-short @@ plugin/shm/*.c @@ .n_params = CONFIG_N_PARAMS, @@ .n_params = CONFIG_N_PARAMS - 1,
+caps-without-stats @@ plugins/shm/plugin.c @@ ECC_CAP_STATS | ECC_CAP_DIRECTORY) @@ ECC_CAP_DIRECTORY)
+params-one-short @@ plugins/shm/plugin.c @@ .n_params = CONFIG_N_PARAMS, @@ .n_params = CONFIG_N_PARAMS - 1,
 # The host library, eccctl and the shipped templates.
 log-level-shifted @@ host-shim/*.c @@ return (int)i; @@ return (int)i + 1;
 template-role @@ conf/producer.ini @@ role = producer @@ role = consumer
@@ -102,35 +102,35 @@ strerror-shifted @@ host-shim/*.c @@ {name, #name ": " text}, @@ {name - 1, #nam
 info-pinned @@ host-shim/cli/*.c @@ info.pinned ? "yes" : "no" @@ info.save_rank ? "yes" : "no"
 info-max-inflight @@ host-shim/cli/*.c @@ info.max_inflight); @@ info.num_blocks);
 demo-stats-direction @@ host-shim/cli/*.c @@ dir == ECC_DIR_SAVE ? &st.save : &st.load @@ &st.save
-dir-claim-not-exclusive @@ plugin/shm/directory.c @@ else if (rc == ECC_OK && e->claimed)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY, @@ else if (false)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY,
-dir-blocks-unchecked @@ plugin/shm/dir_calls.c @@ int rc = dir_blocks_held(&c->dir, ids, n, true, &bad); @@ int rc = ECC_OK;
-dir-load-keeps-its-pin @@ plugin/shm/dir_calls.c @@ : dir_unpin(&c->dir, pin_of(ref), NULL, 0); @@ : ECC_OK;
-dir-block-save-holds-nothing @@ plugin/shm/dir_calls.c @@ rc = claim_found(c, t, &w, e); @@ rc = t != NULL ? ECC_OK : claim_found(c, t, &w, e);
-dir-block-save-any-owner @@ plugin/shm/dir_calls.c @@ bool writable = e->state == DIR_STATE_RESERVED && e->owner.pid == w->self.pid &&\n                  e->owner.start_ticks == w->self.start_ticks; @@ bool writable = e->state == DIR_STATE_RESERVED;
-dir-token-kind-ignored @@ plugin/shm/dir_calls.c @@ return ((low & TOKEN_PIN_BIT) != 0) == (kind == TOKEN_PIN) ? TOKEN_NAMES : TOKEN_OTHER_KIND; @@ return TOKEN_NAMES;
-dir-region-unchecked @@ plugin/shm/dir_calls.c @@ return dir_code(region_check(&c->region, &c->log)); @@ return dir_code(ECC_OK);
-dir-settles-a-cut-directory @@ plugin/shm/poll.c @@ c->dir_gone = !conn_dir_reachable(c); @@ c->dir_gone = false;
-dir-ranks-unbounded @@ plugin/shm/dir_calls.c @@ if (rc == ECC_OK && ranks > ECC_RANKS_MAX) @@ if (false)
-dir-abort-published-invalid @@ plugin/shm/dir_calls.c @@ if (rc == ECC_ERR_INVALID) /* published: no longer a reservation */ @@ if (false)
-dir-generations-from-zero @@ plugin/shm/directory.c @@ sh->instance = new_instance(mem);\n  seed_generations(sh); @@ sh->instance = new_instance(mem);
-dir-ref-runs-unchecked @@ plugin/shm/directory.c @@ if (!slot_valid(sh, e))\n    return slot_damaged(sh, ref.slot, why, cap); @@ if (false)\n    return slot_damaged(sh, ref.slot, why, cap);
-dir-lookup-runs-unchecked @@ plugin/shm/directory.c @@ if (s != NO_SLOT && !runs_valid(sh, slot_at(sh, s)))\n      return slot_damaged(sh, s, why, cap);\n    need @@ if (false)\n      return slot_damaged(sh, s, why, cap);\n    need
-dir-gaps-not-used @@ plugin/shm/directory.c @@ *in_gap = gap_take(sh, q->n_blocks, &runs[0].first); @@ *in_gap = false;
-dir-sweep-forgets-passed-runs @@ plugin/shm/directory.c @@ for (uint32_t i = 0; i < w->n; i++)\n    gap_note(sh, w->free[i].first, w->free[i].count); @@ for (uint32_t i = 0; i < w->n; i++)\n    (void)sh;
+dir-claim-not-exclusive @@ core/directory/directory.c @@ else if (rc == ECC_OK && e->claimed)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY, @@ else if (false)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY,
+dir-blocks-unchecked @@ core/directory_calls.c @@ int rc = dir_blocks_held(&c->dir, ids, n, true, &bad); @@ int rc = ECC_OK;
+dir-load-keeps-its-pin @@ core/directory_calls.c @@ : dir_unpin(&c->dir, pin_of(ref), NULL, 0); @@ : ECC_OK;
+dir-block-save-holds-nothing @@ core/directory_calls.c @@ rc = claim_found(c, t, &w, e); @@ rc = t != NULL ? ECC_OK : claim_found(c, t, &w, e);
+dir-block-save-any-owner @@ core/directory_calls.c @@ bool writable = e->state == DIR_STATE_RESERVED && e->owner.pid == w->self.pid &&\n                  e->owner.start_ticks == w->self.start_ticks; @@ bool writable = e->state == DIR_STATE_RESERVED;
+dir-token-kind-ignored @@ core/directory_calls.c @@ return ((low & TOKEN_PIN_BIT) != 0) == (kind == TOKEN_PIN) ? TOKEN_NAMES : TOKEN_OTHER_KIND; @@ return TOKEN_NAMES;
+dir-region-unchecked @@ core/directory_calls.c @@ return dir_code(region_check(&c->region, &c->log)); @@ return dir_code(ECC_OK);
+dir-settles-a-cut-directory @@ core/poll.c @@ c->dir_gone = !conn_dir_reachable(c); @@ c->dir_gone = false;
+dir-ranks-unbounded @@ core/directory_calls.c @@ if (rc == ECC_OK && ranks > ECC_RANKS_MAX) @@ if (false)
+dir-abort-published-invalid @@ core/directory_calls.c @@ if (rc == ECC_ERR_INVALID) /* published: no longer a reservation */ @@ if (false)
+dir-generations-from-zero @@ core/directory/directory.c @@ sh->instance = new_instance(mem);\n  seed_generations(sh); @@ sh->instance = new_instance(mem);
+dir-ref-runs-unchecked @@ core/directory/directory.c @@ if (!slot_valid(sh, e))\n    return slot_damaged(sh, ref.slot, why, cap); @@ if (false)\n    return slot_damaged(sh, ref.slot, why, cap);
+dir-lookup-runs-unchecked @@ core/directory/directory.c @@ if (s != NO_SLOT && !runs_valid(sh, slot_at(sh, s)))\n      return slot_damaged(sh, s, why, cap);\n    need @@ if (false)\n      return slot_damaged(sh, s, why, cap);\n    need
+dir-gaps-not-used @@ core/directory/directory.c @@ *in_gap = gap_take(sh, q->n_blocks, &runs[0].first); @@ *in_gap = false;
+dir-sweep-forgets-passed-runs @@ core/directory/directory.c @@ for (uint32_t i = 0; i < w->n; i++)\n    gap_note(sh, w->free[i].first, w->free[i].count); @@ for (uint32_t i = 0; i < w->n; i++)\n    (void)sh;
 # The cross-host plugin.
-ucx-foreign-release @@ plugin/ucx/server.c @@ if (ss != NULL && group_held(s, ss, token, &owner) != NULL && release_one(owner, token)) @@ if (ss != NULL && (group_held(s, ss, token, &owner), true))
-ucx-layout-unchecked @@ plugin/ucx/server.c @@ if (h->layout_hash != s->layout_hash) { @@ if (false) {
-ucx-no-watchdog @@ plugin/ucx/client.c @@   watch_pulls(user); @@   (void)user;
-ucx-gone-client-keeps-pins @@ plugin/ucx/server.c @@     drop_session(s, ss); @@     (void)ss;
-ucx-kept-copy-not-written @@ plugin/ucx/client.c @@     memcpy(local + done, data + done, n); @@     (void)local;
-ucx-ipv6-prefers-nothing @@ plugin/ucx/net.c @@ st = ucp_config_modify(cfg, "AF_PRIO", "inet6"); @@ st = UCS_OK;
-ucx-groups-ignored @@ plugin/ucx/server.c @@ return b->peer != NULL && b->welcomed && a->group_id != 0 && b->group_id == a->group_id; @@ return false && a && b;
-ucx-pins-dropped-not-handed-over @@ plugin/ucx/server.c @@ (void)hand_over(s, ss); @@ (void)s;
-ucx-wrong-secret-admitted @@ plugin/ucx/gate.c @@ if (key != NULL && !mac_equal(want, pr.mac)) { @@ if (false) {
-ucx-gone-peers-kept @@ plugin/ucx/net.c @@ for (unsigned i = 0; n->p.server && i < k; i++)\n    peer_free(n, closing[i]); @@ for (unsigned i = 0; n->p.server && i < k; i++)\n    (void)closing[i];
-ucx-client-pins-unbounded @@ plugin/ucx/server.c @@ } else if (ss != NULL && ss->n_held + q->n_keys > s->max_pins) { @@ } else if (false) {
-ucx-ranks-unbounded @@ plugin/ucx/server.c @@ if (q->ranks > ECC_RANKS_MAX) { @@ if (false) {
-dir-new-entry-unmarked @@ plugin/shm/directory.c @@ hand passes it once before it may be evicted. */\n  e->marked = 1; @@ hand passes it once before it may be evicted. */\n  e->marked = 0;
+ucx-foreign-release @@ plugins/ucx/server.c @@ if (ss != NULL && group_held(s, ss, token, &owner) != NULL && release_one(owner, token)) @@ if (ss != NULL && (group_held(s, ss, token, &owner), true))
+ucx-layout-unchecked @@ plugins/ucx/server.c @@ if (h->layout_hash != s->layout_hash) { @@ if (false) {
+ucx-no-watchdog @@ plugins/ucx/client.c @@   watch_pulls(user); @@   (void)user;
+ucx-gone-client-keeps-pins @@ plugins/ucx/server.c @@     drop_session(s, ss); @@     (void)ss;
+ucx-kept-copy-not-written @@ plugins/ucx/client.c @@     memcpy(local + done, data + done, n); @@     (void)local;
+ucx-ipv6-prefers-nothing @@ plugins/ucx/net.c @@ st = ucp_config_modify(cfg, "AF_PRIO", "inet6"); @@ st = UCS_OK;
+ucx-groups-ignored @@ plugins/ucx/server.c @@ return b->peer != NULL && b->welcomed && a->group_id != 0 && b->group_id == a->group_id; @@ return false && a && b;
+ucx-pins-dropped-not-handed-over @@ plugins/ucx/server.c @@ (void)hand_over(s, ss); @@ (void)s;
+ucx-wrong-secret-admitted @@ plugins/ucx/gate.c @@ if (key != NULL && !mac_equal(want, pr.mac)) { @@ if (false) {
+ucx-gone-peers-kept @@ plugins/ucx/net.c @@ for (unsigned i = 0; n->p.server && i < k; i++)\n    peer_free(n, closing[i]); @@ for (unsigned i = 0; n->p.server && i < k; i++)\n    (void)closing[i];
+ucx-client-pins-unbounded @@ plugins/ucx/server.c @@ } else if (ss != NULL && ss->n_held + q->n_keys > s->max_pins) { @@ } else if (false) {
+ucx-ranks-unbounded @@ plugins/ucx/server.c @@ if (q->ranks > ECC_RANKS_MAX) { @@ if (false) {
+dir-new-entry-unmarked @@ core/directory/directory.c @@ hand passes it once before it may be evicted. */\n  e->marked = 1; @@ hand passes it once before it may be evicted. */\n  e->marked = 0;
 EOF
 }
 

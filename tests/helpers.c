@@ -2,7 +2,7 @@
 /*
  * helpers.c - shared test plumbing (see helpers.h).
  */
-#include "helpers.h"
+#include "tests/helpers.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -194,13 +194,6 @@ const ecc_host_services_v1_t *th_capturing_host(void)
       .user = NULL,
   };
   return &host;
-}
-
-const char *th_log_last(struct ecc_log *log)
-{
-  static char buf[512];
-  log_last(log, buf, sizeof(buf));
-  return buf;
 }
 
 const char *th_ini_at(const char *dir, const char *role, const char *region, uint64_t block_size,
@@ -397,21 +390,6 @@ void th_remove_tree(const char *dir)
   }
   closedir(d);
   rmdir(dir);
-}
-
-struct region_header th_region_header(uint64_t bs, uint64_t nb)
-{
-  struct region_header h;
-  memset(&h, 0, sizeof(h));
-  memcpy(h.magic, REGION_MAGIC, sizeof(h.magic));
-  h.layout_version = REGION_LAYOUT_VERSION;
-  h.header_bytes = REGION_HEADER_BYTES;
-  h.block_size = bs;
-  h.num_blocks = nb;
-  h.file_bytes = REGION_HEADER_BYTES + bs * nb;
-  h.creator_pid = 1;
-  h.creator_uid = (uint32_t)geteuid();
-  return h;
 }
 
 int th_exists(const char *path)

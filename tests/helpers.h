@@ -12,8 +12,6 @@
 #include <sys/types.h>
 
 #include "ecc_host.h"
-#include "log.h"
-#include "region.h"
 
 /* A region name unique to this process and call, e.g. "t12345-3". */
 const char *th_region_name(void);
@@ -57,9 +55,6 @@ bool th_mapped_under(const char *dir);
 extern char th_captured[16384];
 void th_capture(void *user, int level, const char *msg);
 const ecc_host_services_v1_t *th_capturing_host(void);
-
-/* The most recent error of a plugin log (static storage). */
-const char *th_log_last(struct ecc_log *log);
 
 /* Write an INI for the real shm plugin (by absolute path) with the host
  * engine, the given role and region name, and `extra` appended verbatim
@@ -133,9 +128,6 @@ int th_count_fds(void);
 
 /* Remove dir and everything under it (symlinks are removed, not followed). */
 void th_remove_tree(const char *dir);
-
-/* A valid region header for bs-byte blocks, nb of them, made by this user. */
-struct region_header th_region_header(uint64_t bs, uint64_t nb);
 
 /* Whether a file exists at path. */
 int th_exists(const char *path);

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "common/clock.h"
 #include "ecc_host.h"
 
 #define BS 256u

@@ -23,9 +23,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "dir_trace.h"
-#include "directory.h"
+#include "bench/host/dir_trace.h"
+#include "common/clock.h"
+#include "core/directory/directory.h"
 
 #define BLOCK_SIZE 3072u
 #define MAX_PROCS 64

@@ -4,7 +4,7 @@
  * through the reference caches (exact LRU; exact LRU over a LIFO free stack,
  * as upstream's block pool allocates) that the directory is judged against.
  */
-#include "dir_trace.h"
+#include "bench/host/dir_trace.h"
 
 #include <inttypes.h>
 #include <math.h>

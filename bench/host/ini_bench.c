@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "common/clock.h"
 #include "ecc_host.h"
 
 #define REPS 3

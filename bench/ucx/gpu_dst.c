@@ -3,7 +3,7 @@
  * gpu_dst.c - gpu_dst.h over the CUDA runtime; built only where CUDA is
  * (gpu_dst_none.c otherwise).
  */
-#include "gpu_dst.h"
+#include "bench/ucx/gpu_dst.h"
 
 #include <cuda_runtime_api.h>
 

@@ -2,7 +2,7 @@
 /*
  * gpu_dst_none.c - gpu_dst.h in a build without CUDA: there is no GPU.
  */
-#include "gpu_dst.h"
+#include "bench/ucx/gpu_dst.h"
 
 void *gpu_dst_alloc(size_t n)
 {

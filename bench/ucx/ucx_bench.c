@@ -25,11 +25,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "bench/ucx/gpu_dst.h"
+#include "common/clock.h"
 #include "ecc_host.h"
-#include "gpu_dst.h"
-#include "net.h"
-#include "wire.h"
+#include "plugins/ucx/net.h"
+#include "plugins/ucx/wire.h"
 
 #define ROWS_PER_IMAGE 880u
 #define MAX_SIZES 8

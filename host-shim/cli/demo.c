@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "demo.h"
+#include "host-shim/cli/cli.h"
+#include "host-shim/cli/demo.h"
 
 #define DEFAULT_ENTRIES 256
 #define DEFAULT_ROWS 880

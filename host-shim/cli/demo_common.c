@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "demo.h"
+#include "host-shim/cli/demo.h"
 
 static uint64_t mix64(uint64_t x)
 {

@@ -15,8 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "demo.h"
-#include "devmem.h"
+#include "host-shim/cli/demo.h"
+#include "host-shim/cli/devmem.h"
 
 #define POLL_CAP 64
 #define STEP_MAX 64

@@ -15,8 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "demo.h"
-#include "devmem.h"
+#include "host-shim/cli/demo.h"
+#include "host-shim/cli/devmem.h"
 
 /* Steps whose sources may be in flight at once (each has its own buffer). */
 #define SRC_SLOTS 3

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "demo.h"
+#include "host-shim/cli/demo.h"
 
 static volatile sig_atomic_t stop_asked;
 

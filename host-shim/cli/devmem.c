@@ -4,7 +4,7 @@
  * found with dlopen so that eccctl needs neither CUDA headers to build nor a
  * GPU to run; only the few entry points the demo uses are declared here.
  */
-#include "devmem.h"
+#include "host-shim/cli/devmem.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
 #include "ecc_host.h"
+#include "host-shim/cli/cli.h"
 
 #define MSG_CAP 1024
 #define PAGE 64

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
 #include "ecc_host.h"
+#include "host-shim/cli/cli.h"
 
 #define MSG_CAP 1024
 /* Bound of --timeout-ms: the shim's own. */

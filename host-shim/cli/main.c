@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
 #include "ecc_build_info.h"
 #include "ecc_host.h"
+#include "host-shim/cli/cli.h"
 
 struct command {
   const char *name;

@@ -2,7 +2,7 @@
 /*
  * gpu_kernels.cu - the test kernels declared in gpu_kernels.h.
  */
-#include "gpu_kernels.h"
+#include "tests/gpu/gpu_kernels.h"
 
 static __device__ uint64_t global_ns(void)
 {

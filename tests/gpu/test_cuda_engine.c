@@ -17,9 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpu_kernels.h"
-#include "helpers.h"
-#include "region.h"
+#include "core/region/region.h"
+#include "tests/gpu/gpu_kernels.h"
+#include "tests/helpers.h"
 
 #define POISON 0x5A
 #define OLD 0xEE

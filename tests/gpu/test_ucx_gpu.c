@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "ecc_host.h"
-#include "gpu_kernels.h"
-#include "helpers.h"
+#include "tests/gpu/gpu_kernels.h"
+#include "tests/helpers.h"
 
 #define BS (64u << 10)
 #define SEED 41u

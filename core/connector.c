@@ -1,0 +1,260 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * connector.c - a connector's life: its region and engine opened at create
+ * (the host engine where CUDA is not usable and not required), its stats
+ * and description read, everything waited for and freed at destroy. The
+ * step logic is in submit.c and poll.c, the transfers in transfer.c.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/errtext.h"
+#include "core/internal.h"
+
+static int open_engine(struct conn *c)
+{
+  const struct plugin_config *cfg = &c->cfg;
+  if (cfg->engine == ENGINE_HOST)
+    return engine_host_create(cfg, &c->region, &c->log, &c->engine);
+  int rc = engine_cuda_create(cfg, &c->region, &c->log, &c->engine);
+  if (rc == ECC_OK) {
+    log_msg(&c->log, ECC_LOG_INFO, "engine: cuda (%s)", c->engine.detail);
+    return ECC_OK;
+  }
+  if (rc != ECC_ERR_UNSUPPORTED || cfg->engine == ENGINE_CUDA) {
+    if (rc == ECC_ERR_UNSUPPORTED)
+      return log_fail(&c->log, rc, "engine.type = cuda: %s", c->engine.detail);
+    return rc;
+  }
+  char why[sizeof(c->engine.detail)];
+  snprintf(why, sizeof(why), "%s", c->engine.detail);
+  rc = engine_host_create(cfg, &c->region, &c->log, &c->engine);
+  if (rc == ECC_OK)
+    log_msg(&c->log, ECC_LOG_INFO, "engine: host, since cuda is not usable (%s)", why);
+  return rc;
+}
+
+/* The directory's sizes, the same in every process of the region. */
+static struct dir_params directory_params(const struct plugin_config *cfg)
+{
+  struct dir_params p = {
+      .num_blocks = (uint32_t)cfg->num_blocks,
+      .block_size = cfg->block_size,
+      .max_entries = cfg->dir_max_entries,
+      .max_pins = cfg->dir_max_pins,
+      .reserve_timeout_ns = (uint64_t)cfg->dir_reserve_timeout_ms * 1000000u,
+      .pin_timeout_ns = (uint64_t)cfg->dir_pin_timeout_ms * 1000000u,
+      .lock_timeout_ns = (uint64_t)cfg->dir_lock_timeout_ms * 1000000u,
+  };
+  return p;
+}
+
+/* region_open's formatter: the builder lays the directory out before any
+ * other process can see the file. */
+static int format_directory(void *arg, uint8_t *mem, uint64_t bytes, struct ecc_log *log)
+{
+  const struct plugin_config *cfg = arg;
+  struct dir_params p = directory_params(cfg);
+  char why[256] = "";
+  int rc = dir_format(mem, (size_t)bytes, &p, why, sizeof(why));
+  if (rc != ECC_OK)
+    return log_fail(log, rc, "directory: %s", why);
+  return ECC_OK;
+}
+
+static int attach_directory(struct conn *c)
+{
+  struct dir_params p = directory_params(&c->cfg);
+  char why[256] = "";
+  int rc = dir_attach(&c->dir, c->region.dir, (size_t)c->region.dir_bytes, &p, why, sizeof(why));
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "region %s: directory: %s", c->region.path, why);
+  c->has_dir = true;
+  return ECC_OK;
+}
+
+static int open_region(struct conn *c)
+{
+  uint64_t area = 0;
+  if (c->cfg.directory) {
+    struct dir_params dp = directory_params(&c->cfg);
+    area = dir_bytes(&dp);
+    if (area == 0)
+      return log_fail(&c->log, ECC_ERR_CONFIG,
+                      "directory: %" PRIu64 " blocks with %u entry and %u pin slots cannot be "
+                      "laid out (directory.max_entries, directory.max_pins)",
+                      c->cfg.num_blocks, c->cfg.dir_max_entries, c->cfg.dir_max_pins);
+  }
+  struct region_params p = {
+      .dir = c->cfg.region_dir,
+      .name = c->cfg.region_name,
+      .block_size = c->cfg.block_size,
+      .num_blocks = c->cfg.num_blocks,
+      .mode = c->cfg.region_mode,
+      .join_timeout_ms = c->cfg.join_timeout_ms,
+      .reap_orphans = c->cfg.reap_orphans,
+      .any_filesystem = !c->cfg.require_tmpfs,
+      .dir_bytes = area,
+      .dir_format = format_directory,
+      .dir_arg = &c->cfg,
+  };
+  int rc = region_open(&p, &c->region, &c->log);
+  if (rc == ECC_OK && c->cfg.directory && (rc = attach_directory(c)) != ECC_OK)
+    region_close(&c->region, &c->log);
+  return rc;
+}
+
+/* What create set up before the region and the engine. */
+static void free_conn(struct conn *c)
+{
+  pthread_mutex_destroy(&c->step_lock);
+  pthread_mutex_destroy(&c->done_lock);
+  log_destroy(&c->log);
+  free(c);
+}
+
+int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1_t *host, char *err,
+                size_t err_cap, struct conn **out)
+{
+  struct conn *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return errtext_fail(err, err_cap, ECC_ERR_NOMEM, "create: out of memory");
+  c->cfg = *cfg;
+  log_init(&c->log, host);
+  c->log.err = err;
+  c->log.err_cap = err_cap;
+  c->region.fd = -1;
+  c->save_rank = cfg->tp_rank == 0 && cfg->pcp_rank == 0;
+  pthread_mutex_init(&c->step_lock, NULL);
+  pthread_mutex_init(&c->done_lock, NULL);
+  c->stats.struct_size = sizeof(c->stats);
+
+  int rc = open_region(c);
+  if (rc == ECC_OK) {
+    rc = open_engine(c);
+    if (rc != ECC_OK)
+      region_close(&c->region, &c->log);
+  }
+  c->log.err = NULL;
+  if (rc != ECC_OK) {
+    free_conn(c);
+    return rc;
+  }
+  c->stats.pin_ns = c->engine.pin_ns;
+  log_msg(&c->log, ECC_LOG_INFO,
+          "connector: %s, region %s (%" PRIu64 " blocks of %" PRIu64 " B, %s), engine %s: %s",
+          config_role_name(cfg->role), c->region.path, c->region.num_blocks, c->region.block_size,
+          c->region.creator ? "created" : "joined", c->engine.ops->name, c->engine.detail);
+  *out = c;
+  return ECC_OK;
+}
+
+/* Copy `full` into the caller's struct, which may be an older, shorter
+ * version: as many bytes as its struct_size says, which stays as it was. */
+static void copy_versioned(void *out, uint32_t *struct_size, const void *full, size_t full_size)
+{
+  uint32_t size = *struct_size;
+  memcpy(out, full, size < full_size ? size : full_size);
+  *struct_size = size;
+}
+
+/* `struct_size` is the caller's out->struct_size, NULL when out is NULL. A
+ * struct too short to hold its own struct_size cannot say what it is. */
+static int check_versioned(struct conn *c, const char *what, const uint32_t *struct_size)
+{
+  if (struct_size == NULL)
+    return log_fail(&c->log, ECC_ERR_INVALID, "%s: out is NULL", what);
+  if (*struct_size < sizeof(*struct_size))
+    return log_fail(&c->log, ECC_ERR_INVALID, "%s: out->struct_size %u is too small to hold itself",
+                    what, *struct_size);
+  return ECC_OK;
+}
+
+int conn_stats(struct conn *c, ecc_stats_v1_t *out)
+{
+  int rc = check_versioned(c, "stats", out != NULL ? &out->struct_size : NULL);
+  if (rc != ECC_OK)
+    return rc;
+  ecc_stats_v1_t copy;
+  conn_lock(c, &c->done_lock);
+  copy = c->stats;
+  conn_unlock(c, &c->done_lock);
+  rc = conn_dir_stats(c, &copy.directory);
+  if (rc != ECC_OK)
+    return rc;
+  copy_versioned(out, &out->struct_size, &copy, sizeof(copy));
+  return ECC_OK;
+}
+
+int conn_describe(struct conn *c, ecc_info_v1_t *out)
+{
+  int rc = check_versioned(c, "describe", out != NULL ? &out->struct_size : NULL);
+  if (rc != ECC_OK)
+    return rc;
+  ecc_info_v1_t info;
+  memset(&info, 0, sizeof(info));
+  info.creator = (uint32_t)c->region.creator;
+  snprintf(info.region_path, sizeof(info.region_path), "%s", c->region.path);
+  info.block_size = c->region.block_size;
+  info.num_blocks = c->region.num_blocks;
+  info.region_bytes = c->region.map_bytes;
+  snprintf(info.engine, sizeof(info.engine), "%s", c->engine.ops->name);
+  snprintf(info.engine_detail, sizeof(info.engine_detail), "%s", c->engine.detail);
+  snprintf(info.role, sizeof(info.role), "%s", config_role_name(c->cfg.role));
+  info.save_rank = (uint32_t)c->save_rank;
+  info.pinned = (uint32_t)c->engine.pinned;
+  info.max_inflight = c->cfg.max_inflight;
+  copy_versioned(out, &out->struct_size, &info, sizeof(info));
+  return ECC_OK;
+}
+
+/* A refusal here is not recorded: it would replace the text asked for. */
+int conn_last_error(struct conn *c, char *buf, size_t cap)
+{
+  if (buf == NULL && cap > 0)
+    return ECC_ERR_INVALID;
+  log_last(&c->log, buf, cap);
+  return ECC_OK;
+}
+
+void conn_destroy(struct conn *c)
+{
+  conn_lock(c, &c->done_lock);
+  /* What is settled below touches the directory: not if its pages are gone. */
+  c->dir_gone = c->dir_gone || (c->has_dir && !conn_dir_reachable(c));
+  poll_drain_all(c, &c->saves);
+  poll_drain_all(c, &c->loads);
+  while (c->free_list != NULL) {
+    struct transfer *t = c->free_list;
+    c->free_list = t->next;
+    transfer_free(t);
+  }
+  conn_unlock(c, &c->done_lock);
+  if (c->pending != NULL) {
+    /* A batch gets its direction at flush; this one never got there. */
+    c->pending->view.direction = ECC_DIR_SAVE;
+    poll_settle_unreported(c, c->pending, ECC_ERR_CLOSED); /* never submitted: freed */
+    if (!c->dir_gone)
+      conn_dir_unclaim(c, c->pending, 0);
+    transfer_free(c->pending);
+  }
+  c->engine.ops->destroy(&c->engine);
+  region_close(&c->region, &c->log);
+  free(c->order);
+  free(c->named);
+  free(c->named_res);
+  free_conn(c);
+}
+
+void conn_summary(const struct plugin_config *cfg, char *buf, size_t cap)
+{
+  char dir[sizeof(cfg->region_dir)];
+  snprintf(buf, cap,
+           "%s, region %s/ecc-%s.region: %" PRIu64 " blocks of %" PRIu64 " B (%" PRIu64
+           " B), engine %s, max_inflight %u",
+           config_role_name(cfg->role), config_region_dir(cfg, dir, sizeof(dir)), cfg->region_name,
+           cfg->num_blocks, cfg->block_size, cfg->num_blocks * cfg->block_size,
+           config_engine_name(cfg->engine), cfg->max_inflight);
+}

@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * plugin.c - the exported ABI table of the shared-memory connector, and the
+ * thin entry points that check the handle and forward to the connector.
+ * This is the only file whose symbol leaves the .so.
+ */
+#include <stdbool.h>
+
+#include "common/create_args.h"
+#include "common/errtext.h"
+#include "common/handles.h"
+#include "core/config.h"
+#include "core/conn.h"
+#include "core/engine/engine.h"
+#include "ecc_build_info.h"
+#include "ecc_plugin_v1.h"
+
+#define ECC_SHM_VERSION ECC_PROJECT_VERSION
+
+static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
+{
+  int rc = create_args_check(args, out);
+  if (rc != ECC_OK)
+    return rc;
+  struct plugin_config cfg;
+  rc = config_parse(args->config, args->n_config, &cfg, args->err, args->err_cap);
+  if (rc != ECC_OK) {
+    if (args->host != NULL && args->host->log != NULL && args->err != NULL)
+      args->host->log(args->host->user, ECC_LOG_ERROR, args->err);
+    return rc;
+  }
+  struct conn *c;
+  rc = conn_create(&cfg, args->host, args->err, args->err_cap, &c);
+  if (rc != ECC_OK)
+    return rc;
+  rc = handles_add_reporting(c, out, args->err, args->err_cap);
+  if (rc != ECC_OK)
+    conn_destroy(c);
+  return rc;
+}
+
+/* The calls made on an open handle, each forwarded to conn_<name> between
+ * handles_enter and handles_leave: X(name, parameters, arguments of
+ * conn_<name>, a condition refused with ECC_ERR_INVALID before the handle
+ * is looked at). */
+#define SHM_HANDLE_CALLS(X)                                                                       \
+  X(save, (ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n), (c, entries, n))        \
+  X(flush, (ecc_handle_t h, void *compute_stream), (c, compute_stream))                           \
+  X(load, (ecc_handle_t h, const ecc_load_entry_v1_t *entries, size_t n, void *compute_stream),   \
+    (c, entries, n, compute_stream))                                                              \
+  X(poll, (ecc_handle_t h, ecc_completion_v1_t * out, size_t cap, size_t * n_out),                \
+    (c, out, cap, n_out))                                                                         \
+  X(stats, (ecc_handle_t h, ecc_stats_v1_t * out), (c, out))                                      \
+  X(last_error, (ecc_handle_t h, char *buf, size_t cap), (c, buf, cap))                           \
+  X(describe, (ecc_handle_t h, ecc_info_v1_t * out), (c, out))                                    \
+  X(reserve, (ecc_handle_t h, const char *key, uint64_t nbytes, ecc_entry_v1_t *out),             \
+    (c, key, nbytes, out))                                                                        \
+  X(save_reserved, (ecc_handle_t h, const ecc_save_reserved_v1_t *entries, size_t n),             \
+    (c, entries, n))                                                                              \
+  X(abort_reserved, (ecc_handle_t h, uint64_t token), (c, token))                                 \
+  X(lookup,                                                                                       \
+    (ecc_handle_t h, const char *const *keys, size_t n, uint32_t ranks, ecc_entry_v1_t *out),     \
+    (c, keys, n, ranks, out))                                                                     \
+  X(load_pinned,                                                                                  \
+    (ecc_handle_t h, const ecc_load_pinned_v1_t *entries, size_t n, void *compute_stream),        \
+    (c, entries, n, compute_stream))                                                              \
+  X(unpin, (ecc_handle_t h, uint64_t token), (c, token))                                          \
+  X(remove, (ecc_handle_t h, const char *key), (c, key))                                          \
+  X(list, (ecc_handle_t h, uint64_t * cursor, ecc_listed_v1_t * out, size_t cap, size_t * n_out), \
+    (c, cursor, out, cap, n_out))
+
+#define SHM_HANDLE_CALL(name, params, args) HANDLES_FORWARD(shm_##name, conn_##name, params, args)
+SHM_HANDLE_CALLS(SHM_HANDLE_CALL)
+#undef SHM_HANDLE_CALL
+
+static int shm_shutdown(ecc_handle_t h)
+{
+  struct conn *c;
+  int rc = handles_remove(h, &c);
+  if (rc != ECC_OK)
+    return rc;
+  conn_destroy(c);
+  return ECC_OK;
+}
+
+static int shm_validate(const ecc_kv_v1_t *config, size_t n_config, char *err, size_t err_cap)
+{
+  struct plugin_config cfg;
+  int rc = config_parse(config, n_config, &cfg, err, err_cap);
+  if (rc != ECC_OK)
+    return rc;
+  if (cfg.engine == ENGINE_CUDA && !engine_cuda_built())
+    return errtext_fail(err, err_cap, ECC_ERR_CONFIG,
+                        "config: engine.type = cuda but this plugin was built without CUDA");
+  if (err != NULL && err_cap > 0)
+    conn_summary(&cfg, err, err_cap);
+  return ECC_OK;
+}
+
+#ifdef ECC_HAVE_CUDA
+#define SHM_CAPS                                                                           \
+  (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS | ECC_CAP_DIRECTORY | \
+   ECC_CAP_CUDA_ENGINE)
+#else
+#define SHM_CAPS \
+  (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS | ECC_CAP_DIRECTORY)
+#endif
+
+ECC_PLUGIN_EXPORT const ecc_plugin_v1_t ecc_plugin_v1 = {
+    .abi_major = ECC_ABI_V1_MAJOR,
+    .abi_minor = ECC_ABI_V1_MINOR,
+    .struct_size = sizeof(ecc_plugin_v1_t),
+    .caps = SHM_CAPS,
+    .name = "shm",
+    .version = ECC_SHM_VERSION,
+    .params = config_params,
+    .n_params = CONFIG_N_PARAMS,
+    .create = shm_create,
+    .save = shm_save,
+    .flush = shm_flush,
+    .load = shm_load,
+    .poll = shm_poll,
+    .shutdown = shm_shutdown,
+    .validate = shm_validate,
+    .stats = shm_stats,
+    .last_error = shm_last_error,
+    .describe = shm_describe,
+    .reserve = shm_reserve,
+    .save_reserved = shm_save_reserved,
+    .abort_reserved = shm_abort_reserved,
+    .lookup = shm_lookup,
+    .load_pinned = shm_load_pinned,
+    .unpin = shm_unpin,
+    .remove = shm_remove,
+    .list = shm_list,
+};
