@@ -25,7 +25,7 @@ struct slot {
   unsigned owner_gen;   /* process_gen of the process that created it */
   _Atomic uint64_t seq; /* sequence of the handle it holds now */
   atomic_int users;     /* calls currently inside this slot's connector */
-  struct conn *conn;
+  void *conn;
 };
 
 static struct slot slots[HANDLE_SLOTS];
@@ -84,7 +84,7 @@ static int decode(ecc_handle_t h, unsigned *idx, uint64_t *seq)
   return *idx < HANDLE_SLOTS && *seq != 0 ? 0 : -1;
 }
 
-int handles_add(struct conn *c, ecc_handle_t *out)
+int handles_add(void *c, ecc_handle_t *out)
 {
   pthread_once(&atfork_once, register_atfork);
   if (!atfork_ok)
@@ -107,7 +107,7 @@ int handles_add(struct conn *c, ecc_handle_t *out)
   return ECC_ERR_NOMEM;
 }
 
-struct conn *handles_enter(ecc_handle_t h, unsigned *slot)
+void *handles_enter(ecc_handle_t h, unsigned *slot)
 {
   unsigned idx;
   uint64_t seq;
@@ -134,7 +134,7 @@ void handles_leave(unsigned slot)
   atomic_fetch_sub(&slots[slot].users, 1);
 }
 
-int handles_remove(ecc_handle_t h, struct conn **out)
+int handles_remove(ecc_handle_t h, void **out)
 {
   unsigned idx;
   uint64_t seq;
@@ -161,7 +161,7 @@ int handles_remove(ecc_handle_t h, struct conn **out)
   return ECC_OK;
 }
 
-int handles_add_reporting(struct conn *c, ecc_handle_t *out, char *err, size_t err_cap)
+int handles_add_reporting(void *c, ecc_handle_t *out, char *err, size_t err_cap)
 {
   int rc = handles_add(c, out);
   if (rc == ECC_OK)

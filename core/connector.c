@@ -258,3 +258,53 @@ void conn_summary(const struct plugin_config *cfg, char *buf, size_t cap)
            cfg->num_blocks, cfg->block_size, cfg->num_blocks * cfg->block_size,
            config_engine_name(cfg->engine), cfg->max_inflight);
 }
+
+int conn_validate(const struct plugin_config *cfg, char *err, size_t err_cap)
+{
+  if (cfg->engine == ENGINE_CUDA && !engine_cuda_built())
+    return errtext_fail(err, err_cap, ECC_ERR_CONFIG,
+                        "config: engine.type = cuda but this plugin was built without CUDA");
+  if (err != NULL && err_cap > 0)
+    conn_summary(cfg, err, err_cap);
+  return ECC_OK;
+}
+
+/* ---- read-only views (conn.h) ---- */
+
+void conn_region(const struct conn *c, struct conn_region_view *out)
+{
+  out->blocks = c->region.blocks;
+  out->block_size = c->region.block_size;
+  out->num_blocks = c->region.num_blocks;
+  out->identity = region_identity(&c->region);
+}
+
+bool conn_engine_is_cuda(const struct conn *c)
+{
+  return engine_is_cuda(&c->engine);
+}
+
+const char *conn_engine_name(const struct conn *c)
+{
+  return c->engine.ops->name;
+}
+
+uint32_t conn_pin_slots(const struct conn *c)
+{
+  return c->has_dir ? c->dir.shape.max_pins : 0;
+}
+
+const struct plugin_config *conn_config(const struct conn *c)
+{
+  return &c->cfg;
+}
+
+struct ecc_log *conn_log(struct conn *c)
+{
+  return &c->log;
+}
+
+void conn_hold_release(uint32_t *hold, bool bytes_ok)
+{
+  engine_hold_release(hold, bytes_ok);
+}

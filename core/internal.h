@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * connector_private.h - struct conn and what the connector's own files
- * (connector.c, transfer.c, submit.c, poll.c) share; nothing else includes
- * it: plugin.c and the engines know a connector only by connector.h.
+ * internal.h - struct conn and what core/'s own files (connector.c,
+ * transfer.c, submit.c, poll.c, directory_calls.c) share. Nothing outside
+ * core/ includes it: plugins know a connector only by core/conn.h.
  */
-#ifndef ECC_CONNECTOR_PRIVATE_H
-#define ECC_CONNECTOR_PRIVATE_H
+#ifndef ECC_CORE_INTERNAL_H
+#define ECC_CORE_INTERNAL_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -60,8 +60,6 @@ struct conn {
   ecc_stats_v1_t stats;
   bool region_dead; /* a poll found the region removed, replaced or truncated */
   bool dir_gone;    /* ... and its directory's pages cut off: nothing is settled there */
-
-  void *ext; /* a plugin built on this connector (ucx/) keeps its own state here */
 };
 
 /* Every connector lock is taken through these, so that nothing is logged to
@@ -112,33 +110,6 @@ int conn_queue_load(struct conn *c, struct transfer *t, void *stream);
 
 /* ---- dir_calls.c ---- */
 
-/* Publishes a reservation whose blocks were written outside save_reserved
- * (the ucx plugin's gets land in them): as the completion of a save would.
- * ECC_ERR_CLOSED for a token that names no live reservation, ECC_ERR_BUSY
- * for one being saved. */
-int conn_publish_written(struct conn *c, uint64_t token);
-
-/* A held load (the ucx plugin's pulls with a CUDA engine): e->token names a
- * reservation whose blocks are still being written by the caller; the copy
- * of them to e->dst is queued now, ordered on `stream` as load_pinned's,
- * and waits on the device until the caller stores into *hold (see
- * engine_hold_release). Its polled record publishes the reservation on
- * success, frees it otherwise. On error nothing is queued or claimed. */
-int conn_load_held(struct conn *c, const ecc_load_pinned_v1_t *e, void *stream, uint32_t **hold);
-
-/* Counts in the load statistics one entry a plugin built on the connector
- * delivered by other means than its engine (the ucx plugin's pulls). */
-void conn_count_load(struct conn *c, uint64_t bytes, uint64_t elapsed_ns, int status);
-
-/* `ranks` releases of one pin in one directory call (a peer's session that
- * ends gives back every rank it still held). */
-int conn_unpin_ranks(struct conn *c, uint64_t token, uint32_t ranks);
-
-/* conn_lookup for another host's client (the ucx plugin's server): pins for
- * a peer whatever this process's own role, which names its local calls. */
-int conn_lookup_for_peer(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
-                         ecc_entry_v1_t *out);
-
 /* A polled record's directory work: a saved reservation published (or
  * freed when its copy failed), a pinned load's rank released. Returns the
  * status to report: ECC_ERR_CLOSED instead of ECC_OK when the reservation
@@ -171,4 +142,4 @@ void poll_settle_unreported(struct conn *c, struct transfer *t, int status);
 /* Wait for every transfer in `f` and free it (shutdown; done_lock held). */
 void poll_drain_all(struct conn *c, struct fifo *f);
 
-#endif /* ECC_CONNECTOR_PRIVATE_H */
+#endif /* ECC_CORE_INTERNAL_H */

@@ -168,6 +168,20 @@ static int map_file(int fd, uint64_t bytes, uint8_t **map, const char *path, str
   return ECC_OK;
 }
 
+/* FNV-1a over the fields that tell one built file from any other: the
+ * inode (dev, ino) and the builder's moment and pid from the header, which
+ * a file rebuilt under the same inode changes. */
+static uint64_t identity_of(const struct stat *st, const struct region_header *h)
+{
+  const uint64_t parts[4] = {(uint64_t)st->st_dev, (uint64_t)st->st_ino,
+                             (uint64_t)h->created_unix_ns, (uint64_t)h->creator_pid};
+  const uint8_t *b = (const uint8_t *)parts;
+  uint64_t x = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < sizeof(parts); i++)
+    x = (x ^ b[i]) * 0x100000001b3ull;
+  return x != 0 ? x : 1;
+}
+
 static void fill_out(struct region *out, int fd, const struct stat *st, uint8_t *map,
                      uint64_t total, const struct region_params *p, bool creator)
 {
@@ -183,6 +197,7 @@ static void fill_out(struct region *out, int fd, const struct stat *st, uint8_t 
   out->block_size = p->block_size;
   out->num_blocks = p->num_blocks;
   out->creator = creator;
+  out->identity = identity_of(st, (const struct region_header *)map);
 }
 
 /* ---- the memory cgroup --------------------------------------------------- */

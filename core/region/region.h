@@ -87,7 +87,8 @@ struct region {
   uint8_t *blocks;    /* map + header_bytes */
   uint64_t block_size;
   uint64_t num_blocks;
-  bool creator; /* this process built the file */
+  bool creator;      /* this process built the file */
+  uint64_t identity; /* region_identity */
 };
 
 /* What this process's memory cgroup still allows, for the builder: its
@@ -117,6 +118,14 @@ int region_open(const struct region_params *p, struct region *out, struct ecc_lo
  * naming the file, once it was unlinked or replaced (no name left) or
  * truncated below the mapping; ECC_OK otherwise. One fstat. */
 int region_check(const struct region *r, struct ecc_log *log);
+
+/* A nonzero number the same in every process that maps this file as it
+ * was built, and different for another file or one rebuilt under the same
+ * name or inode: taken at open, never read from the mapping again. */
+static inline uint64_t region_identity(const struct region *r)
+{
+  return r->identity;
+}
 
 /* Unmap, unlock, close. The last holder in any process (the one that then
  * gets the exclusive lock) also unlinks the file, if the name still names

@@ -1,17 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * plugin.c - the exported ABI table of the shared-memory connector, and the
- * thin entry points that check the handle and forward to the connector.
- * This is the only file whose symbol leaves the .so.
+ * plugin.c - the exported ABI table of the shared-memory connector: thin
+ * entry points that judge the handle and forward to the local cache
+ * (core/conn.h). This is the only file whose symbol leaves the .so.
  */
 #include <stdbool.h>
 
 #include "common/create_args.h"
-#include "common/errtext.h"
 #include "common/handles.h"
-#include "core/config.h"
 #include "core/conn.h"
-#include "core/engine/engine.h"
 #include "ecc_build_info.h"
 #include "ecc_plugin_v1.h"
 
@@ -39,43 +36,44 @@ static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
   return rc;
 }
 
-/* The calls made on an open handle, each forwarded to conn_<name> between
- * handles_enter and handles_leave: X(name, parameters, arguments of
- * conn_<name>, a condition refused with ECC_ERR_INVALID before the handle
- * is looked at). */
+/* The calls made on an open handle, each forwarded to the connector
+ * between handles_enter and handles_leave:
+ * X(entry point, connector call, parameters, arguments of the call). */
 #define SHM_HANDLE_CALLS(X)                                                                       \
-  X(save, (ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n), (c, entries, n))        \
-  X(flush, (ecc_handle_t h, void *compute_stream), (c, compute_stream))                           \
-  X(load, (ecc_handle_t h, const ecc_load_entry_v1_t *entries, size_t n, void *compute_stream),   \
-    (c, entries, n, compute_stream))                                                              \
-  X(poll, (ecc_handle_t h, ecc_completion_v1_t * out, size_t cap, size_t * n_out),                \
-    (c, out, cap, n_out))                                                                         \
-  X(stats, (ecc_handle_t h, ecc_stats_v1_t * out), (c, out))                                      \
-  X(last_error, (ecc_handle_t h, char *buf, size_t cap), (c, buf, cap))                           \
-  X(describe, (ecc_handle_t h, ecc_info_v1_t * out), (c, out))                                    \
-  X(reserve, (ecc_handle_t h, const char *key, uint64_t nbytes, ecc_entry_v1_t *out),             \
-    (c, key, nbytes, out))                                                                        \
-  X(save_reserved, (ecc_handle_t h, const ecc_save_reserved_v1_t *entries, size_t n),             \
+  X(shm_save, conn_save, (ecc_handle_t h, const ecc_save_entry_v1_t *entries, size_t n),          \
     (c, entries, n))                                                                              \
-  X(abort_reserved, (ecc_handle_t h, uint64_t token), (c, token))                                 \
-  X(lookup,                                                                                       \
+  X(shm_flush, conn_flush, (ecc_handle_t h, void *compute_stream), (c, compute_stream))           \
+  X(shm_load, conn_load,                                                                          \
+    (ecc_handle_t h, const ecc_load_entry_v1_t *entries, size_t n, void *compute_stream),         \
+    (c, entries, n, compute_stream))                                                              \
+  X(shm_poll, conn_poll, (ecc_handle_t h, ecc_completion_v1_t * out, size_t cap, size_t * n_out), \
+    (c, out, cap, n_out))                                                                         \
+  X(shm_stats, conn_stats, (ecc_handle_t h, ecc_stats_v1_t * out), (c, out))                      \
+  X(shm_last_error, conn_last_error, (ecc_handle_t h, char *buf, size_t cap), (c, buf, cap))      \
+  X(shm_describe, conn_describe, (ecc_handle_t h, ecc_info_v1_t * out), (c, out))                 \
+  X(shm_reserve, conn_reserve,                                                                    \
+    (ecc_handle_t h, const char *key, uint64_t nbytes, ecc_entry_v1_t *out),                      \
+    (c, key, nbytes, out))                                                                        \
+  X(shm_save_reserved, conn_save_reserved,                                                        \
+    (ecc_handle_t h, const ecc_save_reserved_v1_t *entries, size_t n), (c, entries, n))           \
+  X(shm_abort_reserved, conn_abort_reserved, (ecc_handle_t h, uint64_t token), (c, token))        \
+  X(shm_lookup, conn_lookup,                                                                      \
     (ecc_handle_t h, const char *const *keys, size_t n, uint32_t ranks, ecc_entry_v1_t *out),     \
     (c, keys, n, ranks, out))                                                                     \
-  X(load_pinned,                                                                                  \
+  X(shm_load_pinned, conn_load_pinned,                                                            \
     (ecc_handle_t h, const ecc_load_pinned_v1_t *entries, size_t n, void *compute_stream),        \
     (c, entries, n, compute_stream))                                                              \
-  X(unpin, (ecc_handle_t h, uint64_t token), (c, token))                                          \
-  X(remove, (ecc_handle_t h, const char *key), (c, key))                                          \
-  X(list, (ecc_handle_t h, uint64_t * cursor, ecc_listed_v1_t * out, size_t cap, size_t * n_out), \
+  X(shm_unpin, conn_unpin, (ecc_handle_t h, uint64_t token), (c, token))                          \
+  X(shm_remove, conn_remove, (ecc_handle_t h, const char *key), (c, key))                         \
+  X(shm_list, conn_list,                                                                          \
+    (ecc_handle_t h, uint64_t * cursor, ecc_listed_v1_t * out, size_t cap, size_t * n_out),       \
     (c, cursor, out, cap, n_out))
 
-#define SHM_HANDLE_CALL(name, params, args) HANDLES_FORWARD(shm_##name, conn_##name, params, args)
-SHM_HANDLE_CALLS(SHM_HANDLE_CALL)
-#undef SHM_HANDLE_CALL
+SHM_HANDLE_CALLS(HANDLES_FORWARD)
 
 static int shm_shutdown(ecc_handle_t h)
 {
-  struct conn *c;
+  void *c;
   int rc = handles_remove(h, &c);
   if (rc != ECC_OK)
     return rc;
@@ -87,14 +85,7 @@ static int shm_validate(const ecc_kv_v1_t *config, size_t n_config, char *err, s
 {
   struct plugin_config cfg;
   int rc = config_parse(config, n_config, &cfg, err, err_cap);
-  if (rc != ECC_OK)
-    return rc;
-  if (cfg.engine == ENGINE_CUDA && !engine_cuda_built())
-    return errtext_fail(err, err_cap, ECC_ERR_CONFIG,
-                        "config: engine.type = cuda but this plugin was built without CUDA");
-  if (err != NULL && err_cap > 0)
-    conn_summary(&cfg, err, err_cap);
-  return ECC_OK;
+  return rc == ECC_OK ? conn_validate(&cfg, err, err_cap) : rc;
 }
 
 #ifdef ECC_HAVE_CUDA

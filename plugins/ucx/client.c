@@ -22,8 +22,7 @@
 
 #include "common/clock.h"
 #include "common/errtext.h"
-#include "core/internal.h"
-#include "core/region/region.h"
+#include "core/conn.h"
 #include "plugins/ucx/net.h"
 #include "plugins/ucx/wire.h"
 
@@ -79,6 +78,7 @@ enum { LINK_CONNECTING, LINK_UP, LINK_DOWN };
 
 struct ucx_client {
   struct conn *conn;
+  struct conn_region_view region; /* the local cache's, where pulls land */
   struct ecc_log *log;
   struct ucx_config cfg;
   /* Calls read net; a reconnect, which replaces it, writes. Callbacks of
@@ -133,7 +133,7 @@ static void on_tick(void *user);
 
 static void took_welcome(struct ucx_client *cl, const struct wire_welcome *w)
 {
-  int rc = w->block_size == cl->conn->region.block_size
+  int rc = w->block_size == cl->region.block_size
                ? net_peer_region(cl->net, cl->peer, w->rkey, w->rkey_len, w->region_base)
                : ECC_ERR_INCOMPATIBLE;
   pthread_mutex_lock(&cl->lock);
@@ -298,9 +298,9 @@ static int send_to_server(struct ucx_client *cl, const uint8_t *buf, size_t len)
 static int handshake(struct ucx_client *cl, uint32_t wait_ms, uint32_t shown_ms, char *err,
                      size_t err_cap)
 {
-  struct wire_hello h = {.layout_hash = wire_layout_hash(cl->conn->region.block_size),
+  struct wire_hello h = {.layout_hash = wire_layout_hash(cl->region.block_size),
                          .client_id = cl->client_id,
-                         .tp_rank = cl->conn->cfg.tp_rank,
+                         .tp_rank = conn_config(cl->conn)->tp_rank,
                          .group_id = cl->group_id};
   uint8_t buf[WIRE_HEADER_BYTES + 32];
   int rc = send_to_server(cl, buf, wire_encode_hello(buf, sizeof(buf), 0, &h));
@@ -341,26 +341,21 @@ static void fnv_mix(uint64_t *h, const void *p, size_t n)
 }
 
 /* The processes of this host that share the region make one group (the
- * server lets them use each other's pins): this host's name, the region
- * file's identity and the moment and process that created it. */
-static uint64_t group_of(const struct conn *c)
+ * server lets them use each other's pins): this host's name and the
+ * region's identity (the file, and the moment and process that built it). */
+static uint64_t group_of(const struct conn_region_view *region)
 {
-  const struct region_header *rh = (const struct region_header *)c->region.map;
   char host[256] = "";
   uint64_t h = 0xcbf29ce484222325ull;
   (void)gethostname(host, sizeof(host) - 1);
   fnv_mix(&h, host, strlen(host));
-  fnv_mix(&h, &c->region.dev, sizeof(c->region.dev));
-  fnv_mix(&h, &c->region.ino, sizeof(c->region.ino));
-  fnv_mix(&h, &rh->created_unix_ns, sizeof(rh->created_unix_ns));
-  fnv_mix(&h, &rh->creator_pid, sizeof(rh->creator_pid));
+  fnv_mix(&h, &region->identity, sizeof(region->identity));
   return h != 0 ? h : 1;
 }
 
 /* A new link; the handshake may take wait_ms. */
 static int connect_net(struct ucx_client *cl, uint32_t wait_ms, char *err, size_t err_cap)
 {
-  struct conn *conn = cl->conn;
   struct net_params np = {.server = 0,
                           .addr = cl->cfg.addr,
                           .port = cl->cfg.port,
@@ -368,8 +363,8 @@ static int connect_net(struct ucx_client *cl, uint32_t wait_ms, char *err, size_
                           .net_devices = cl->cfg.net_devices[0] ? cl->cfg.net_devices : NULL,
                           .preface_ms = wait_ms,
                           .secret = cl->cfg.has_secret ? cl->cfg.secret : NULL,
-                          .region = conn->region.blocks,
-                          .region_bytes = conn->region.block_size * conn->region.num_blocks,
+                          .region = cl->region.blocks,
+                          .region_bytes = cl->region.block_size * cl->region.num_blocks,
                           .log = cl->log,
                           .cb = {cl, NULL, on_message, on_peer_error, on_data, on_tick}};
   /* The preface and the handshake share the wait. */
@@ -440,7 +435,7 @@ int ucx_client_start(struct conn *conn, const struct ucx_config *cfg, char *err,
                      struct ucx_client **out)
 {
   *out = NULL;
-  if (engine_is_cuda(&conn->engine) && !cfg->cache)
+  if (conn_engine_is_cuda(conn) && !cfg->cache)
     return errtext_fail(err, err_cap, ECC_ERR_CONFIG,
                         "config: engine.type = cuda with ucx.cache = false: without the cache the "
                         "bytes are written where they land by the CPU, which cannot write GPU "
@@ -449,10 +444,11 @@ int ucx_client_start(struct conn *conn, const struct ucx_config *cfg, char *err,
   if (cl == NULL)
     return errtext_fail(err, err_cap, ECC_ERR_NOMEM, "ucx: out of memory");
   cl->conn = conn;
-  cl->log = &conn->log;
+  cl->log = conn_log(conn);
+  conn_region(conn, &cl->region);
   cl->cfg = *cfg;
   cl->client_id = random_id();
-  cl->group_id = group_of(conn);
+  cl->group_id = group_of(&cl->region);
   pthread_mutex_init(&cl->lock, NULL);
   pthread_cond_init(&cl->cond, NULL);
   pthread_rwlock_init(&cl->net_lock, NULL);
@@ -859,7 +855,7 @@ static struct pull *pull_of(struct ucx_client *cl, uint64_t req_id)
 static void pull_finish(struct ucx_client *cl, struct pull *p, const char *why)
 {
   if (p->hold != NULL) {
-    engine_hold_release(p->hold, why == NULL);
+    conn_hold_release(p->hold, why == NULL);
   } else {
     if (!p->direct && why == NULL && conn_publish_written(cl->conn, p->local_token) != ECC_OK)
       why = "the local copy could not be published";
@@ -892,12 +888,12 @@ static void store(const struct pull *p, uint8_t *local, uint64_t off, const uint
 static void place(struct ucx_client *cl, const struct pull *p, uint64_t off, const uint8_t *data,
                   uint64_t len)
 {
-  uint64_t bs = cl->conn->region.block_size, at = 0;
+  uint64_t bs = cl->region.block_size, at = 0;
   for (uint32_t r = 0; r < p->n_local && len > 0; r++) {
     uint64_t run = (uint64_t)p->local[r].n_blocks * bs;
     if (off < at + run) {
       uint64_t in = off - at, n = run - in < len ? run - in : len;
-      store(p, cl->conn->region.blocks + (uint64_t)p->local[r].first_block * bs + in, off, data, n);
+      store(p, cl->region.blocks + (uint64_t)p->local[r].first_block * bs + in, off, data, n);
       data += n;
       off += n;
       len -= n;
@@ -1050,7 +1046,7 @@ static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, cons
    * with an error (the stream not ordered after it), the pull goes on and
    * the error is returned, as load_pinned of the shm plugin does. */
   int held_rc = ECC_OK;
-  if (local.state == ECC_ENTRY_RESERVED && engine_is_cuda(&cl->conn->engine)) {
+  if (local.state == ECC_ENTRY_RESERVED && conn_engine_is_cuda(cl->conn)) {
     held_rc = hold_copy(cl, p, stream);
     if (p->hold == NULL) {
       free(p);
@@ -1097,10 +1093,10 @@ int ucx_client_load_pinned(struct ucx_client *cl, const ecc_load_pinned_v1_t *e,
 {
   if (n > 0 && e == NULL)
     return log_fail(cl->log, ECC_ERR_INVALID, "load_pinned: entries is NULL");
-  if (stream != NULL && !engine_is_cuda(&cl->conn->engine))
+  if (stream != NULL && !conn_engine_is_cuda(cl->conn))
     return log_fail(cl->log, ECC_ERR_INVALID,
                     "load_pinned: a stream was given, but the %s engine takes none; pass NULL",
-                    cl->conn->engine.ops->name);
+                    conn_engine_name(cl->conn));
   struct rpin *copy = n > 0 ? calloc(n, sizeof(*copy)) : NULL;
   uint64_t *tokens = n > 0 ? calloc(2 * n, sizeof(*tokens)) : NULL;
   if (n > 0 && (copy == NULL || tokens == NULL)) {

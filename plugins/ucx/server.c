@@ -18,8 +18,7 @@
 #include <unistd.h>
 
 #include "common/errtext.h"
-#include "core/config.h"
-#include "core/internal.h"
+#include "core/conn.h"
 #include "plugins/ucx/net.h"
 #include "plugins/ucx/wire.h"
 
@@ -46,6 +45,7 @@ struct session {
 
 struct ucx_server {
   struct conn *conn;
+  struct conn_region_view region; /* the local cache's, which pulls read */
   struct ecc_log *log;
   struct net *net;
   uint64_t id;
@@ -231,13 +231,13 @@ static void welcome(struct ucx_server *s, struct net_peer *p, const struct wire_
     snprintf(why, sizeof(why),
              "layout differs: this server's block_size is %" PRIu64 " with wire version %u "
              "(hash %016" PRIx64 "), the client's hash is %016" PRIx64,
-             s->conn->region.block_size, WIRE_VERSION, s->layout_hash, h->layout_hash);
+             s->region.block_size, WIRE_VERSION, s->layout_hash, h->layout_hash);
     refuse(s, p, ECC_ERR_INCOMPATIBLE, why);
     return;
   }
   struct wire_welcome w = {.server_id = s->id,
-                           .block_size = s->conn->region.block_size,
-                           .num_blocks = (uint32_t)s->conn->region.num_blocks};
+                           .block_size = s->region.block_size,
+                           .num_blocks = (uint32_t)s->region.num_blocks};
   const void *rkey;
   size_t rkey_len;
   if (net_region_key(s->net, &rkey, &rkey_len, &w.region_base) != ECC_OK ||
@@ -431,12 +431,12 @@ static void chunk_sent(void *arg, int status)
 static uint8_t *byte_at(struct ucx_server *s, const struct wire_found_entry *e, uint64_t off,
                         uint64_t *run_left)
 {
-  uint64_t bs = s->conn->region.block_size, at = 0;
+  uint64_t bs = s->region.block_size, at = 0;
   for (uint32_t r = 0; r < e->n_runs; r++) {
     uint64_t run = (uint64_t)e->runs[r].count * bs;
     if (off < at + run) {
       *run_left = at + run - off;
-      return s->conn->region.blocks + (uint64_t)e->runs[r].first * bs + (off - at);
+      return s->region.blocks + (uint64_t)e->runs[r].first * bs + (off - at);
     }
     at += run;
   }
@@ -624,15 +624,11 @@ static void on_peer_error(void *user, struct net_peer *p, int code, const char *
 }
 
 /* A quarter of the directory's pin slots, so that no one client can take
- * them all: the directory's own sizing (directory.max_pins, else
- * directory.max_entries, else a sixteenth of the blocks and at least 64). */
-static uint32_t default_max_pins(const struct plugin_config *c)
+ * them all. */
+static uint32_t default_max_pins(const struct conn *c)
 {
-  uint64_t entries = c->dir_max_entries != 0   ? c->dir_max_entries
-                     : c->num_blocks / 16 < 64 ? 64
-                                               : c->num_blocks / 16;
-  uint64_t pins = c->dir_max_pins != 0 ? c->dir_max_pins : entries;
-  return pins / 4 > 0 ? (uint32_t)(pins / 4) : 1;
+  uint32_t pins = conn_pin_slots(c);
+  return pins / 4 > 0 ? pins / 4 : 1;
 }
 
 int ucx_server_start(struct conn *conn, const struct ucx_config *cfg, char *err, size_t err_cap,
@@ -643,10 +639,11 @@ int ucx_server_start(struct conn *conn, const struct ucx_config *cfg, char *err,
   if (s == NULL)
     return errtext_fail(err, err_cap, ECC_ERR_NOMEM, "ucx: out of memory");
   s->conn = conn;
-  s->log = &conn->log;
+  s->log = conn_log(conn);
+  conn_region(conn, &s->region);
   s->id = random_id();
-  s->layout_hash = wire_layout_hash(conn->region.block_size);
-  s->max_pins = cfg->max_pins != 0 ? cfg->max_pins : default_max_pins(&conn->cfg);
+  s->layout_hash = wire_layout_hash(s->region.block_size);
+  s->max_pins = cfg->max_pins != 0 ? cfg->max_pins : default_max_pins(conn);
   s->max_pulls = cfg->max_pulls;
   pthread_mutex_init(&s->lock, NULL);
   struct net_params np = {.server = 1,
@@ -656,8 +653,8 @@ int ucx_server_start(struct conn *conn, const struct ucx_config *cfg, char *err,
                           .net_devices = cfg->net_devices[0] ? cfg->net_devices : NULL,
                           .preface_ms = cfg->connect_ms,
                           .secret = cfg->has_secret ? cfg->secret : NULL,
-                          .region = conn->region.blocks,
-                          .region_bytes = conn->region.block_size * conn->region.num_blocks,
+                          .region = s->region.blocks,
+                          .region_bytes = s->region.block_size * s->region.num_blocks,
                           .log = s->log,
                           .cb = {s, NULL, on_message, on_peer_error}};
   int rc = net_create(&np, &s->net, err, err_cap);

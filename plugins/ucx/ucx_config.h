@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/config.h"
+#include "core/conn.h"
 #include "ecc_plugin_v1.h"
 
 enum ucx_role { UCX_ROLE_SERVER = 1, UCX_ROLE_CLIENT };
