@@ -9,7 +9,7 @@
  * arguments, as the ABI's entry of the same name says), the extension
  * calls a plugin built on the cache needs (the ucx plugin), and read-only
  * views of what the connector holds. The configuration conn_create takes
- * is core/config.h's, part of this face.
+ * is core/config/config.h's, part of this face.
  */
 #ifndef ECC_CORE_CONN_H
 #define ECC_CORE_CONN_H
@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "common/log.h"
-#include "core/config.h"
+#include "core/config/config.h"
 #include "ecc_plugin_v1.h"
 
 struct conn;

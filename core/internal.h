@@ -11,7 +11,7 @@
 #include <stdbool.h>
 
 #include "common/log.h"
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/conn.h"
 #include "core/directory/directory.h"
 #include "core/engine/engine.h"

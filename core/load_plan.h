@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/descriptors.h"
+#include "core/engine/descriptors.h"
 #include "core/transfer.h"
 #include "ecc_plugin_v1.h"
 

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/region/region.h"
 
 #define MAX_TAIL 65536u

@@ -85,13 +85,13 @@ describe-region-bytes @@ core/*.c @@ info.region_bytes = c->region.map_bytes; @@
 describe-role @@ core/*.c @@ snprintf(info.role, sizeof(info.role), "%s", config_role_name(c->cfg.role)); @@ snprintf(info.role, sizeof(info.role), "%s", config_role_name(ROLE_BOTH));
 describe-path @@ core/*.c @@ snprintf(info.region_path, sizeof(info.region_path), "%s", c->region.path); @@ snprintf(info.region_path, sizeof(info.region_path), "%s", c->region.file);
 # Configuration: published defaults, closed sets, names.
-default-join-timeout @@ core/*.c @@ {"region.join_timeout_ms", "30000", @@ {"region.join_timeout_ms", "3000",
-default-host-threads @@ core/*.c @@ {"engine.host_threads", "0", @@ {"engine.host_threads", "1",
-default-max-inflight @@ core/*.c @@ {"connector.max_inflight", "64", @@ {"connector.max_inflight", "32",
-method-names @@ core/*.c @@ return choice_name(methods, N_OF(methods), method); @@ return choice_name(engines, N_OF(engines), method);
-engine-names @@ core/*.c @@ return choice_name(engines, N_OF(engines), engine); @@ return choice_name(methods, N_OF(methods), engine);
-dtype-bytes @@ core/*.c @@ c->block_size = (uint64_t)h * (uint64_t)per; @@ c->block_size = (uint64_t)h * 2;
-tmpfs-into-reap @@ core/*.c @@ N_OF(bools), &c->require_tmpfs, @@ N_OF(bools), &c->reap_orphans,
+default-join-timeout @@ core/config/config.c @@ {"region.join_timeout_ms", "30000", @@ {"region.join_timeout_ms", "3000",
+default-host-threads @@ core/config/config.c @@ {"engine.host_threads", "0", @@ {"engine.host_threads", "1",
+default-max-inflight @@ core/config/config.c @@ {"connector.max_inflight", "64", @@ {"connector.max_inflight", "32",
+method-names @@ core/config/config.c @@ return choice_name(methods, N_OF(methods), method); @@ return choice_name(engines, N_OF(engines), method);
+engine-names @@ core/config/config.c @@ return choice_name(engines, N_OF(engines), engine); @@ return choice_name(methods, N_OF(methods), engine);
+dtype-bytes @@ core/config/config.c @@ c->block_size = (uint64_t)h * (uint64_t)per; @@ c->block_size = (uint64_t)h * 2;
+tmpfs-into-reap @@ core/config/config.c @@ N_OF(bools), &c->require_tmpfs, @@ N_OF(bools), &c->reap_orphans,
 # The plugin's table.
 caps-without-stats @@ plugins/shm/plugin.c @@ ECC_CAP_STATS | ECC_CAP_DIRECTORY) @@ ECC_CAP_DIRECTORY)
 params-one-short @@ plugins/shm/plugin.c @@ .n_params = CONFIG_N_PARAMS, @@ .n_params = CONFIG_N_PARAMS - 1,

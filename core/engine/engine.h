@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/descriptors.h"
+#include "core/engine/descriptors.h"
 #include "ecc_plugin_v1.h"
 
 struct ecc_log;

@@ -23,7 +23,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/engine/engine.h"
 #include "core/region/region.h"
 

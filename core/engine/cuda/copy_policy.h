@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/config.h"
+#include "core/config/config.h"
 
 /*
  * method = auto, per batch, from the mean descriptor size, the count, and

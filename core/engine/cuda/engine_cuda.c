@@ -15,7 +15,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/engine/cuda/copy_policy.h"
 #include "core/engine/cuda/cuda_engine.h"
 #include "core/engine/cuda/pin_pool.h"

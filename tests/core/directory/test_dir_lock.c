@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/directory/directory.h"
 
 TestSuite(dir_lock, .timeout = 60);

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/region/region.h"
 #include "tests/core/unit_helpers.h"
 #include "tests/helpers.h"

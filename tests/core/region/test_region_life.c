@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/conn.h"
 #include "core/region/region.h"
 #include "tests/core/unit_helpers.h"

@@ -4,7 +4,7 @@
  * translation of the host's key/value pairs into a checked plugin_config.
  * Nothing here touches the system: validate() and create() share it.
  */
-#include "core/config.h"
+#include "core/config/config.h"
 
 #include <ctype.h>
 #include <errno.h>

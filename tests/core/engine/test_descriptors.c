@@ -6,7 +6,7 @@
 #include <criterion/criterion.h>
 #include <stdint.h>
 
-#include "core/descriptors.h"
+#include "core/engine/descriptors.h"
 
 #define BS 16u
 #define BASE 0x10000ull

@@ -4,7 +4,7 @@
  * into ascending runs, merges a run into the previous descriptor when both
  * sides continue it, and grows the three parallel arrays in one allocation.
  */
-#include "core/descriptors.h"
+#include "core/engine/descriptors.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/config.h"
+#include "core/config/config.h"
 #include "core/region/region.h"
 #include "tests/helpers.h"
 
