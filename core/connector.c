@@ -2,8 +2,9 @@
 /*
  * connector.c - a connector's life: its region and engine opened at create
  * (the host engine where CUDA is not usable and not required), its stats
- * and description read, everything waited for and freed at destroy. The
- * step logic is in submit.c and poll.c, the transfers in transfer.c.
+ * and description read, everything waited for and freed at destroy, and
+ * the read-only views of conn.h. The calls are in block_calls.c and
+ * directory_calls.c, the in-flight queue in inflight.c and poll.c.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 
 #include "common/errtext.h"
 #include "core/internal.h"
+#include "core/settle.h"
 
 static int open_engine(struct conn *c)
 {
@@ -110,7 +112,7 @@ static int open_region(struct conn *c)
 static void free_conn(struct conn *c)
 {
   pthread_mutex_destroy(&c->step_lock);
-  pthread_mutex_destroy(&c->done_lock);
+  inflight_destroy(&c->inflight);
   log_destroy(&c->log);
   free(c);
 }
@@ -128,8 +130,7 @@ int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1_t *h
   c->region.fd = -1;
   c->save_rank = cfg->tp_rank == 0 && cfg->pcp_rank == 0;
   pthread_mutex_init(&c->step_lock, NULL);
-  pthread_mutex_init(&c->done_lock, NULL);
-  c->stats.struct_size = sizeof(c->stats);
+  inflight_init(&c->inflight);
 
   int rc = open_region(c);
   if (rc == ECC_OK) {
@@ -142,7 +143,8 @@ int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1_t *h
     free_conn(c);
     return rc;
   }
-  c->stats.pin_ns = c->engine.pin_ns;
+  c->inflight.stats.pin_ns = c->engine.pin_ns;
+  transfer_pool_init(&c->pool, c->engine.ops->desc_alloc, c->engine.ops->desc_free, c->engine.impl);
   log_msg(&c->log, ECC_LOG_INFO,
           "connector: %s, region %s (%" PRIu64 " blocks of %" PRIu64 " B, %s), engine %s: %s",
           config_role_name(cfg->role), c->region.path, c->region.num_blocks, c->region.block_size,
@@ -178,9 +180,9 @@ int conn_stats(struct conn *c, ecc_stats_v1_t *out)
   if (rc != ECC_OK)
     return rc;
   ecc_stats_v1_t copy;
-  conn_lock(c, &c->done_lock);
-  copy = c->stats;
-  conn_unlock(c, &c->done_lock);
+  conn_lock(c, &c->inflight.lock);
+  copy = c->inflight.stats;
+  conn_unlock(c, &c->inflight.lock);
   rc = conn_dir_stats(c, &copy.directory);
   if (rc != ECC_OK)
     return rc;
@@ -221,23 +223,19 @@ int conn_last_error(struct conn *c, char *buf, size_t cap)
 
 void conn_destroy(struct conn *c)
 {
-  conn_lock(c, &c->done_lock);
+  conn_lock(c, &c->inflight.lock);
   /* What is settled below touches the directory: not if its pages are gone. */
-  c->dir_gone = c->dir_gone || (c->has_dir && !conn_dir_reachable(c));
-  poll_drain_all(c, &c->saves);
-  poll_drain_all(c, &c->loads);
-  while (c->free_list != NULL) {
-    struct transfer *t = c->free_list;
-    c->free_list = t->next;
-    transfer_free(t);
-  }
-  conn_unlock(c, &c->done_lock);
+  c->inflight.dir_gone = c->inflight.dir_gone || (c->has_dir && !settle_reachable(&c->region));
+  poll_drain_all(c, &c->inflight.saves);
+  poll_drain_all(c, &c->inflight.loads);
+  conn_unlock(c, &c->inflight.lock);
+  transfer_pool_destroy(&c->pool);
   if (c->pending != NULL) {
     /* A batch gets its direction at flush; this one never got there. */
     c->pending->view.direction = ECC_DIR_SAVE;
     poll_settle_unreported(c, c->pending, ECC_ERR_CLOSED); /* never submitted: freed */
-    if (!c->dir_gone)
-      conn_dir_unclaim(c, c->pending, 0);
+    if (!c->inflight.dir_gone)
+      settle_unclaim(&c->dir, c->pending, 0);
     transfer_free(c->pending);
   }
   c->engine.ops->destroy(&c->engine);

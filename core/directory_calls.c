@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * dir_calls.c - the directory functions of ABI 1.1 on a connector: tokens
- * to and from directory refs, reserve and lookup, saves of reservations and
- * loads of pinned entries batched with the step's other copies, and what a
- * polled completion settles (publish, free, release a rank).
+ * directory_calls.c - the directory functions of ABI 1.1 on a connector:
+ * reserve and lookup, saves of reservations and loads of pinned entries
+ * batched with the step's other copies, held loads, list and counters.
+ * Tokens are tokens.h's; what a polled completion settles is settle.c's.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,39 +13,10 @@
 
 #include "common/clock.h"
 #include "core/internal.h"
+#include "core/settle.h"
+#include "core/tokens.h"
 
 /* ---- tokens -------------------------------------------------------------- */
-
-/* A token is the ref's generation above its slot + 1, so that it is never
- * 0 and a stale one never names the next entry of its slot; bit 31 of the
- * low half tells a pin's from a reservation's, so that neither is taken for
- * the other (slots stay below 2^24, generations keep all 32 bits). */
-enum token_kind { TOKEN_RESERVATION, TOKEN_PIN };
-
-#define TOKEN_PIN_BIT 0x80000000u
-
-static const char *const token_kind_text[] = {"a reservation (from reserve)",
-                                              "a pin (from lookup)"};
-
-static uint64_t token_of(enum token_kind kind, uint32_t slot, uint32_t gen)
-{
-  uint32_t low = (slot + 1) | (kind == TOKEN_PIN ? TOKEN_PIN_BIT : 0u);
-  return (uint64_t)gen << 32 | low;
-}
-
-/* What token_read found in a token. */
-enum token_verdict { TOKEN_NAMES, TOKEN_NOTHING, TOKEN_OTHER_KIND };
-
-static enum token_verdict token_read(uint64_t token, enum token_kind kind, struct dir_ref *ref)
-{
-  uint32_t low = (uint32_t)token;
-  uint32_t slot1 = low & ~TOKEN_PIN_BIT;
-  ref->slot = slot1 - 1;
-  ref->gen = (uint32_t)(token >> 32);
-  if (slot1 == 0)
-    return TOKEN_NOTHING;
-  return ((low & TOKEN_PIN_BIT) != 0) == (kind == TOKEN_PIN) ? TOKEN_NAMES : TOKEN_OTHER_KIND;
-}
 
 /* token_read for `what`: ECC_OK, or ECC_ERR_CLOSED logged naming the kind
  * the token is and the one expected. */
@@ -57,15 +28,10 @@ static int token_ref(struct conn *c, const char *what, uint64_t token, enum toke
     return ECC_OK;
   if (v == TOKEN_NOTHING)
     return log_fail(&c->log, ECC_ERR_CLOSED, "%s: token 0x%" PRIx64 " names nothing: %s is wanted",
-                    what, token, token_kind_text[kind]);
+                    what, token, token_kind_text(kind));
   return log_fail(&c->log, ECC_ERR_CLOSED, "%s: token 0x%" PRIx64 " is %s, not %s", what, token,
-                  token_kind_text[kind == TOKEN_PIN ? TOKEN_RESERVATION : TOKEN_PIN],
-                  token_kind_text[kind]);
-}
-
-static struct dir_pin_ref pin_of(struct dir_ref r)
-{
-  return (struct dir_pin_ref){r.slot, r.gen};
+                  token_kind_text(kind == TOKEN_PIN ? TOKEN_RESERVATION : TOKEN_PIN),
+                  token_kind_text(kind));
 }
 
 static void entry_out(const struct dir_entry_info *info, int32_t state, uint64_t token,
@@ -91,30 +57,6 @@ static int need_directory(struct conn *c, const char *what)
   return log_fail(&c->log, ECC_ERR_UNSUPPORTED,
                   "%s: region %s has no directory (directory.enabled = false)", what,
                   c->region.path);
-}
-
-/* The code a directory call answers for the directory's (or the region
- * check's) error: an operating-system failure there (a lock whose memory
- * was overwritten, an fstat that fails) leaves a region nobody can trust,
- * which the ABI calls ECC_ERR_REGION. */
-static int dir_code(int rc)
-{
-  return rc == ECC_ERR_SYSTEM ? ECC_ERR_REGION : rc;
-}
-
-/* The directory's pages are read by the call: a region file cut short
- * under the mapping would raise SIGBUS there, so every call that touches
- * them checks the file first (one fstat), after its arguments. */
-static int need_region(struct conn *c)
-{
-  return dir_code(region_check(&c->region, &c->log));
-}
-
-bool conn_dir_reachable(const struct conn *c)
-{
-  struct stat st;
-  uint64_t end = (uint64_t)(c->region.dir - c->region.map) + c->region.dir_bytes;
-  return c->has_dir && fstat(c->region.fd, &st) == 0 && (uint64_t)st.st_size >= end;
 }
 
 /* A directory call of one direction's side: the directory, and a role that
@@ -153,7 +95,7 @@ int conn_reserve(struct conn *c, const char *key, uint64_t nbytes, ecc_entry_v1_
   if (rc == ECC_OK && nbytes == 0)
     rc = log_fail(&c->log, ECC_ERR_INVALID, "reserve: %s: 0 bytes", key);
   if (rc == ECC_OK)
-    rc = need_region(c);
+    rc = conn_need_region(c);
   if (rc != ECC_OK)
     return rc;
   char why[256] = "";
@@ -161,8 +103,8 @@ int conn_reserve(struct conn *c, const char *key, uint64_t nbytes, ecc_entry_v1_
   struct dir_entry_info info;
   rc = dir_reserve(&c->dir, key, nbytes, &outcome, &info, why, sizeof(why));
   if (rc != ECC_OK)
-    return log_fail_at(&c->log, rc == ECC_ERR_BUSY ? ECC_LOG_DEBUG : ECC_LOG_ERROR, dir_code(rc),
-                       "reserve %s (%" PRIu64 " bytes): %s", key, nbytes, why);
+    return log_fail_at(&c->log, rc == ECC_ERR_BUSY ? ECC_LOG_DEBUG : ECC_LOG_ERROR,
+                       conn_dir_code(rc), "reserve %s (%" PRIu64 " bytes): %s", key, nbytes, why);
   if (outcome == DIR_RESERVED)
     entry_out(&info, ECC_ENTRY_RESERVED, token_of(TOKEN_RESERVATION, info.ref.slot, info.ref.gen),
               out);
@@ -182,7 +124,7 @@ static int end_reservation(struct conn *c, uint64_t token, const char *what,
   struct dir_ref ref;
   rc = token_ref(c, what, token, TOKEN_RESERVATION, &ref);
   if (rc == ECC_OK)
-    rc = need_region(c);
+    rc = conn_need_region(c);
   if (rc != ECC_OK)
     return rc;
   char why[256] = "";
@@ -190,7 +132,7 @@ static int end_reservation(struct conn *c, uint64_t token, const char *what,
   if (rc == ECC_ERR_INVALID) /* published: no longer a reservation */
     rc = ECC_ERR_CLOSED;
   if (rc != ECC_OK)
-    return log_fail(&c->log, dir_code(rc), "%s: token 0x%" PRIx64 ": %s", what, token, why);
+    return log_fail(&c->log, conn_dir_code(rc), "%s: token 0x%" PRIx64 ": %s", what, token, why);
   return ECC_OK;
 }
 
@@ -214,7 +156,7 @@ static void release_pins(struct conn *c, const ecc_entry_v1_t *out, size_t n, ui
     struct dir_ref ref;
     if (out[i].state != ECC_ENTRY_READY || token_read(out[i].token, TOKEN_PIN, &ref) != TOKEN_NAMES)
       continue;
-    (void)dir_unpin_ranks(&c->dir, pin_of(ref), ranks, NULL, 0);
+    (void)dir_unpin_ranks(&c->dir, token_pin_ref(ref), ranks, NULL, 0);
   }
 }
 
@@ -230,8 +172,8 @@ static int lookup_all(struct conn *c, const char *const *keys, size_t n, uint32_
     int rc = dir_lookup(&c->dir, keys + done, k, ranks, found, info, pins, why, sizeof(why));
     if (rc != ECC_OK) {
       release_pins(c, out, done, ranks);
-      return log_fail_at(&c->log, rc == ECC_ERR_BUSY ? ECC_LOG_DEBUG : ECC_LOG_ERROR, dir_code(rc),
-                         "lookup: %s", why);
+      return log_fail_at(&c->log, rc == ECC_ERR_BUSY ? ECC_LOG_DEBUG : ECC_LOG_ERROR,
+                         conn_dir_code(rc), "lookup: %s", why);
     }
     for (size_t i = 0; i < k; i++) {
       if (found[i])
@@ -260,7 +202,7 @@ static int lookup_checked(struct conn *c, int rc, const char *const *keys, size_
   for (size_t i = 0; rc == ECC_OK && i < n; i++)
     rc = check_key(c, "lookup", i, keys[i]);
   if (rc == ECC_OK && n > 0)
-    rc = need_region(c);
+    rc = conn_need_region(c);
   if (rc != ECC_OK || n == 0)
     return rc;
   return lookup_all(c, keys, n, ranks, out);
@@ -285,16 +227,16 @@ int conn_unpin_ranks(struct conn *c, uint64_t token, uint32_t ranks)
   if (rc == ECC_OK)
     rc = token_ref(c, "unpin", token, TOKEN_PIN, &ref);
   if (rc == ECC_OK)
-    rc = need_region(c);
+    rc = conn_need_region(c);
   if (rc != ECC_OK)
     return rc;
   char why[256] = "";
-  rc = dir_unpin_ranks(&c->dir, pin_of(ref), ranks, why, sizeof(why));
+  rc = dir_unpin_ranks(&c->dir, token_pin_ref(ref), ranks, why, sizeof(why));
   if (rc == ECC_OK)
     return ECC_OK;
   if (ranks == 1)
-    return log_fail(&c->log, dir_code(rc), "unpin: token 0x%" PRIx64 ": %s", token, why);
-  return log_fail(&c->log, dir_code(rc), "unpin of %" PRIu32 " ranks: token 0x%" PRIx64 ": %s",
+    return log_fail(&c->log, conn_dir_code(rc), "unpin: token 0x%" PRIx64 ": %s", token, why);
+  return log_fail(&c->log, conn_dir_code(rc), "unpin of %" PRIu32 " ranks: token 0x%" PRIx64 ": %s",
                   ranks, token, why);
 }
 
@@ -309,13 +251,13 @@ int conn_remove(struct conn *c, const char *key)
   if (rc == ECC_OK)
     rc = check_key(c, "remove", 0, key);
   if (rc == ECC_OK)
-    rc = need_region(c);
+    rc = conn_need_region(c);
   if (rc != ECC_OK)
     return rc;
   char why[256] = "";
   rc = dir_remove(&c->dir, key, why, sizeof(why));
   if (rc != ECC_OK)
-    return log_fail(&c->log, dir_code(rc), "remove %s: %s", key, why);
+    return log_fail(&c->log, conn_dir_code(rc), "remove %s: %s", key, why);
   return ECC_OK;
 }
 
@@ -360,13 +302,13 @@ int conn_list(struct conn *c, uint64_t *cursor, ecc_listed_v1_t *out, size_t cap
                   : n_out == NULL ? "n_out"
                                   : "out");
   if (rc == ECC_OK)
-    rc = need_region(c);
+    rc = conn_need_region(c);
   if (rc != ECC_OK)
     return rc;
   struct list_walk w = {*cursor, out, cap, 0, *cursor, ecc_now_ns()};
   rc = dir_list(&c->dir, list_one, &w);
   if (rc != ECC_OK)
-    return log_fail(&c->log, dir_code(rc), "list: the directory could not be read");
+    return log_fail(&c->log, conn_dir_code(rc), "list: the directory could not be read");
   *cursor = w.next;
   *n_out = w.n;
   return ECC_OK;
@@ -377,10 +319,11 @@ int conn_dir_stats(struct conn *c, ecc_directory_stats_v1_t *out)
   memset(out, 0, sizeof(*out));
   if (!c->has_dir)
     return ECC_OK;
-  int rc = need_region(c);
+  int rc = conn_need_region(c);
   struct dir_counters k;
   if (rc == ECC_OK && (rc = dir_get_counters(&c->dir, &k)) != ECC_OK)
-    return log_fail(&c->log, dir_code(rc), "stats: the directory's counters could not be read");
+    return log_fail(&c->log, conn_dir_code(rc),
+                    "stats: the directory's counters could not be read");
   if (rc != ECC_OK)
     return rc;
   *out = (ecc_directory_stats_v1_t){k.entries,   k.blocks_used,  k.blocks_free, k.largest_free_run,
@@ -464,8 +407,8 @@ static int add_saved(struct conn *c, struct transfer *t, const ecc_save_reserved
   char why[256] = "";
   int rc = dir_claim(&c->dir, ref, &info, why, sizeof(why));
   if (rc != ECC_OK)
-    return log_fail(&c->log, dir_code(rc), "save_reserved: entry %zu (token 0x%" PRIx64 "): %s",
-                    idx, e->token, why);
+    return log_fail(&c->log, conn_dir_code(rc),
+                    "save_reserved: entry %zu (token 0x%" PRIx64 "): %s", idx, e->token, why);
   size_t klen = strlen(info.key) + 1;
   if (e->nbytes != info.nbytes)
     rc = log_fail(&c->log, ECC_ERR_RANGE,
@@ -491,14 +434,14 @@ static int add_saved(struct conn *c, struct transfer *t, const ecc_save_reserved
 static int save_reserved_locked(struct conn *c, const ecc_save_reserved_v1_t *e, size_t n)
 {
   struct transfer *t = c->pending;
-  int rc = need_region(c); /* every call: each claim reads the directory */
-  if (rc == ECC_OK && t == NULL && (t = transfer_get(c)) == NULL)
+  int rc = conn_need_region(c); /* every call: each claim reads the directory */
+  if (rc == ECC_OK && t == NULL && (t = transfer_get(&c->pool)) == NULL)
     rc = log_fail(&c->log, ECC_ERR_NOMEM, "save_reserved: out of memory for a transfer");
   if (rc == ECC_OK && desc_reserve(&t->view.desc, (uint64_t)n * DIR_MAX_RUNS) != 0)
     rc = log_fail(&c->log, ECC_ERR_NOMEM, "save_reserved: out of memory for descriptors");
   if (rc != ECC_OK) {
     if (t != NULL && c->pending == NULL)
-      transfer_put(c, t);
+      transfer_put(&c->pool, t);
     return rc;
   }
   struct desc_mark mark = desc_mark_of(&t->view.desc);
@@ -518,7 +461,7 @@ static int save_reserved_locked(struct conn *c, const ecc_save_reserved_v1_t *e,
   t->n_done = n_done;
   t->keys_len = keys_len;
   if (c->pending == NULL)
-    transfer_put(c, t);
+    transfer_put(&c->pool, t);
   return rc;
 }
 
@@ -534,7 +477,7 @@ int conn_save_reserved(struct conn *c, const ecc_save_reserved_v1_t *e, size_t n
   if (rc != ECC_OK)
     return rc;
   if (!c->save_rank)
-    return conn_skip_saves(c, n);
+    return inflight_skip_saves(c, n);
   conn_lock(c, &c->step_lock);
   rc = save_reserved_locked(c, e, n);
   conn_unlock(c, &c->step_lock);
@@ -573,9 +516,9 @@ static int add_pinned(struct conn *c, struct transfer *t, const ecc_load_pinned_
     return rc;
   struct dir_entry_info info;
   char why[256] = "";
-  rc = dir_pinned(&c->dir, pin_of(ref), &info, why, sizeof(why));
+  rc = dir_pinned(&c->dir, token_pin_ref(ref), &info, why, sizeof(why));
   if (rc != ECC_OK)
-    return log_fail(&c->log, dir_code(rc), "%s: %s", what, why);
+    return log_fail(&c->log, conn_dir_code(rc), "%s: %s", what, why);
   if ((rc = check_dst(c, "load_pinned", idx, e, &info)) != ECC_OK)
     return rc;
   add_runs(c, &t->view.desc, e->dst, &info, 0);
@@ -594,10 +537,10 @@ static int start_pinned(struct conn *c, struct transfer *t, const ecc_load_pinne
   for (size_t i = 0; rc == ECC_OK && i < n; i++)
     rc = add_pinned(c, t, &e[i], i);
   if (rc == ECC_OK)
-    rc = conn_check_room(c, ECC_DIR_LOAD);
+    rc = inflight_room(c, ECC_DIR_LOAD);
   t->view.direction = ECC_DIR_LOAD;
   if (rc == ECC_OK)
-    rc = conn_engine_submit(c, t, stream);
+    rc = inflight_start(c, t, stream);
   return rc;
 }
 
@@ -611,16 +554,16 @@ int conn_load_pinned(struct conn *c, const ecc_load_pinned_v1_t *e, size_t n, vo
   if (rc != ECC_OK)
     return rc;
   conn_lock(c, &c->step_lock);
-  rc = need_region(c);
-  struct transfer *t = rc == ECC_OK ? transfer_get(c) : NULL;
+  rc = conn_need_region(c);
+  struct transfer *t = rc == ECC_OK ? transfer_get(&c->pool) : NULL;
   if (rc == ECC_OK && t == NULL)
     rc = log_fail(&c->log, ECC_ERR_NOMEM, "load_pinned: out of memory for a transfer");
   if (rc == ECC_OK)
     rc = start_pinned(c, t, e, n, stream);
   if (rc == ECC_OK)
-    rc = conn_queue_load(c, t, stream);
+    rc = inflight_queue_load(c, t, stream);
   else if (t != NULL)
-    transfer_put(c, t);
+    transfer_put(&c->pool, t);
   conn_unlock(c, &c->step_lock);
   return rc;
 }
@@ -635,8 +578,8 @@ static int add_held(struct conn *c, struct transfer *t, const ecc_load_pinned_v1
   char why[256] = "";
   int rc = dir_claim(&c->dir, ref, &info, why, sizeof(why));
   if (rc != ECC_OK)
-    return log_fail(&c->log, dir_code(rc), "load (held, transfer %" PRIu64 "): %s", e->transfer_id,
-                    why);
+    return log_fail(&c->log, conn_dir_code(rc), "load (held, transfer %" PRIu64 "): %s",
+                    e->transfer_id, why);
   rc = check_dst(c, "load (held)", 0, e, &info);
   if (rc == ECC_OK && (desc_reserve(&t->view.desc, DIR_MAX_RUNS) != 0 ||
                        transfer_reserve_done(t, 1) != 0 || transfer_reserve_tokens(t, 1) != 0))
@@ -661,285 +604,25 @@ int conn_load_held(struct conn *c, const ecc_load_pinned_v1_t *e, void *stream, 
   if (rc != ECC_OK)
     return rc;
   conn_lock(c, &c->step_lock);
-  rc = need_region(c);
-  struct transfer *t = rc == ECC_OK ? transfer_get(c) : NULL;
+  rc = conn_need_region(c);
+  struct transfer *t = rc == ECC_OK ? transfer_get(&c->pool) : NULL;
   if (rc == ECC_OK && t == NULL)
     rc = log_fail(&c->log, ECC_ERR_NOMEM, "load (held): out of memory for a transfer");
   bool claimed = false;
   if (rc == ECC_OK)
     claimed = (rc = add_held(c, t, e, ref)) == ECC_OK;
   if (rc == ECC_OK)
-    rc = conn_check_room(c, ECC_DIR_LOAD);
+    rc = inflight_room(c, ECC_DIR_LOAD);
   if (rc == ECC_OK)
-    rc = conn_engine_submit(c, t, stream);
+    rc = inflight_start(c, t, stream);
   if (rc == ECC_OK) {
     *hold = t->view.hold; /* read before poll may see (and recycle) t */
-    rc = conn_queue_load(c, t, stream);
+    rc = inflight_queue_load(c, t, stream);
   } else if (t != NULL) {
     if (claimed)
       dir_unclaim(&c->dir, ref);
-    transfer_put(c, t);
+    transfer_put(&c->pool, t);
   }
   conn_unlock(c, &c->step_lock);
   return rc;
-}
-
-/* ---- what a polled completion settles ------------------------------------- */
-
-int conn_dir_settle(struct conn *c, int direction, uint64_t token, int status)
-{
-  struct dir_ref ref;
-  enum token_kind kind = direction == ECC_DIR_SAVE ? TOKEN_RESERVATION : TOKEN_PIN;
-  int rc = ECC_ERR_CLOSED; /* a token of the other kind settles nothing */
-  if (token_read(token, kind, &ref) == TOKEN_NAMES)
-    rc = kind == TOKEN_RESERVATION ? dir_settle(&c->dir, ref, status == ECC_OK, NULL, 0)
-                                   : dir_unpin(&c->dir, pin_of(ref), NULL, 0);
-  /* A reservation or pin reclaimed while its copy ran (its deadline passed)
-   * leaves bytes nobody may trust: the copy is not reported as a success. */
-  return status == ECC_OK && rc != ECC_OK ? ECC_ERR_CLOSED : status;
-}
-
-/* ---- saves and loads by block ids on a region with a directory ----------- */
-
-/* A load's blocks must lie in pinned entries. */
-int conn_dir_load_blocks(struct conn *c, size_t idx, const uint32_t *ids, uint32_t n)
-{
-  uint32_t bad = 0;
-  int rc = dir_blocks_held(&c->dir, ids, n, true, &bad);
-  if (rc == ECC_OK)
-    return ECC_OK;
-  if (rc != ECC_ERR_RANGE)
-    return log_fail(&c->log, dir_code(rc), "load: entry %zu: the directory could not be read", idx);
-  return log_fail(&c->log, ECC_ERR_RANGE,
-                  "load: entry %zu: block %" PRIu32 " is not in a pinned entry; on a region with a "
-                  "directory only those blocks may be named",
-                  idx, bad);
-}
-
-/* A save's blocks are checked and held where its copy is made: a check
- * alone, at save time, would let the reservation be aborted (and its run
- * reserved and published by someone else) before flush copies into it.
- * The claim makes abort_reserved BUSY until the copy has completed; the
- * reservation stays unpublished, since a save by block ids may write part
- * of it only. */
-
-#define HOLDER_NONE UINT32_MAX            /* the block lies in no live entry */
-#define HOLDER_FORBIDDEN (UINT32_MAX - 1) /* in an entry this process may not write */
-
-/* The directory walk of one save call: the call's blocks sorted by id, the
- * reservations found holding them, and the first block (in call order) of
- * an entry it may not write. */
-struct save_walk {
-  struct named_block *blocks;
-  size_t n;
-  struct named_reservation *res;
-  size_t n_res;
-  struct dir_owner self;
-  uint64_t bad_at; /* UINT64_MAX: none */
-  int bad_state;
-  int32_t bad_pid;
-  char bad_key[DIR_KEY_MAX + 1];
-};
-
-static int by_id_then_at(const void *a, const void *b)
-{
-  const struct named_block *x = a, *y = b;
-  if (x->id != y->id)
-    return x->id < y->id ? -1 : 1;
-  return x->at < y->at ? -1 : x->at > y->at;
-}
-
-/* The first of the sorted blocks whose id is at least `id`. */
-static size_t first_from(const struct named_block *b, size_t n, uint32_t id)
-{
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (b[mid].id < id)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
-static void note_forbidden(struct save_walk *w, const struct dir_entry_info *e, uint64_t at)
-{
-  if (at >= w->bad_at)
-    return;
-  w->bad_at = at;
-  w->bad_state = e->state;
-  w->bad_pid = e->owner.pid;
-  memcpy(w->bad_key, e->key, sizeof(w->bad_key));
-}
-
-/* dir_list's visit of one live entry: each of the call's blocks in its
- * runs is given to it (under the directory's lock: nothing logged). */
-static void save_walk_one(void *user, const struct dir_entry_info *e)
-{
-  struct save_walk *w = user;
-  bool writable = e->state == DIR_STATE_RESERVED && e->owner.pid == w->self.pid &&
-                  e->owner.start_ticks == w->self.start_ticks;
-  uint32_t mine = HOLDER_NONE;
-  for (uint32_t r = 0; r < e->n_runs && r < DIR_MAX_RUNS; r++) {
-    uint64_t end = (uint64_t)e->runs[r].first + e->runs[r].count;
-    for (size_t k = first_from(w->blocks, w->n, e->runs[r].first);
-         k < w->n && w->blocks[k].id < end; k++) {
-      struct named_block *b = &w->blocks[k];
-      if (!writable || b->holder != HOLDER_NONE) { /* (held twice: a damaged table) */
-        b->holder = HOLDER_FORBIDDEN;
-        note_forbidden(w, e, b->at);
-        continue;
-      }
-      if (mine == HOLDER_NONE) {
-        mine = (uint32_t)w->n_res++;
-        w->res[mine] = (struct named_reservation){e->ref, b->at};
-      }
-      b->holder = mine;
-      if (b->at < w->res[mine].at)
-        w->res[mine].at = b->at;
-    }
-  }
-}
-
-/* Entry and position in it of the call's block number `at`. */
-static void locate(const ecc_save_entry_v1_t *e, uint64_t at, size_t *idx, uint32_t *pos)
-{
-  size_t i = 0;
-  while (at >= e[i].n_blocks)
-    at -= e[i++].n_blocks;
-  *idx = i;
-  *pos = (uint32_t)at;
-}
-
-static int named_room(struct conn *c, uint64_t blocks)
-{
-  if (blocks <= c->named_cap)
-    return ECC_OK;
-  if (blocks > SIZE_MAX / sizeof(struct named_block))
-    return log_fail(&c->log, ECC_ERR_NOMEM, "save: %" PRIu64 " block ids in one call", blocks);
-  struct named_block *b = realloc(c->named, (size_t)blocks * sizeof(*b));
-  if (b != NULL)
-    c->named = b;
-  struct named_reservation *r =
-      b != NULL ? realloc(c->named_res, (size_t)blocks * sizeof(*r)) : NULL;
-  if (r == NULL)
-    return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for %" PRIu64 " block ids",
-                    blocks);
-  c->named_res = r;
-  c->named_cap = (size_t)blocks;
-  return ECC_OK;
-}
-
-/* The call's blocks, sorted by id, each once (where it is first named). */
-static size_t gather_blocks(struct conn *c, const ecc_save_entry_v1_t *e, size_t n)
-{
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++)
-    for (uint32_t j = 0; j < e[i].n_blocks; j++, k++)
-      c->named[k] = (struct named_block){e[i].block_ids[j], HOLDER_NONE, k};
-  qsort(c->named, k, sizeof(*c->named), by_id_then_at);
-  size_t u = 0;
-  for (size_t i = 0; i < k; i++)
-    if (u == 0 || c->named[u - 1].id != c->named[i].id)
-      c->named[u++] = c->named[i];
-  return u;
-}
-
-/* Refuses the call if a block lies in no live entry, or in one it may not
- * write: whichever comes first in the call is named. */
-static int judge_walk(struct conn *c, const struct save_walk *w, const ecc_save_entry_v1_t *e)
-{
-  uint64_t none_at = UINT64_MAX;
-  for (size_t k = 0; k < w->n; k++)
-    if (w->blocks[k].holder == HOLDER_NONE && w->blocks[k].at < none_at)
-      none_at = w->blocks[k].at;
-  uint64_t at = none_at < w->bad_at ? none_at : w->bad_at;
-  if (at == UINT64_MAX)
-    return ECC_OK;
-  size_t idx;
-  uint32_t pos;
-  locate(e, at, &idx, &pos);
-  uint32_t block = e[idx].block_ids[pos];
-  if (at == none_at)
-    return log_fail(&c->log, ECC_ERR_RANGE,
-                    "save: entry %zu: block %" PRIu32 " is not in a live reservation; on a region "
-                    "with a directory only those blocks may be named",
-                    idx, block);
-  if (w->bad_state != DIR_STATE_RESERVED)
-    return log_fail(&c->log, ECC_ERR_RANGE,
-                    "save: entry %zu: block %" PRIu32 " is in key '%s', which is published, not "
-                    "a live reservation",
-                    idx, block, w->bad_key);
-  return log_fail(&c->log, ECC_ERR_RANGE,
-                  "save: entry %zu: block %" PRIu32 " is in key '%s', reserved by process %" PRId32
-                  ", not this one: a save by block ids writes only this process's own "
-                  "reservations (save_reserved with the token writes another's)",
-                  idx, block, w->bad_key, w->bad_pid);
-}
-
-static bool holds_claim(const struct transfer *t, size_t upto, struct dir_ref ref)
-{
-  for (size_t i = 0; i < upto; i++)
-    if (t->claims[i].slot == ref.slot && t->claims[i].gen == ref.gen)
-      return true;
-  return false;
-}
-
-static int claim_found(struct conn *c, struct transfer *t, const struct save_walk *w,
-                       const ecc_save_entry_v1_t *e)
-{
-  size_t from = t->n_claims;
-  if (transfer_reserve_claims(t, w->n_res) != 0)
-    return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for %zu claims", w->n_res);
-  for (size_t i = 0; i < w->n_res; i++) {
-    if (holds_claim(t, from, w->res[i].ref))
-      continue; /* an earlier save of this step's batch writes it too */
-    struct dir_entry_info info;
-    char why[256] = "";
-    int rc = dir_claim(&c->dir, w->res[i].ref, &info, why, sizeof(why));
-    if (rc == ECC_OK) {
-      t->claims[t->n_claims++] = w->res[i].ref;
-      continue;
-    }
-    conn_dir_unclaim(c, t, from);
-    size_t idx;
-    uint32_t pos;
-    locate(e, w->res[i].at, &idx, &pos);
-    if (rc == ECC_ERR_CLOSED) /* ended between the walk and the claim */
-      return log_fail(&c->log, ECC_ERR_RANGE,
-                      "save: entry %zu: block %" PRIu32 " is not in a live reservation now (%s)",
-                      idx, e[idx].block_ids[pos], why);
-    return log_fail(&c->log, dir_code(rc), "save: entry %zu: block %" PRIu32 ": %s%s", idx,
-                    e[idx].block_ids[pos], why,
-                    rc == ECC_ERR_BUSY ? " (a copy in flight writes it: poll first)" : "");
-  }
-  return ECC_OK;
-}
-
-int conn_dir_claim_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1_t *e, size_t n,
-                         uint64_t blocks)
-{
-  int rc = need_region(c); /* every call, not once per batch: the walk reads the directory */
-  if (rc == ECC_OK)
-    rc = named_room(c, blocks);
-  if (rc != ECC_OK)
-    return rc;
-  struct save_walk w = {.blocks = c->named, .res = c->named_res, .bad_at = UINT64_MAX};
-  w.n = gather_blocks(c, e, n);
-  w.self = c->dir.self;
-  rc = dir_list(&c->dir, save_walk_one, &w);
-  if (rc != ECC_OK)
-    return log_fail(&c->log, dir_code(rc), "save: the directory could not be read");
-  rc = judge_walk(c, &w, e);
-  if (rc == ECC_OK)
-    rc = claim_found(c, t, &w, e);
-  return rc;
-}
-
-void conn_dir_unclaim(struct conn *c, struct transfer *t, size_t from)
-{
-  for (size_t i = from; i < t->n_claims; i++)
-    (void)dir_unclaim(&c->dir, t->claims[i]);
-  t->n_claims = from;
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * internal.h - struct conn and what core/'s own files (connector.c,
- * transfer.c, submit.c, poll.c, directory_calls.c) share. Nothing outside
- * core/ includes it: plugins know a connector only by core/conn.h.
+ * block_calls.c, block_claims.c, directory_calls.c, inflight.c, poll.c)
+ * share. Nothing outside core/ includes it: plugins know a connector only
+ * by core/conn.h.
  */
 #ifndef ECC_CORE_INTERNAL_H
 #define ECC_CORE_INTERNAL_H
@@ -15,13 +16,14 @@
 #include "core/conn.h"
 #include "core/directory/directory.h"
 #include "core/engine/engine.h"
+#include "core/inflight.h"
 #include "core/region/region.h"
 #include "core/transfer.h"
 #include "ecc_plugin_v1.h"
 
 /* A block a save names on a region with a directory: its id, where in the
  * call it is first named (the entries' blocks counted back to back), and
- * the reservation found holding it (dir_calls.c). */
+ * the reservation found holding it (block_claims.c). */
 struct named_block {
   uint32_t id;
   uint32_t holder;
@@ -34,6 +36,18 @@ struct named_reservation {
   uint64_t at;
 };
 
+/*
+ * The locks, outermost first; a thread takes them only in this order:
+ *   step_lock       the step's state below (save, flush, load and the
+ *                   directory's saves and loads, which fill batches);
+ *   inflight.lock   the in-flight queue: FIFOs, stats, region verdicts;
+ *   the directory's lock (cross-process, in the region: directory.c),
+ *                   taken inside either of the two above or alone;
+ *   pool.lock       the transfer pool, held for a pointer swap only.
+ * Fields above step_lock are set at create and only read after it; the
+ * directory guards its own pages. The host's log callback runs under none
+ * of them (conn_lock's messages wait in the log: common/log.h).
+ */
 struct conn {
   struct plugin_config cfg;
   struct ecc_log log;
@@ -53,20 +67,15 @@ struct conn {
   struct named_reservation *named_res; /* a directory, room for named_cap blocks and as */
   size_t named_cap;                    /* many reservations */
 
-  pthread_mutex_t done_lock; /* FIFOs, free transfers, stats */
-  struct fifo saves;
-  struct fifo loads;
-  struct transfer *free_list;
-  ecc_stats_v1_t stats;
-  bool region_dead; /* a poll found the region removed, replaced or truncated */
-  bool dir_gone;    /* ... and its directory's pages cut off: nothing is settled there */
+  struct inflight inflight;  /* the transfers in flight, stats: its own lock */
+  struct transfer_pool pool; /* transfers not in flight: its own lock, the innermost */
 };
 
 /* Every connector lock is taken through these, so that nothing is logged to
  * the host while one is held (see log_lock_taken). */
 static inline int conn_lock_index(const struct conn *c, const pthread_mutex_t *m)
 {
-  return m == &c->step_lock ? 0 : 1;
+  return m == &c->step_lock ? 0 : 1; /* else the in-flight queue's */
 }
 
 static inline void conn_lock(struct conn *c, pthread_mutex_t *m)
@@ -82,58 +91,58 @@ static inline void conn_unlock(struct conn *c, pthread_mutex_t *m)
   log_lock_dropped(&c->log);
 }
 
-/* ---- transfer.c: transfers, pooled with their storage ---- */
-
-/* A cleared transfer, from the pool or new; NULL when out of memory. */
-struct transfer *transfer_get(struct conn *c);
-void transfer_put(struct conn *c, struct transfer *t);
-/* Everything a transfer owns, and the transfer. */
-void transfer_free(struct transfer *t);
-
-/* transfer_put with done_lock held. */
-static inline void transfer_put_locked(struct conn *c, struct transfer *t)
-{
-  t->next = c->free_list;
-  c->free_list = t;
-}
-
-/* ---- submit.c: what the directory's saves and loads share with the rest ---- */
+/* ---- inflight.c: the in-flight queue's calls that need the connector ---- */
 
 /* A rank that is not the save rank counts n saves it did not make: ECC_OK. */
-int conn_skip_saves(struct conn *c, size_t n);
-/* ECC_OK when another transfer of `dir` may go in flight, else ECC_ERR_BUSY. */
-int conn_check_room(struct conn *c, int dir);
+int inflight_skip_saves(struct conn *c, size_t n);
+/* ECC_OK when another transfer of `direction` may go in flight, else
+ * ECC_ERR_BUSY (normal back-pressure, so logged at debug level). */
+int inflight_room(struct conn *c, int direction);
 /* Start the engine's copy of t (its direction set); on error nothing started. */
-int conn_engine_submit(struct conn *c, struct transfer *t, void *stream);
+int inflight_start(struct conn *c, struct transfer *t, void *stream);
+/* A started save batch, numbered and queued for poll (step_lock held). */
+void inflight_queue_save(struct conn *c, struct transfer *t);
 /* A started load: the stream ordered after it, queued for poll (step_lock held). */
-int conn_queue_load(struct conn *c, struct transfer *t, void *stream);
+int inflight_queue_load(struct conn *c, struct transfer *t, void *stream);
+/* Account a transfer that just finished (the in-flight lock held). */
+void inflight_count_finished(struct conn *c, struct transfer *t);
 
-/* ---- dir_calls.c ---- */
+/* ---- what every call that touches the directory's pages shares ---- */
 
-/* A polled record's directory work: a saved reservation published (or
- * freed when its copy failed), a pinned load's rank released. Returns the
- * status to report: ECC_ERR_CLOSED instead of ECC_OK when the reservation
- * or pin was reclaimed while the copy ran. */
-int conn_dir_settle(struct conn *c, int direction, uint64_t token, int status);
+/* The code a directory call answers for the directory's (or the region
+ * check's) error: an operating-system failure there (a lock whose memory
+ * was overwritten, an fstat that fails) leaves a region nobody can trust,
+ * which the ABI calls ECC_ERR_REGION. */
+static inline int conn_dir_code(int rc)
+{
+  return rc == ECC_ERR_SYSTEM ? ECC_ERR_REGION : rc;
+}
+
+/* The directory's pages are read by the call: a region file cut short
+ * under the mapping would raise SIGBUS there, so every call that touches
+ * them checks the file first (one fstat), after its arguments. */
+static inline int conn_need_region(struct conn *c)
+{
+  return conn_dir_code(region_check(&c->region, &c->log));
+}
+
+/* ---- block_claims.c: the directory's side of the block-id calls ---- */
+
 /* A load by block ids: ECC_OK when every block of entry idx lies in a
  * pinned entry, else ECC_ERR_RANGE naming the first that does not. */
-int conn_dir_load_blocks(struct conn *c, size_t idx, const uint32_t *ids, uint32_t n);
+int blocks_check_pinned(struct conn *c, size_t idx, const uint32_t *ids, uint32_t n);
 /* Saves by block ids (n entries, `blocks` ids in all): every block must lie
  * in a live reservation of this process, and each reservation they lie in
  * is claimed for t's copy (appended to t->claims) unless t holds it
  * already. On an error nothing more is claimed (step_lock held). */
-int conn_dir_claim_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1_t *e, size_t n,
-                         uint64_t blocks);
-/* Gives back t's claims from index `from` on. */
-void conn_dir_unclaim(struct conn *c, struct transfer *t, size_t from);
+int blocks_claim_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1_t *e, size_t n,
+                       uint64_t blocks);
+/* ---- directory_calls.c ---- */
+
 /* The directory's counters; zeros without one. ECC_ERR_REGION when the
  * region's file was removed, replaced or truncated, or the directory's
  * error (its lock's timeout): nothing written but zeros. */
 int conn_dir_stats(struct conn *c, ecc_directory_stats_v1_t *out);
-/* Whether the directory's pages are still backed by the region's file (it
- * was not cut short below their end): the work nobody asked for now (what
- * poll and shutdown settle) touches them only then. One fstat. */
-bool conn_dir_reachable(const struct conn *c);
 
 /* ---- poll.c ---- */
 

@@ -2,7 +2,7 @@
 /*
  * load_plan.h - the order a step's loads are copied in: by first block, so
  * that neighbours in region and destination coalesce, unless the host's order
- * serves as well. Inline: submit.c's checking pass calls it once per entry.
+ * serves as well. Inline: block_calls.c's checking pass calls it once per entry.
  */
 #ifndef ECC_LOAD_PLAN_H
 #define ECC_LOAD_PLAN_H

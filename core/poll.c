@@ -8,60 +8,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-
-static unsigned hist_bucket(uint64_t bytes)
-{
-  static const uint64_t bounds[ECC_HIST_BUCKETS - 1] = {
-#define HIST_BOUND(bytes) bytes##ull,
-      ECC_HIST_BOUNDS(HIST_BOUND)
-#undef HIST_BOUND
-  };
-  unsigned b = 0;
-  while (b < ECC_HIST_BUCKETS - 1 && bytes >= bounds[b])
-    b++;
-  return b;
-}
-
-static ecc_dir_stats_v1_t *dir_stats(struct conn *c, int dir)
-{
-  return dir == ECC_DIR_SAVE ? &c->stats.save : &c->stats.load;
-}
-
-/* Account a transfer that just finished (done_lock held). */
-static void count_finished(struct conn *c, struct transfer *t)
-{
-  const struct desc_buf *d = &t->view.desc;
-  ecc_dir_stats_v1_t *s = dir_stats(c, t->view.direction);
-  s->transfers++;
-  s->entries += t->n_done;
-  s->descriptors += d->count;
-  s->bytes += d->bytes;
-  s->busy_ns += t->elapsed_ns;
-  s->hist[hist_bucket(d->bytes)]++;
-  if (t->status != ECC_OK) {
-    s->failed++;
-    log_msg(&c->log, ECC_LOG_ERROR, "%s batch %" PRIu64 " failed (%d): %zu entries reported failed",
-            ecc_dir_name(t->view.direction), t->batch, t->status, t->n_done);
-  } else {
-    log_msg(&c->log, ECC_LOG_DEBUG,
-            "%s batch %" PRIu64 ": %zu entries, %" PRIu64 " bytes, %zu descriptors, %.3f ms",
-            ecc_dir_name(t->view.direction), t->batch, t->n_done, d->bytes, d->count,
-            (double)t->elapsed_ns / 1e6);
-  }
-}
-
-void conn_count_load(struct conn *c, uint64_t bytes, uint64_t elapsed_ns, int status)
-{
-  conn_lock(c, &c->done_lock);
-  ecc_dir_stats_v1_t *s = &c->stats.load;
-  s->transfers++;
-  s->entries++;
-  s->bytes += status == ECC_OK ? bytes : 0;
-  s->busy_ns += elapsed_ns;
-  s->hist[hist_bucket(bytes)]++;
-  s->failed += status != ECC_OK;
-  conn_unlock(c, &c->done_lock);
-}
+#include "core/settle.h"
 
 /* What one poll has asked of the region's file, so that it asks once. */
 struct poll_pass {
@@ -70,16 +17,16 @@ struct poll_pass {
 };
 
 /* Whether the directory may be touched to settle what a finished transfer
- * held (done_lock held): not once the file is found cut below it. */
+ * held (the in-flight lock held): not once the file is found cut below it. */
 static bool dir_reachable(struct conn *c, struct poll_pass *p)
 {
-  if (!c->has_dir || c->dir_gone)
+  if (!c->has_dir || c->inflight.dir_gone)
     return false;
   if (!p->dir_checked) {
     p->dir_checked = true;
-    c->dir_gone = !conn_dir_reachable(c);
+    c->inflight.dir_gone = !settle_reachable(&c->region);
   }
-  return !c->dir_gone;
+  return !c->inflight.dir_gone;
 }
 
 /* Whether the head transfer has finished, asking the engine if needed. */
@@ -95,31 +42,31 @@ static int head_finished(struct conn *c, struct transfer *t, struct poll_pass *p
   t->status = status;
   t->elapsed_ns = elapsed;
   c->engine.ops->release(&c->engine, &t->view);
-  count_finished(c, t);
+  inflight_count_finished(c, t);
   /* Its copy is over: the reservations its saves by block id held may be
-   * aborted again (and are not published: see dir_calls.c). */
+   * aborted again (and are not published: see block_claims.c). */
   if (t->n_claims > 0 && dir_reachable(c, p))
-    conn_dir_unclaim(c, t, 0);
+    settle_unclaim(&c->dir, t, 0);
   return 1;
 }
 
 /* Before a finished transfer's first entry is reported: whether the region
  * is still the file others share, asked at most once per poll. A copy that
  * went through a region found dead fails as a whole, and is counted so, so
- * that the stats agree with the completions (done_lock held). Entries of a
+ * that the stats agree with the completions (the in-flight lock held). Entries of a
  * transfer already judged keep its verdict: its copy landed in the live
  * file, as did those reported before the region went. */
 static void judge_region(struct conn *c, struct transfer *t, struct poll_pass *p)
 {
   if (t->next_report != 0 || t->status != ECC_OK)
     return;
-  if (!p->region_checked && !c->region_dead) {
+  if (!p->region_checked && !c->inflight.region_dead) {
     p->region_checked = true;
-    c->region_dead = region_check(&c->region, &c->log) != ECC_OK;
+    c->inflight.region_dead = region_check(&c->region, &c->log) != ECC_OK;
   }
-  if (c->region_dead) {
+  if (c->inflight.region_dead) {
     t->status = ECC_ERR_REGION;
-    dir_stats(c, t->view.direction)->failed++;
+    inflight_counts(&c->inflight, t->view.direction)->failed++;
   }
 }
 
@@ -142,7 +89,7 @@ static void report(const struct transfer *t, const struct done_rec *rec, ecc_com
 }
 
 /* Up to cap completions of the finished transfers at the head of f, in
- * order (done_lock held). */
+ * order (the in-flight lock held). */
 static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1_t *out, size_t cap,
                     struct poll_pass *p)
 {
@@ -155,11 +102,11 @@ static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1_t *out, si
       report(t, &t->done[i], &out[n]);
       /* (A directory cut off leaves its records' status ECC_ERR_REGION.) */
       if (t->has_tokens && t->tokens[i] != 0 && dir_reachable(c, p))
-        out[n].status = conn_dir_settle(c, transfer_settle_dir(t), t->tokens[i], out[n].status);
+        out[n].status = settle_record(&c->dir, transfer_settle_dir(t), t->tokens[i], out[n].status);
       n++;
     }
     if (t->next_report == t->n_done)
-      transfer_put_locked(c, fifo_pop(f));
+      transfer_put(&c->pool, fifo_pop(f));
   }
   return n;
 }
@@ -171,10 +118,10 @@ int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_ou
   if (n_out == NULL || (out == NULL && cap > 0))
     return log_fail(&c->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
   struct poll_pass p = {false, false};
-  conn_lock(c, &c->done_lock);
-  size_t n = drain(c, &c->saves, out, cap, &p);
-  n += drain(c, &c->loads, out + n, cap - n, &p);
-  conn_unlock(c, &c->done_lock);
+  conn_lock(c, &c->inflight.lock);
+  size_t n = drain(c, &c->inflight.saves, out, cap, &p);
+  n += drain(c, &c->inflight.loads, out + n, cap - n, &p);
+  conn_unlock(c, &c->inflight.lock);
   *n_out = n;
   return ECC_OK;
 }
@@ -182,15 +129,15 @@ int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_ou
 /* The directory work of records never reported: a finished save's entry is
  * published all the same (its copy is complete), a failed or unsubmitted
  * one freed, a load's pin released (a held load's reservation settled as a
- * save's). None where the directory is cut off (c->dir_gone, which the
+ * save's). None where the directory is cut off (c->inflight.dir_gone, which the
  * caller has asked). */
 void poll_settle_unreported(struct conn *c, struct transfer *t, int status)
 {
-  if (c->dir_gone)
+  if (c->inflight.dir_gone)
     return;
   for (size_t i = t->next_report; t->has_tokens && i < t->n_done; i++)
     if (t->tokens[i] != 0)
-      conn_dir_settle(c, transfer_settle_dir(t), t->tokens[i], status);
+      settle_record(&c->dir, transfer_settle_dir(t), t->tokens[i], status);
 }
 
 void poll_drain_all(struct conn *c, struct fifo *f)

@@ -4,23 +4,32 @@
  * its descriptor, record and key storage for a later batch, so that steps
  * of a steady size allocate nothing in the connector.
  */
+#include "core/transfer.h"
+
 #include <stdlib.h>
 
-#include "core/internal.h"
-
-struct transfer *transfer_get(struct conn *c)
+void transfer_pool_init(struct transfer_pool *p, void *(*alloc)(void *, size_t),
+                        void (*release)(void *, void *), void *ctx)
 {
-  conn_lock(c, &c->done_lock);
-  struct transfer *t = c->free_list;
-  if (t != NULL)
-    c->free_list = t->next;
-  conn_unlock(c, &c->done_lock);
-  if (t == NULL) {
-    t = calloc(1, sizeof(*t));
-    if (t == NULL)
-      return NULL;
-    desc_init(&t->view.desc, c->engine.ops->desc_alloc, c->engine.ops->desc_free, c->engine.impl);
+  pthread_mutex_init(&p->lock, NULL);
+  p->free = NULL;
+  p->desc_alloc = alloc;
+  p->desc_free = release;
+  p->desc_ctx = ctx;
+}
+
+void transfer_pool_destroy(struct transfer_pool *p)
+{
+  while (p->free != NULL) {
+    struct transfer *t = p->free;
+    p->free = t->next;
+    transfer_free(t);
   }
+  pthread_mutex_destroy(&p->lock);
+}
+
+static void clear(struct transfer *t)
+{
   t->next = NULL;
   t->n_done = 0;
   t->keys_len = 0;
@@ -34,14 +43,31 @@ struct transfer *transfer_get(struct conn *c)
   t->status = ECC_OK;
   t->elapsed_ns = 0;
   desc_clear(&t->view.desc);
+}
+
+struct transfer *transfer_get(struct transfer_pool *p)
+{
+  pthread_mutex_lock(&p->lock);
+  struct transfer *t = p->free;
+  if (t != NULL)
+    p->free = t->next;
+  pthread_mutex_unlock(&p->lock);
+  if (t == NULL) {
+    t = calloc(1, sizeof(*t));
+    if (t == NULL)
+      return NULL;
+    desc_init(&t->view.desc, p->desc_alloc, p->desc_free, p->desc_ctx);
+  }
+  clear(t);
   return t;
 }
 
-void transfer_put(struct conn *c, struct transfer *t)
+void transfer_put(struct transfer_pool *p, struct transfer *t)
 {
-  conn_lock(c, &c->done_lock);
-  transfer_put_locked(c, t);
-  conn_unlock(c, &c->done_lock);
+  pthread_mutex_lock(&p->lock);
+  t->next = p->free;
+  p->free = t;
+  pthread_mutex_unlock(&p->lock);
 }
 
 void transfer_free(struct transfer *t)

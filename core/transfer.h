@@ -7,6 +7,7 @@
 #ifndef ECC_TRANSFER_H
 #define ECC_TRANSFER_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,32 +58,29 @@ static inline int transfer_settle_dir(const struct transfer *t)
   return t->settles_reservations ? ECC_DIR_SAVE : t->view.direction;
 }
 
-/* Transfers in flight in one direction, oldest first. */
-struct fifo {
-  struct transfer *head, *tail;
-  size_t count; /* transfers queued, finished or not */
+/* The connector's transfers not in flight, each kept with its storage for
+ * a later batch, so that steps of a steady size allocate nothing. Its lock
+ * is the innermost of the connector's: held for a pointer swap, never
+ * while anything is called or logged. */
+struct transfer_pool {
+  pthread_mutex_t lock; /* free */
+  struct transfer *free;
+  void *(*desc_alloc)(void *ctx, size_t bytes); /* the engine's descriptor memory */
+  void (*desc_free)(void *ctx, void *p);
+  void *desc_ctx;
 };
 
-static inline void fifo_push(struct fifo *f, struct transfer *t)
-{
-  t->next = NULL;
-  if (f->tail != NULL)
-    f->tail->next = t;
-  else
-    f->head = t;
-  f->tail = t;
-  f->count++;
-}
-
-static inline struct transfer *fifo_pop(struct fifo *f)
-{
-  struct transfer *t = f->head;
-  f->head = t->next;
-  if (f->head == NULL)
-    f->tail = NULL;
-  f->count--;
-  return t;
-}
+/* An empty pool whose transfers take descriptor memory from alloc/release
+ * (the engine's; NULL: malloc). */
+void transfer_pool_init(struct transfer_pool *p, void *(*alloc)(void *, size_t),
+                        void (*release)(void *, void *), void *ctx);
+/* Frees every pooled transfer. */
+void transfer_pool_destroy(struct transfer_pool *p);
+/* A cleared transfer, from the pool or new; NULL when out of memory. */
+struct transfer *transfer_get(struct transfer_pool *p);
+void transfer_put(struct transfer_pool *p, struct transfer *t);
+/* Everything a transfer owns, and the transfer. */
+void transfer_free(struct transfer *t);
 
 /* Room for `more` completion records. Returns 0 or -1 (out of memory).
  * Inline, as the other helpers here: every save call grows its batch. */

@@ -61,20 +61,20 @@ load-nbytes-capacity @@ core/*.c @@ rec[i].nbytes = bytes; @@ rec[i].nbytes = e[
 direction-fixed @@ core/*.c @@ out->direction = (uint32_t)t->view.direction; @@ out->direction = ECC_DIR_SAVE;
 save-transfer-id @@ core/*.c @@ out->transfer_id = 0; @@ out->transfer_id = rec->id;
 load-key-stale @@ core/*.c @@ out->key[0] = '\0'; @@
-region-dead-not-reported @@ core/*.c @@ t->status = ECC_ERR_REGION;\n    dir_stats @@ dir_stats
+region-dead-not-reported @@ core/poll.c @@ t->status = ECC_ERR_REGION;\n    inflight_counts @@ inflight_counts
 order-in-batch @@ core/*.c @@ size_t i = t->next_report++; @@ size_t i = t->n_done - 1 - t->next_report++;
-loads-overwrite-saves @@ core/*.c @@ n += drain(c, &c->loads, out + n, cap - n, &p); @@ n += drain(c, &c->loads, out, cap - n, &p);
-loads-before-saves @@ core/*.c @@ size_t n = drain(c, &c->saves, out, cap, &p);\n  n += drain(c, &c->loads, out + n, cap - n, &p); @@ size_t n = drain(c, &c->loads, out, cap, &p);\n  n += drain(c, &c->saves, out + n, cap - n, &p);
+loads-overwrite-saves @@ core/poll.c @@ n += drain(c, &c->inflight.loads, out + n, cap - n, &p); @@ n += drain(c, &c->inflight.loads, out, cap - n, &p);
+loads-before-saves @@ core/poll.c @@ size_t n = drain(c, &c->inflight.saves, out, cap, &p);\n  n += drain(c, &c->inflight.loads, out + n, cap - n, &p); @@ size_t n = drain(c, &c->inflight.loads, out, cap, &p);\n  n += drain(c, &c->inflight.saves, out + n, cap - n, &p);
 # Stats.
 hist-edge @@ core/*.c @@ bytes >= bounds[b] @@ bytes > bounds[b]
-hist-by-first-entry @@ core/*.c @@ s->hist[hist_bucket(d->bytes)]++; @@ s->hist[hist_bucket(t->done[0].nbytes)]++;
+hist-by-first-entry @@ core/inflight.c @@ s->hist[inflight_hist_bucket(d->bytes)]++; @@ s->hist[inflight_hist_bucket(t->done[0].nbytes)]++;
 busy-not-summed @@ core/*.c @@ s->busy_ns += t->elapsed_ns; @@ s->busy_ns = t->elapsed_ns;
 transfers-as-entries @@ core/*.c @@ s->transfers++;\n  s->entries += t->n_done; @@ s->transfers += t->n_done;\n  s->entries += t->n_done;
 entries-as-transfers @@ core/*.c @@ s->entries += t->n_done; @@ s->entries++;
 descriptors-as-entries @@ core/*.c @@ s->descriptors += d->count; @@ s->descriptors += t->n_done;
 bytes-as-entries @@ core/*.c @@ s->bytes += d->bytes; @@ s->bytes += t->n_done;
-dead-region-not-failed @@ core/*.c @@ dir_stats(c, t->view.direction)->failed++; @@ (void)t;
-skipped-per-call @@ core/*.c @@ c->stats.saves_skipped += n; @@ c->stats.saves_skipped++;
+dead-region-not-failed @@ core/poll.c @@ inflight_counts(&c->inflight, t->view.direction)->failed++; @@ (void)t;
+skipped-per-call @@ core/inflight.c @@ c->inflight.stats.saves_skipped += n; @@ c->inflight.stats.saves_skipped++;
 save-rank-ignores-pcp @@ core/*.c @@ c->save_rank = cfg->tp_rank == 0 && cfg->pcp_rank == 0; @@ c->save_rank = cfg->tp_rank == 0;
 # describe.
 describe-creator @@ core/*.c @@ info.creator = (uint32_t)c->region.creator; @@ info.creator = (uint32_t)c->save_rank;
@@ -103,13 +103,13 @@ info-pinned @@ host-shim/cli/*.c @@ info.pinned ? "yes" : "no" @@ info.save_rank
 info-max-inflight @@ host-shim/cli/*.c @@ info.max_inflight); @@ info.num_blocks);
 demo-stats-direction @@ host-shim/cli/*.c @@ dir == ECC_DIR_SAVE ? &st.save : &st.load @@ &st.save
 dir-claim-not-exclusive @@ core/directory/directory.c @@ else if (rc == ECC_OK && e->claimed)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY, @@ else if (false)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY,
-dir-blocks-unchecked @@ core/directory_calls.c @@ int rc = dir_blocks_held(&c->dir, ids, n, true, &bad); @@ int rc = ECC_OK;
-dir-load-keeps-its-pin @@ core/directory_calls.c @@ : dir_unpin(&c->dir, pin_of(ref), NULL, 0); @@ : ECC_OK;
-dir-block-save-holds-nothing @@ core/directory_calls.c @@ rc = claim_found(c, t, &w, e); @@ rc = t != NULL ? ECC_OK : claim_found(c, t, &w, e);
-dir-block-save-any-owner @@ core/directory_calls.c @@ bool writable = e->state == DIR_STATE_RESERVED && e->owner.pid == w->self.pid &&\n                  e->owner.start_ticks == w->self.start_ticks; @@ bool writable = e->state == DIR_STATE_RESERVED;
-dir-token-kind-ignored @@ core/directory_calls.c @@ return ((low & TOKEN_PIN_BIT) != 0) == (kind == TOKEN_PIN) ? TOKEN_NAMES : TOKEN_OTHER_KIND; @@ return TOKEN_NAMES;
-dir-region-unchecked @@ core/directory_calls.c @@ return dir_code(region_check(&c->region, &c->log)); @@ return dir_code(ECC_OK);
-dir-settles-a-cut-directory @@ core/poll.c @@ c->dir_gone = !conn_dir_reachable(c); @@ c->dir_gone = false;
+dir-blocks-unchecked @@ core/block_claims.c @@ int rc = dir_blocks_held(&c->dir, ids, n, true, &bad); @@ int rc = ECC_OK;
+dir-load-keeps-its-pin @@ core/settle.c @@ : dir_unpin(d, token_pin_ref(ref), NULL, 0); @@ : ECC_OK;
+dir-block-save-holds-nothing @@ core/block_claims.c @@ rc = claim_found(c, t, &w, e); @@ rc = t != NULL ? ECC_OK : claim_found(c, t, &w, e);
+dir-block-save-any-owner @@ core/block_claims.c @@ bool writable = e->state == DIR_STATE_RESERVED && e->owner.pid == w->self.pid &&\n                  e->owner.start_ticks == w->self.start_ticks; @@ bool writable = e->state == DIR_STATE_RESERVED;
+dir-token-kind-ignored @@ core/tokens.h @@ return ((low & TOKEN_PIN_BIT) != 0) == (kind == TOKEN_PIN) ? TOKEN_NAMES : TOKEN_OTHER_KIND; @@ return TOKEN_NAMES;
+dir-region-unchecked @@ core/internal.h @@ return conn_dir_code(region_check(&c->region, &c->log)); @@ return conn_dir_code(ECC_OK);
+dir-settles-a-cut-directory @@ core/poll.c @@ c->inflight.dir_gone = !settle_reachable(&c->region); @@ c->inflight.dir_gone = false;
 dir-ranks-unbounded @@ core/directory_calls.c @@ if (rc == ECC_OK && ranks > ECC_RANKS_MAX) @@ if (false)
 dir-abort-published-invalid @@ core/directory_calls.c @@ if (rc == ECC_ERR_INVALID) /* published: no longer a reservation */ @@ if (false)
 dir-generations-from-zero @@ core/directory/directory.c @@ sh->instance = new_instance(mem);\n  seed_generations(sh); @@ sh->instance = new_instance(mem);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "core/settle.h"
 #include "ecc_host.h"
 #include "tests/helpers.h"
 
@@ -170,8 +171,8 @@ Test(tokens, the_connector_calls_of_a_plugin_built_on_it_check_the_kind)
   expect_conn_refused(c, conn_unpin_ranks(c, y.token, 1), RES);
   expect_conn_refused(c, conn_unpin(c, y.token), RES);
   /* Settling a token of the other kind settles nothing and is no success. */
-  cr_assert_eq(conn_dir_settle(c, ECC_DIR_LOAD, y.token, ECC_OK), ECC_ERR_CLOSED);
-  cr_assert_eq(conn_dir_settle(c, ECC_DIR_SAVE, p1.token, ECC_OK), ECC_ERR_CLOSED);
+  cr_assert_eq(settle_record(&c->dir, ECC_DIR_LOAD, y.token, ECC_OK), ECC_ERR_CLOSED);
+  cr_assert_eq(settle_record(&c->dir, ECC_DIR_SAVE, p1.token, ECC_OK), ECC_ERR_CLOSED);
   ecc_directory_stats_v1_t d;
   conn_dir_stats(c, &d);
   cr_assert_eq(d.entries, 2, "a refused call ended a reservation");

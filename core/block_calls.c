@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * submit.c - a step's saves and loads: each request checked, each direction
+ * block_calls.c - a step's saves and loads by block ids: each request checked, each direction
  * batched into one transfer and handed to the engine within the in-flight
  * bound; one translation unit with the checks and load plan its loops inline.
  */
@@ -11,6 +11,7 @@
 
 #include "core/internal.h"
 #include "core/load_plan.h"
+#include "core/settle.h"
 
 /* ---- checks shared by save and load ---- */
 
@@ -100,7 +101,7 @@ static int check_load_entry(struct conn *c, const ecc_load_entry_v1_t *e, size_t
                     e->transfer_id);
   int rc = check_blocks(c, "load", idx, e->block_ids, e->n_blocks);
   if (rc == ECC_OK && c->has_dir)
-    rc = conn_dir_load_blocks(c, idx, e->block_ids, e->n_blocks);
+    rc = blocks_check_pinned(c, idx, e->block_ids, e->n_blocks);
   if (rc != ECC_OK)
     return rc;
   if (e->dst > UINT64_MAX - load_bytes(c, e))
@@ -127,49 +128,6 @@ static int check_call(struct conn *c, int dir, const void *e, size_t n)
 }
 
 /* ---- what flush and load share: the in-flight bound, the engine ---- */
-
-/* The call that submits a direction's transfers, for messages. */
-static const char *submit_call(int dir)
-{
-  return dir == ECC_DIR_SAVE ? "flush" : "load";
-}
-
-/* ECC_OK when another transfer of `dir` may go in flight, else the refusal
- * (normal back-pressure, so logged at debug level). */
-int conn_skip_saves(struct conn *c, size_t n)
-{
-  conn_lock(c, &c->done_lock);
-  c->stats.saves_skipped += n;
-  conn_unlock(c, &c->done_lock);
-  return ECC_OK;
-}
-
-int conn_check_room(struct conn *c, int dir)
-{
-  const struct fifo *f = dir == ECC_DIR_SAVE ? &c->saves : &c->loads;
-  conn_lock(c, &c->done_lock);
-  bool room = f->count < c->cfg.max_inflight;
-  conn_unlock(c, &c->done_lock);
-  if (room)
-    return ECC_OK;
-  return log_fail_at(&c->log, ECC_LOG_DEBUG, ECC_ERR_BUSY,
-                     "%s: %u %s transfers are in flight (connector.max_inflight); poll first",
-                     submit_call(dir), c->cfg.max_inflight, ecc_dir_name(dir));
-}
-
-/* Start the engine's copy of t (its direction set). On error nothing was
- * started. */
-int conn_engine_submit(struct conn *c, struct transfer *t, void *stream)
-{
-  int rc = c->engine.ops->submit(&c->engine, &t->view, stream);
-  if (rc == ECC_ERR_INVALID)
-    return log_fail(&c->log, rc, "%s: the %s engine takes no compute stream; pass NULL",
-                    submit_call(t->view.direction), c->engine.ops->name);
-  if (rc != ECC_OK)
-    return log_fail(&c->log, rc, "%s: the %s engine could not start the copy",
-                    submit_call(t->view.direction), c->engine.ops->name);
-  return ECC_OK;
-}
 
 /* ---- save / flush ---- */
 
@@ -234,20 +192,20 @@ static int save_locked(struct conn *c, const ecc_save_entry_v1_t *e, size_t n, u
   int rc = t == NULL ? region_check(&c->region, &c->log) : ECC_OK;
   if (rc != ECC_OK)
     return rc;
-  if (t == NULL && (t = transfer_get(c)) == NULL)
+  if (t == NULL && (t = transfer_get(&c->pool)) == NULL)
     return log_fail(&c->log, ECC_ERR_NOMEM, "save: out of memory for a transfer");
   size_t claims = t->n_claims;
   if (c->has_dir)
-    rc = conn_dir_claim_saves(c, t, e, n, descs);
+    rc = blocks_claim_saves(c, t, e, n, descs);
   if (rc == ECC_OK)
     rc = add_saves(c, t, e, n, descs, key_bytes);
   if (rc == ECC_OK) {
     c->pending = t;
     return ECC_OK;
   }
-  conn_dir_unclaim(c, t, claims);
+  settle_unclaim(&c->dir, t, claims);
   if (c->pending == NULL)
-    transfer_put(c, t);
+    transfer_put(&c->pool, t);
   return rc;
 }
 
@@ -264,7 +222,7 @@ int conn_save(struct conn *c, const ecc_save_entry_v1_t *e, size_t n)
   if (rc != ECC_OK)
     return rc;
   if (!c->save_rank) /* copies nothing, so it holds no reservation (as save_reserved) */
-    return conn_skip_saves(c, n);
+    return inflight_skip_saves(c, n);
   conn_lock(c, &c->step_lock);
   rc = save_locked(c, e, n, descs, key_bytes);
   conn_unlock(c, &c->step_lock);
@@ -278,18 +236,15 @@ static int flush_locked(struct conn *c, void *stream)
     return ECC_OK;
   int rc = region_check(&c->region, &c->log);
   if (rc == ECC_OK)
-    rc = conn_check_room(c, ECC_DIR_SAVE);
+    rc = inflight_room(c, ECC_DIR_SAVE);
   if (rc != ECC_OK)
     return rc;
   t->view.direction = ECC_DIR_SAVE;
-  rc = conn_engine_submit(c, t, stream);
+  rc = inflight_start(c, t, stream);
   if (rc != ECC_OK)
     return rc;
-  t->batch = ++c->save_batches;
   c->pending = NULL;
-  conn_lock(c, &c->done_lock);
-  fifo_push(&c->saves, t);
-  conn_unlock(c, &c->done_lock);
+  inflight_queue_save(c, t);
   return ECC_OK;
 }
 
@@ -375,11 +330,11 @@ static int start_load(struct conn *c, struct transfer *t, const ecc_load_entry_v
   struct load_pass pass;
   int rc = check_loads(c, t, e, n, &pass);
   if (rc == ECC_OK)
-    rc = conn_check_room(c, ECC_DIR_LOAD);
+    rc = inflight_room(c, ECC_DIR_LOAD);
   if (rc == ECC_OK)
     rc = build_load(c, t, e, n, &pass);
   if (rc == ECC_OK)
-    rc = conn_engine_submit(c, t, stream);
+    rc = inflight_start(c, t, stream);
   return rc;
 }
 
@@ -388,33 +343,15 @@ static int load_locked(struct conn *c, const ecc_load_entry_v1_t *e, size_t n, v
   int rc = region_check(&c->region, &c->log);
   if (rc != ECC_OK)
     return rc;
-  struct transfer *t = transfer_get(c);
+  struct transfer *t = transfer_get(&c->pool);
   if (t == NULL)
     return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for a transfer");
   rc = start_load(c, t, e, n, stream);
   if (rc != ECC_OK) {
-    transfer_put(c, t);
+    transfer_put(&c->pool, t);
     return rc;
   }
-  return conn_queue_load(c, t, stream);
-}
-
-int conn_queue_load(struct conn *c, struct transfer *t, void *stream)
-{
-  /* Order the compute stream before the transfer is visible to poll (which
-   * may recycle it at once). The copy is running either way: from here on
-   * the transfer is reported whatever happens, so its completion is never
-   * lost. */
-  int rc = c->engine.ops->order_after(&c->engine, &t->view, stream);
-  t->batch = ++c->load_batches;
-  conn_lock(c, &c->done_lock);
-  fifo_push(&c->loads, t);
-  conn_unlock(c, &c->done_lock);
-  if (rc != ECC_OK)
-    return log_fail(&c->log, rc,
-                    "load: could not order the compute stream after the copy; "
-                    "poll for transfer completion before reading");
-  return ECC_OK;
+  return inflight_queue_load(c, t, stream);
 }
 
 /* The entries are checked under the step lock, in the same pass that
