@@ -6,8 +6,10 @@
  */
 #include "common/log.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,6 +20,46 @@ void log_init(struct ecc_log *log, const ecc_host_services_v1_t *host)
    * short even for those is no logger at all (create refuses it). */
   log->host = host != NULL && ECC_COVERS(host, ecc_host_services_v1_t, user) ? host : NULL;
   pthread_mutex_init(&log->lock, NULL);
+  log->claimed = 0;
+  atomic_init(&log->n_slots, 0);
+}
+
+static uint64_t run_of(int first, unsigned n)
+{
+  return (n >= 64 ? ~0ull : (1ull << n) - 1) << first;
+}
+
+int log_slots_claim(struct ecc_log *log, unsigned n)
+{
+  int first = -1;
+  pthread_mutex_lock(&log->lock);
+  for (int i = 0; n > 0 && first < 0 && i + (int)n <= LOG_SLOTS; i++)
+    if ((log->claimed & run_of(i, n)) == 0)
+      first = i;
+  if (first >= 0) {
+    log->claimed |= run_of(first, n);
+    if (atomic_load_explicit(&log->n_slots, memory_order_relaxed) < (unsigned)first + n)
+      atomic_store_explicit(&log->n_slots, (unsigned)first + n, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&log->lock);
+  assert(first >= 0 && "a handle's locks need more than LOG_SLOTS holder slots");
+  if (first < 0)
+    log_msg(log, ECC_LOG_ERROR,
+            "internal: a lock of this handle has no log slot (%u more wanted, %d in all): the "
+            "host's log callback may run while it is held",
+            n, LOG_SLOTS);
+  return first;
+}
+
+void log_slots_release(struct ecc_log *log, int first, unsigned n)
+{
+  if (first < 0)
+    return;
+  for (unsigned i = 0; i < n; i++)
+    atomic_store_explicit(&log->holder[first + (int)i], 0, memory_order_relaxed);
+  pthread_mutex_lock(&log->lock);
+  log->claimed &= ~run_of(first, n);
+  pthread_mutex_unlock(&log->lock);
 }
 
 void log_destroy(struct ecc_log *log)
@@ -32,7 +74,8 @@ static void send_line(const ecc_host_services_v1_t *h, int level, const char *te
 
 static bool inside_a_lock(const struct ecc_log *log, unsigned long self)
 {
-  for (int i = 0; i < LOG_LOCKS; i++)
+  unsigned n = atomic_load_explicit(&log->n_slots, memory_order_relaxed);
+  for (unsigned i = 0; i < n; i++)
     if (atomic_load_explicit(&log->holder[i], memory_order_relaxed) == self)
       return true;
   return false;

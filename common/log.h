@@ -9,10 +9,11 @@
  * The host's callback is never called with a plugin lock held: the callback
  * may call back into the plugin (stats from a log callback is ordinary), and
  * under a lock that would deadlock. Code that takes one of a handle's locks
- * says so with log_lock_taken(), log_lock_dropping() and log_lock_dropped();
- * a message made by a
- * thread inside one of them waits in the handle's small queue and is sent
- * once that thread holds none. (The owner of each lock is written in the
+ * says so with log_lock_taken(), log_lock_dropping() and log_lock_dropped()
+ * on the holder slot the lock claimed (lock.h wraps mutexes, read-write
+ * locks and condition waits so); a message made by a thread inside one of
+ * them waits in the handle's small queue and is sent once that thread
+ * holds none. (The owner of each lock is written in the
  * log, not in thread-local storage: in a plugin loaded with dlopen every
  * thread-local access costs a call, and these run on every lock.)
  */
@@ -25,8 +26,12 @@
 
 #include "ecc_plugin_v1.h"
 
-/* Locks of one handle that may be held while its code logs. */
-#define LOG_LOCKS 2
+/* Holder slots of one handle's log: each lock of the handle that may be
+ * held while its code logs owns one or more of them (lock.h), claimed when
+ * the lock is made: a connector's three (core/internal.h), and on a ucx
+ * handle its client's or server's and its UCX layer's, at most about 33 in
+ * all. A claim past LOG_SLOTS is refused. */
+#define LOG_SLOTS 64
 /* Messages kept while their thread is inside a lock; a failed poll may
  * finish dozens of failed batches at once, and past this only a count is
  * kept (one line reports it). */
@@ -41,16 +46,20 @@ struct log_held {
 
 struct ecc_log {
   const ecc_host_services_v1_t *host; /* may be NULL: then nothing is logged */
-  pthread_mutex_t lock;               /* guards last, held, dropped */
+  pthread_mutex_t lock;               /* guards last, held, dropped, claimed */
   char last[LOG_TEXT_MAX];            /* most recent error text */
   char *err;                          /* during create only: the host's err buffer */
   size_t err_cap;
-  _Atomic unsigned long holder[LOG_LOCKS]; /* the thread inside each lock, or 0 */
+  _Atomic unsigned long holder[LOG_SLOTS]; /* the thread inside each slot's lock, or 0 */
+  atomic_uint n_slots;                     /* slots ever claimed end below this */
+  uint64_t claimed;                        /* one bit per claimed slot */
   atomic_uint n_held;                      /* messages waiting in held */
   struct log_held held[LOG_HELD_MAX];
   unsigned dropped; /* messages past LOG_HELD_MAX, and whose */
   unsigned long dropped_owner;
 };
+
+_Static_assert(LOG_SLOTS <= 64, "claimed has one bit per slot");
 
 void log_init(struct ecc_log *log, const ecc_host_services_v1_t *host);
 void log_destroy(struct ecc_log *log);
@@ -72,7 +81,15 @@ int log_fail_at(struct ecc_log *log, int level, int code, const char *fmt, ...)
  * holds none of them (the slow half of log_lock_dropped). */
 void log_send_held(struct ecc_log *log);
 
-/* Right after taking lock `which` (0 .. LOG_LOCKS-1) of the handle. */
+/* n consecutive free slots, claimed for a lock being made: the first's
+ * index, or -1 (logged) when LOG_SLOTS would be passed, which a debug
+ * build also asserts: a lock without a slot would let the host's callback
+ * run inside it. */
+int log_slots_claim(struct ecc_log *log, unsigned n);
+/* Gives back what log_slots_claim returned (the lock is destroyed). */
+void log_slots_release(struct ecc_log *log, int first, unsigned n);
+
+/* Right after taking the lock of slot `which` of the handle. */
 static inline void log_lock_taken(struct ecc_log *log, int which)
 {
   atomic_store_explicit(&log->holder[which], (unsigned long)pthread_self(), memory_order_relaxed);

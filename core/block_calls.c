@@ -223,9 +223,9 @@ int conn_save(struct conn *c, const ecc_save_entry_v1_t *e, size_t n)
     return rc;
   if (!c->save_rank) /* copies nothing, so it holds no reservation (as save_reserved) */
     return inflight_skip_saves(c, n);
-  conn_lock(c, &c->step_lock);
+  lock_mutex_lock(&c->step_lock);
   rc = save_locked(c, e, n, descs, key_bytes);
-  conn_unlock(c, &c->step_lock);
+  lock_mutex_unlock(&c->step_lock);
   return rc;
 }
 
@@ -250,9 +250,9 @@ static int flush_locked(struct conn *c, void *stream)
 
 int conn_flush(struct conn *c, void *stream)
 {
-  conn_lock(c, &c->step_lock);
+  lock_mutex_lock(&c->step_lock);
   int rc = flush_locked(c, stream);
-  conn_unlock(c, &c->step_lock);
+  lock_mutex_unlock(&c->step_lock);
   return rc;
 }
 
@@ -366,8 +366,8 @@ int conn_load(struct conn *c, const ecc_load_entry_v1_t *e, size_t n, void *stre
   if (n > UINT32_MAX)
     return log_fail(&c->log, ECC_ERR_INVALID, "load: %zu entries in one call; at most %u", n,
                     UINT32_MAX);
-  conn_lock(c, &c->step_lock);
+  lock_mutex_lock(&c->step_lock);
   rc = load_locked(c, e, n, stream);
-  conn_unlock(c, &c->step_lock);
+  lock_mutex_unlock(&c->step_lock);
   return rc;
 }

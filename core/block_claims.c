@@ -19,7 +19,8 @@ int blocks_check_pinned(struct conn *c, size_t idx, const uint32_t *ids, uint32_
   if (rc == ECC_OK)
     return ECC_OK;
   if (rc != ECC_ERR_RANGE)
-    return log_fail(&c->log, conn_dir_code(rc), "load: entry %zu: the directory could not be read", idx);
+    return log_fail(&c->log, conn_dir_code(rc), "load: entry %zu: the directory could not be read",
+                    idx);
   return log_fail(&c->log, ECC_ERR_RANGE,
                   "load: entry %zu: block %" PRIu32 " is not in a pinned entry; on a region with a "
                   "directory only those blocks may be named",
@@ -228,7 +229,7 @@ static int claim_found(struct conn *c, struct transfer *t, const struct save_wal
 }
 
 int blocks_claim_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1_t *e, size_t n,
-                         uint64_t blocks)
+                       uint64_t blocks)
 {
   int rc = conn_need_region(c); /* every call, not once per batch: the walk reads the directory */
   if (rc == ECC_OK)

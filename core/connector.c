@@ -108,10 +108,38 @@ static int open_region(struct conn *c)
   return rc;
 }
 
+/* The step's and the in-flight queue's locks, known to the log; on a
+ * failure neither is left. */
+static int make_locks(struct conn *c)
+{
+  int rc = lock_mutex_init(&c->step_lock, &c->log);
+  if (rc == ECC_OK && (rc = inflight_init(&c->inflight, &c->log)) != ECC_OK)
+    lock_mutex_destroy(&c->step_lock);
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "create: the connector's locks cannot be made");
+  return ECC_OK;
+}
+
+/* The engine's, then the transfer pool over its descriptor memory; on a
+ * failure neither is left. */
+static int open_copies(struct conn *c)
+{
+  int rc = open_engine(c);
+  if (rc != ECC_OK)
+    return rc;
+  const struct engine_ops *ops = c->engine.ops;
+  rc = transfer_pool_init(&c->pool, &c->log, ops->desc_alloc, ops->desc_free, c->engine.impl);
+  if (rc != ECC_OK) {
+    ops->destroy(&c->engine);
+    return log_fail(&c->log, rc, "create: the transfer pool's lock cannot be made");
+  }
+  return ECC_OK;
+}
+
 /* What create set up before the region and the engine. */
 static void free_conn(struct conn *c)
 {
-  pthread_mutex_destroy(&c->step_lock);
+  lock_mutex_destroy(&c->step_lock);
   inflight_destroy(&c->inflight);
   log_destroy(&c->log);
   free(c);
@@ -129,12 +157,15 @@ int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1_t *h
   c->log.err_cap = err_cap;
   c->region.fd = -1;
   c->save_rank = cfg->tp_rank == 0 && cfg->pcp_rank == 0;
-  pthread_mutex_init(&c->step_lock, NULL);
-  inflight_init(&c->inflight);
-
-  int rc = open_region(c);
+  int rc = make_locks(c);
+  if (rc != ECC_OK) {
+    log_destroy(&c->log);
+    free(c);
+    return rc;
+  }
+  rc = open_region(c);
   if (rc == ECC_OK) {
-    rc = open_engine(c);
+    rc = open_copies(c);
     if (rc != ECC_OK)
       region_close(&c->region, &c->log);
   }
@@ -144,7 +175,6 @@ int conn_create(const struct plugin_config *cfg, const ecc_host_services_v1_t *h
     return rc;
   }
   c->inflight.stats.pin_ns = c->engine.pin_ns;
-  transfer_pool_init(&c->pool, c->engine.ops->desc_alloc, c->engine.ops->desc_free, c->engine.impl);
   log_msg(&c->log, ECC_LOG_INFO,
           "connector: %s, region %s (%" PRIu64 " blocks of %" PRIu64 " B, %s), engine %s: %s",
           config_role_name(cfg->role), c->region.path, c->region.num_blocks, c->region.block_size,
@@ -180,9 +210,9 @@ int conn_stats(struct conn *c, ecc_stats_v1_t *out)
   if (rc != ECC_OK)
     return rc;
   ecc_stats_v1_t copy;
-  conn_lock(c, &c->inflight.lock);
+  lock_mutex_lock(&c->inflight.lock);
   copy = c->inflight.stats;
-  conn_unlock(c, &c->inflight.lock);
+  lock_mutex_unlock(&c->inflight.lock);
   rc = conn_dir_stats(c, &copy.directory);
   if (rc != ECC_OK)
     return rc;
@@ -223,12 +253,12 @@ int conn_last_error(struct conn *c, char *buf, size_t cap)
 
 void conn_destroy(struct conn *c)
 {
-  conn_lock(c, &c->inflight.lock);
+  lock_mutex_lock(&c->inflight.lock);
   /* What is settled below touches the directory: not if its pages are gone. */
   c->inflight.dir_gone = c->inflight.dir_gone || (c->has_dir && !settle_reachable(&c->region));
   poll_drain_all(c, &c->inflight.saves);
   poll_drain_all(c, &c->inflight.loads);
-  conn_unlock(c, &c->inflight.lock);
+  lock_mutex_unlock(&c->inflight.lock);
   transfer_pool_destroy(&c->pool);
   if (c->pending != NULL) {
     /* A batch gets its direction at flush; this one never got there. */

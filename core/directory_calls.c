@@ -478,9 +478,9 @@ int conn_save_reserved(struct conn *c, const ecc_save_reserved_v1_t *e, size_t n
     return rc;
   if (!c->save_rank)
     return inflight_skip_saves(c, n);
-  conn_lock(c, &c->step_lock);
+  lock_mutex_lock(&c->step_lock);
   rc = save_reserved_locked(c, e, n);
-  conn_unlock(c, &c->step_lock);
+  lock_mutex_unlock(&c->step_lock);
   return rc;
 }
 
@@ -553,7 +553,7 @@ int conn_load_pinned(struct conn *c, const ecc_load_pinned_v1_t *e, size_t n, vo
     rc = log_fail(&c->log, ECC_ERR_INVALID, "load_pinned: entries is NULL but n = %zu", n);
   if (rc != ECC_OK)
     return rc;
-  conn_lock(c, &c->step_lock);
+  lock_mutex_lock(&c->step_lock);
   rc = conn_need_region(c);
   struct transfer *t = rc == ECC_OK ? transfer_get(&c->pool) : NULL;
   if (rc == ECC_OK && t == NULL)
@@ -564,7 +564,7 @@ int conn_load_pinned(struct conn *c, const ecc_load_pinned_v1_t *e, size_t n, vo
     rc = inflight_queue_load(c, t, stream);
   else if (t != NULL)
     transfer_put(&c->pool, t);
-  conn_unlock(c, &c->step_lock);
+  lock_mutex_unlock(&c->step_lock);
   return rc;
 }
 
@@ -603,7 +603,7 @@ int conn_load_held(struct conn *c, const ecc_load_pinned_v1_t *e, void *stream, 
   int rc = token_ref(c, "load (held)", e->token, TOKEN_RESERVATION, &ref);
   if (rc != ECC_OK)
     return rc;
-  conn_lock(c, &c->step_lock);
+  lock_mutex_lock(&c->step_lock);
   rc = conn_need_region(c);
   struct transfer *t = rc == ECC_OK ? transfer_get(&c->pool) : NULL;
   if (rc == ECC_OK && t == NULL)
@@ -623,6 +623,6 @@ int conn_load_held(struct conn *c, const ecc_load_pinned_v1_t *e, void *stream, 
       dir_unclaim(&c->dir, ref);
     transfer_put(&c->pool, t);
   }
-  conn_unlock(c, &c->step_lock);
+  lock_mutex_unlock(&c->step_lock);
   return rc;
 }

@@ -12,16 +12,16 @@
 #include "common/names.h"
 #include "core/internal.h"
 
-void inflight_init(struct inflight *q)
+int inflight_init(struct inflight *q, struct ecc_log *log)
 {
   memset(q, 0, sizeof(*q));
-  pthread_mutex_init(&q->lock, NULL);
   q->stats.struct_size = sizeof(q->stats);
+  return lock_mutex_init(&q->lock, log);
 }
 
 void inflight_destroy(struct inflight *q)
 {
-  pthread_mutex_destroy(&q->lock);
+  lock_mutex_destroy(&q->lock);
 }
 
 unsigned inflight_hist_bucket(uint64_t bytes)
@@ -45,18 +45,18 @@ static const char *submit_call(int direction)
 
 int inflight_skip_saves(struct conn *c, size_t n)
 {
-  conn_lock(c, &c->inflight.lock);
+  lock_mutex_lock(&c->inflight.lock);
   c->inflight.stats.saves_skipped += n;
-  conn_unlock(c, &c->inflight.lock);
+  lock_mutex_unlock(&c->inflight.lock);
   return ECC_OK;
 }
 
 int inflight_room(struct conn *c, int direction)
 {
   const struct fifo *f = inflight_fifo(&c->inflight, direction);
-  conn_lock(c, &c->inflight.lock);
+  lock_mutex_lock(&c->inflight.lock);
   bool room = f->count < c->cfg.max_inflight;
-  conn_unlock(c, &c->inflight.lock);
+  lock_mutex_unlock(&c->inflight.lock);
   if (room)
     return ECC_OK;
   return log_fail_at(&c->log, ECC_LOG_DEBUG, ECC_ERR_BUSY,
@@ -79,9 +79,9 @@ int inflight_start(struct conn *c, struct transfer *t, void *stream)
 void inflight_queue_save(struct conn *c, struct transfer *t)
 {
   t->batch = ++c->save_batches;
-  conn_lock(c, &c->inflight.lock);
+  lock_mutex_lock(&c->inflight.lock);
   fifo_push(&c->inflight.saves, t);
-  conn_unlock(c, &c->inflight.lock);
+  lock_mutex_unlock(&c->inflight.lock);
 }
 
 int inflight_queue_load(struct conn *c, struct transfer *t, void *stream)
@@ -92,9 +92,9 @@ int inflight_queue_load(struct conn *c, struct transfer *t, void *stream)
    * lost. */
   int rc = c->engine.ops->order_after(&c->engine, &t->view, stream);
   t->batch = ++c->load_batches;
-  conn_lock(c, &c->inflight.lock);
+  lock_mutex_lock(&c->inflight.lock);
   fifo_push(&c->inflight.loads, t);
-  conn_unlock(c, &c->inflight.lock);
+  lock_mutex_unlock(&c->inflight.lock);
   if (rc != ECC_OK)
     return log_fail(&c->log, rc,
                     "load: could not order the compute stream after the copy; "
@@ -126,7 +126,7 @@ void inflight_count_finished(struct conn *c, struct transfer *t)
 
 void conn_count_load(struct conn *c, uint64_t bytes, uint64_t elapsed_ns, int status)
 {
-  conn_lock(c, &c->inflight.lock);
+  lock_mutex_lock(&c->inflight.lock);
   ecc_dir_stats_v1_t *s = &c->inflight.stats.load;
   s->transfers++;
   s->entries++;
@@ -134,5 +134,5 @@ void conn_count_load(struct conn *c, uint64_t bytes, uint64_t elapsed_ns, int st
   s->busy_ns += elapsed_ns;
   s->hist[inflight_hist_bucket(bytes)]++;
   s->failed += status != ECC_OK;
-  conn_unlock(c, &c->inflight.lock);
+  lock_mutex_unlock(&c->inflight.lock);
 }

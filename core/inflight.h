@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "common/lock.h"
 #include "core/transfer.h"
 #include "ecc_plugin_v1.h"
 
@@ -44,7 +45,7 @@ static inline struct transfer *fifo_pop(struct fifo *f)
 }
 
 struct inflight {
-  pthread_mutex_t lock; /* every field below (taken through conn_lock) */
+  struct ecc_mutex lock; /* every field below */
   struct fifo saves;
   struct fifo loads;
   ecc_stats_v1_t stats;
@@ -52,7 +53,8 @@ struct inflight {
   bool dir_gone;    /* ... and its directory's pages cut off: nothing is settled there */
 };
 
-void inflight_init(struct inflight *q);
+/* ECC_OK, or lock_mutex_init's failure (then nothing is made). */
+int inflight_init(struct inflight *q, struct ecc_log *log);
 void inflight_destroy(struct inflight *q);
 
 static inline struct fifo *inflight_fifo(struct inflight *q, int direction)

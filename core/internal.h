@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "common/lock.h"
 #include "common/log.h"
 #include "core/config/config.h"
 #include "core/conn.h"
@@ -45,8 +46,9 @@ struct named_reservation {
  *                   taken inside either of the two above or alone;
  *   pool.lock       the transfer pool, held for a pointer swap only.
  * Fields above step_lock are set at create and only read after it; the
- * directory guards its own pages. The host's log callback runs under none
- * of them (conn_lock's messages wait in the log: common/log.h).
+ * directory guards its own pages. Each is a common/lock.h lock known to
+ * the connector's log, so that the host's log callback runs under none of
+ * them (a message made inside one waits in the log: common/log.h).
  */
 struct conn {
   struct plugin_config cfg;
@@ -57,9 +59,9 @@ struct conn {
   bool has_dir;   /* directory.enabled */
   bool save_rank; /* tp_rank == 0 && pcp_rank == 0 */
 
-  pthread_mutex_t step_lock; /* save / flush / load state below */
-  struct transfer *pending;  /* the save batch this step is filling */
-  uint64_t save_batches;     /* batches submitted per direction */
+  struct ecc_mutex step_lock; /* save / flush / load state below */
+  struct transfer *pending;   /* the save batch this step is filling */
+  uint64_t save_batches;      /* batches submitted per direction */
   uint64_t load_batches;
   uint64_t *order;           /* load scratch: keys (load_plan.h), then as many for the sort */
   size_t order_cap;          /* keys it has room for */
@@ -70,26 +72,6 @@ struct conn {
   struct inflight inflight;  /* the transfers in flight, stats: its own lock */
   struct transfer_pool pool; /* transfers not in flight: its own lock, the innermost */
 };
-
-/* Every connector lock is taken through these, so that nothing is logged to
- * the host while one is held (see log_lock_taken). */
-static inline int conn_lock_index(const struct conn *c, const pthread_mutex_t *m)
-{
-  return m == &c->step_lock ? 0 : 1; /* else the in-flight queue's */
-}
-
-static inline void conn_lock(struct conn *c, pthread_mutex_t *m)
-{
-  pthread_mutex_lock(m);
-  log_lock_taken(&c->log, conn_lock_index(c, m));
-}
-
-static inline void conn_unlock(struct conn *c, pthread_mutex_t *m)
-{
-  log_lock_dropping(&c->log, conn_lock_index(c, m));
-  pthread_mutex_unlock(m);
-  log_lock_dropped(&c->log);
-}
 
 /* ---- inflight.c: the in-flight queue's calls that need the connector ---- */
 

@@ -118,10 +118,10 @@ int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_ou
   if (n_out == NULL || (out == NULL && cap > 0))
     return log_fail(&c->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
   struct poll_pass p = {false, false};
-  conn_lock(c, &c->inflight.lock);
+  lock_mutex_lock(&c->inflight.lock);
   size_t n = drain(c, &c->inflight.saves, out, cap, &p);
   n += drain(c, &c->inflight.loads, out + n, cap - n, &p);
-  conn_unlock(c, &c->inflight.lock);
+  lock_mutex_unlock(&c->inflight.lock);
   *n_out = n;
   return ECC_OK;
 }

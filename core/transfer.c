@@ -8,14 +8,14 @@
 
 #include <stdlib.h>
 
-void transfer_pool_init(struct transfer_pool *p, void *(*alloc)(void *, size_t),
-                        void (*release)(void *, void *), void *ctx)
+int transfer_pool_init(struct transfer_pool *p, struct ecc_log *log, void *(*alloc)(void *, size_t),
+                       void (*release)(void *, void *), void *ctx)
 {
-  pthread_mutex_init(&p->lock, NULL);
   p->free = NULL;
   p->desc_alloc = alloc;
   p->desc_free = release;
   p->desc_ctx = ctx;
+  return lock_mutex_init(&p->lock, log);
 }
 
 void transfer_pool_destroy(struct transfer_pool *p)
@@ -25,7 +25,7 @@ void transfer_pool_destroy(struct transfer_pool *p)
     p->free = t->next;
     transfer_free(t);
   }
-  pthread_mutex_destroy(&p->lock);
+  lock_mutex_destroy(&p->lock);
 }
 
 static void clear(struct transfer *t)
@@ -47,11 +47,11 @@ static void clear(struct transfer *t)
 
 struct transfer *transfer_get(struct transfer_pool *p)
 {
-  pthread_mutex_lock(&p->lock);
+  lock_mutex_lock(&p->lock);
   struct transfer *t = p->free;
   if (t != NULL)
     p->free = t->next;
-  pthread_mutex_unlock(&p->lock);
+  lock_mutex_unlock(&p->lock);
   if (t == NULL) {
     t = calloc(1, sizeof(*t));
     if (t == NULL)
@@ -64,10 +64,10 @@ struct transfer *transfer_get(struct transfer_pool *p)
 
 void transfer_put(struct transfer_pool *p, struct transfer *t)
 {
-  pthread_mutex_lock(&p->lock);
+  lock_mutex_lock(&p->lock);
   t->next = p->free;
   p->free = t;
-  pthread_mutex_unlock(&p->lock);
+  lock_mutex_unlock(&p->lock);
 }
 
 void transfer_free(struct transfer *t)

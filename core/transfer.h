@@ -7,13 +7,13 @@
 #ifndef ECC_TRANSFER_H
 #define ECC_TRANSFER_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/lock.h"
 #include "core/directory/directory.h"
 #include "core/engine/engine.h"
 
@@ -63,7 +63,7 @@ static inline int transfer_settle_dir(const struct transfer *t)
  * is the innermost of the connector's: held for a pointer swap, never
  * while anything is called or logged. */
 struct transfer_pool {
-  pthread_mutex_t lock; /* free */
+  struct ecc_mutex lock; /* free */
   struct transfer *free;
   void *(*desc_alloc)(void *ctx, size_t bytes); /* the engine's descriptor memory */
   void (*desc_free)(void *ctx, void *p);
@@ -71,9 +71,10 @@ struct transfer_pool {
 };
 
 /* An empty pool whose transfers take descriptor memory from alloc/release
- * (the engine's; NULL: malloc). */
-void transfer_pool_init(struct transfer_pool *p, void *(*alloc)(void *, size_t),
-                        void (*release)(void *, void *), void *ctx);
+ * (the engine's; NULL: malloc), its lock known to `log`. ECC_OK, or
+ * lock_mutex_init's failure (then nothing is made). */
+int transfer_pool_init(struct transfer_pool *p, struct ecc_log *log, void *(*alloc)(void *, size_t),
+                       void (*release)(void *, void *), void *ctx);
 /* Frees every pooled transfer. */
 void transfer_pool_destroy(struct transfer_pool *p);
 /* A cleared transfer, from the pool or new; NULL when out of memory. */

@@ -22,6 +22,7 @@
 
 #include "common/clock.h"
 #include "common/errtext.h"
+#include "common/lock.h"
 #include "core/conn.h"
 #include "plugins/ucx/net.h"
 #include "plugins/ucx/wire.h"
@@ -83,13 +84,13 @@ struct ucx_client {
   struct ucx_config cfg;
   /* Calls read net; a reconnect, which replaces it, writes. Callbacks of
    * the UCX layer take neither side (a reconnect waits for none). */
-  pthread_rwlock_t net_lock;
+  struct ecc_rwlock net_lock;
   struct net *net;
   struct net_peer *peer;
   uint64_t client_id;
   uint64_t group_id; /* this host's processes on the same region */
   atomic_uint_fast64_t seq;
-  pthread_mutex_t lock; /* everything below */
+  struct ecc_mutex lock; /* everything below */
   pthread_cond_t cond;
   int link; /* LINK_* */
   int refused_code;
@@ -120,7 +121,7 @@ static void wait_until(struct ucx_client *cl, uint64_t deadline_ns)
   uint64_t ns = (uint64_t)ts.tv_nsec + left;
   ts.tv_sec += (time_t)(ns / 1000000000ull);
   ts.tv_nsec = (long)(ns % 1000000000ull);
-  pthread_cond_timedwait(&cl->cond, &cl->lock, &ts);
+  lock_cond_timedwait(&cl->cond, &cl->lock, &ts);
 }
 
 static void on_data(void *user, struct net_peer *peer, const uint8_t *hdr, size_t hlen,
@@ -136,7 +137,7 @@ static void took_welcome(struct ucx_client *cl, const struct wire_welcome *w)
   int rc = w->block_size == cl->region.block_size
                ? net_peer_region(cl->net, cl->peer, w->rkey, w->rkey_len, w->region_base)
                : ECC_ERR_INCOMPATIBLE;
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   if (rc == ECC_OK) {
     cl->link = LINK_UP;
     cl->server_id = w->server_id;
@@ -147,19 +148,19 @@ static void took_welcome(struct ucx_client *cl, const struct wire_welcome *w)
              "the server's region is not usable (block size %" PRIu64 ")", w->block_size);
   }
   pthread_cond_broadcast(&cl->cond);
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
 }
 
 static void took_refuse(struct ucx_client *cl, const struct wire_refuse *r)
 {
   char text[sizeof(cl->link_why)];
   snprintf(text, sizeof(text), "refused by the server: %.*s", (int)r->reason_len, r->reason);
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   cl->link = LINK_DOWN;
   cl->refused_code = r->code;
   snprintf(cl->link_why, sizeof(cl->link_why), "%s", text);
   pthread_cond_broadcast(&cl->cond);
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   log_msg(cl->log, ECC_LOG_ERROR, "ucx: %s", text);
 }
 
@@ -178,7 +179,7 @@ static void took_found(struct ucx_client *cl, struct net_peer *peer, const struc
   struct wire_found_entry *copy = f->n > 0 ? calloc(f->n, sizeof(*copy)) : NULL;
   for (uint32_t i = 0; copy != NULL && i < f->n; i++)
     wire_found_entry(m, i, &copy[i]);
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   struct waiter *w = waiter_of(cl, f->req_id);
   if (w != NULL && !w->done) {
     w->done = true;
@@ -188,7 +189,7 @@ static void took_found(struct ucx_client *cl, struct net_peer *peer, const struc
     copy = NULL;
     pthread_cond_broadcast(&cl->cond);
   }
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   /* An answer nobody waits for any more (its deadline passed): the pins it
    * took are given back at once. */
   if (copy != NULL) {
@@ -208,7 +209,7 @@ static void took_found(struct ucx_client *cl, struct net_peer *peer, const struc
 
 static void took_described(struct ucx_client *cl, const struct wire_described *d)
 {
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   struct waiter *w = waiter_of(cl, d->req_id);
   if (w != NULL && !w->done) {
     w->done = true;
@@ -219,7 +220,7 @@ static void took_described(struct ucx_client *cl, const struct wire_described *d
     w->key[d->key.len] = '\0';
     pthread_cond_broadcast(&cl->cond);
   }
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
 }
 
 static void on_message(void *user, struct net_peer *p, const uint8_t *buf, size_t len)
@@ -263,12 +264,12 @@ static void on_peer_error(void *user, struct net_peer *p, int code, const char *
   char text[sizeof(cl->link_why)];
   snprintf(text, sizeof(text), "the server at %s port %u failed: %s", cl->cfg.addr, cl->cfg.port,
            why);
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   cl->link = LINK_DOWN;
   cl->refused_code = ECC_ERR_TRANSFER;
   snprintf(cl->link_why, sizeof(cl->link_why), "%s", text);
   pthread_cond_broadcast(&cl->cond);
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   log_msg(cl->log, ECC_LOG_ERROR, "ucx: %s", text);
   fail_all_pulls(cl, "the link to the server failed");
 }
@@ -279,10 +280,10 @@ static void on_peer_error(void *user, struct net_peer *p, int code, const char *
 static int link_error(struct ucx_client *cl)
 {
   char why[sizeof(cl->link_why)];
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   int code = cl->refused_code != 0 ? cl->refused_code : ECC_ERR_TRANSFER;
   snprintf(why, sizeof(why), "%s", cl->link_why[0] ? cl->link_why : "no link to the server");
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   return log_fail(cl->log, code, "ucx: %s", why);
 }
 
@@ -306,7 +307,7 @@ static int handshake(struct ucx_client *cl, uint32_t wait_ms, uint32_t shown_ms,
   int rc = send_to_server(cl, buf, wire_encode_hello(buf, sizeof(buf), 0, &h));
   _Static_assert(sizeof(buf) >= WIRE_HEADER_BYTES + 28, "a HELLO fits");
   uint64_t deadline = deadline_after(wait_ms);
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   while (rc == ECC_OK && cl->link == LINK_CONNECTING && ecc_now_ns() < deadline)
     wait_until(cl, deadline);
   if (rc == ECC_OK && cl->link == LINK_CONNECTING) {
@@ -319,7 +320,7 @@ static int handshake(struct ucx_client *cl, uint32_t wait_ms, uint32_t shown_ms,
     rc = cl->refused_code != 0 ? cl->refused_code : ECC_ERR_TRANSFER;
   if (rc != ECC_OK)
     errtext_fail(err, err_cap, rc, "ucx: %s", cl->link_why[0] ? cl->link_why : "cannot send");
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   return rc;
 }
 
@@ -385,25 +386,25 @@ static int connect_net(struct ucx_client *cl, uint32_t wait_ms, char *err, size_
 static int reconnect(struct ucx_client *cl)
 {
   uint64_t old_server = cl->server_id;
-  net_destroy(cl->net);
+  net_destroy_keeping_log(cl->net);
   cl->net = NULL;
   cl->peer = NULL;
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   size_t dropped = cl->n_pins;
   cl->n_pins = 0;
   cl->link = LINK_CONNECTING;
   cl->refused_code = 0;
   cl->link_why[0] = '\0';
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   char why[256] = "";
   /* A call is bounded by the deadline, the first connect only by its own. */
   int rc = connect_net(cl, cl->cfg.deadline_ms, why, sizeof(why));
   if (rc != ECC_OK) {
-    pthread_mutex_lock(&cl->lock);
+    lock_mutex_lock(&cl->lock);
     cl->link = LINK_DOWN;
     cl->refused_code = rc;
     snprintf(cl->link_why, sizeof(cl->link_why), "%s", why);
-    pthread_mutex_unlock(&cl->lock);
+    lock_mutex_unlock(&cl->lock);
     return log_fail(cl->log, rc, "%s", why);
   }
   log_msg(cl->log, ECC_LOG_INFO,
@@ -415,20 +416,43 @@ static int reconnect(struct ucx_client *cl)
 /* The link, made again if it failed and nothing of it is in flight. */
 static int ensure_link(struct ucx_client *cl)
 {
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   bool up = cl->link == LINK_UP, busy = cl->n_pulls > 0 || cl->waiters != NULL;
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   if (up)
     return ECC_OK;
   if (busy)
     return link_error(cl);
-  pthread_rwlock_wrlock(&cl->net_lock);
-  pthread_mutex_lock(&cl->lock);
+  lock_rw_wrlock(&cl->net_lock);
+  lock_mutex_lock(&cl->lock);
   bool still_down = cl->link != LINK_UP && cl->n_pulls == 0 && cl->waiters == NULL;
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   int rc = still_down ? reconnect(cl) : ECC_OK;
-  pthread_rwlock_unlock(&cl->net_lock);
+  lock_rw_unlock(&cl->net_lock);
   return rc;
+}
+
+/* The client's locks, known to the connector's log (lock.h): the host's
+ * callback runs outside them, and may call the client again. */
+static int make_locks(struct ucx_client *cl, char *err, size_t err_cap)
+{
+  int rc = lock_mutex_init(&cl->lock, cl->log);
+  if (rc == 0 && (rc = lock_rw_init(&cl->net_lock, cl->log)) != 0)
+    lock_mutex_destroy(&cl->lock);
+  if (rc == 0 && (rc = pthread_cond_init(&cl->cond, NULL)) != 0) {
+    lock_rw_destroy(&cl->net_lock);
+    lock_mutex_destroy(&cl->lock);
+  }
+  if (rc != 0)
+    return errtext_fail(err, err_cap, ECC_ERR_SYSTEM, "ucx: the client's locks cannot be made");
+  return ECC_OK;
+}
+
+static void free_locks(struct ucx_client *cl)
+{
+  lock_rw_destroy(&cl->net_lock);
+  pthread_cond_destroy(&cl->cond);
+  lock_mutex_destroy(&cl->lock);
 }
 
 int ucx_client_start(struct conn *conn, const struct ucx_config *cfg, char *err, size_t err_cap,
@@ -449,15 +473,15 @@ int ucx_client_start(struct conn *conn, const struct ucx_config *cfg, char *err,
   cl->cfg = *cfg;
   cl->client_id = random_id();
   cl->group_id = group_of(&cl->region);
-  pthread_mutex_init(&cl->lock, NULL);
-  pthread_cond_init(&cl->cond, NULL);
-  pthread_rwlock_init(&cl->net_lock, NULL);
-  int rc = connect_net(cl, cfg->connect_ms, err, err_cap);
+  int rc = make_locks(cl, err, err_cap);
+  if (rc != ECC_OK) {
+    free(cl);
+    return rc;
+  }
+  rc = connect_net(cl, cfg->connect_ms, err, err_cap);
   if (rc != ECC_OK) {
     net_destroy(cl->net);
-    pthread_rwlock_destroy(&cl->net_lock);
-    pthread_cond_destroy(&cl->cond);
-    pthread_mutex_destroy(&cl->lock);
+    free_locks(cl);
     free(cl);
     return rc;
   }
@@ -563,12 +587,12 @@ static int wait_found(struct ucx_client *cl, struct waiter *w)
  * when the link is down (w is listed all the same; wait_found unlists it). */
 static int waiter_start(struct ucx_client *cl, struct waiter *w)
 {
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   int rc = cl->link == LINK_UP ? ECC_OK : ECC_ERR_TRANSFER;
   w->req_id = ++cl->next_req;
   w->next = cl->waiters;
   cl->waiters = w;
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   return rc;
 }
 
@@ -597,7 +621,7 @@ static int lookup_chunk(struct ucx_client *cl, const char *const *keys, uint32_t
   if (rc == ECC_OK)
     rc = send_to_server(cl, buf, len);
   free(buf);
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   int got = wait_found(cl, &w);
   rc = rc != ECC_OK ? rc : got;
   for (uint32_t i = 0; rc == ECC_OK && i < n; i++) {
@@ -619,7 +643,7 @@ static int lookup_chunk(struct ucx_client *cl, const char *const *keys, uint32_t
   }
   int link = cl->link;
   bool timed_out = !w.done && link == LINK_UP;
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   free(w.entries);
   if (timed_out)
     return give_up(cl, "lookup");
@@ -659,7 +683,7 @@ int ucx_client_lookup(struct ucx_client *cl, const char *const *keys, size_t n, 
   int rc = ensure_link(cl);
   if (rc != ECC_OK)
     return rc;
-  pthread_rwlock_rdlock(&cl->net_lock);
+  lock_rw_rdlock(&cl->net_lock);
   size_t done = 0;
   while (done < n && rc == ECC_OK) {
     uint32_t k = (uint32_t)(n - done < WIRE_MAX_KEYS ? n - done : WIRE_MAX_KEYS);
@@ -670,13 +694,13 @@ int ucx_client_lookup(struct ucx_client *cl, const char *const *keys, size_t n, 
   /* A refused call keeps no pin: those of the chunks answered before go back. */
   for (size_t i = 0; rc != ECC_OK && i < done; i++)
     for (uint32_t r = 0; out[i].state == ECC_ENTRY_READY && r < ranks; r++) {
-      pthread_mutex_lock(&cl->lock);
+      lock_mutex_lock(&cl->lock);
       uint64_t server_token = pin_take_one(cl, out[i].token);
-      pthread_mutex_unlock(&cl->lock);
+      lock_mutex_unlock(&cl->lock);
       if (server_token != 0)
         release_remote(cl, &server_token, 1);
     }
-  pthread_rwlock_unlock(&cl->net_lock);
+  lock_rw_unlock(&cl->net_lock);
   return rc;
 }
 
@@ -689,15 +713,15 @@ static int describe(struct ucx_client *cl, uint64_t token)
 {
   struct waiter w = {0};
   int rc = waiter_start(cl, &w);
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   uint64_t server_token = token ^ cl->server_id;
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   uint8_t buf[WIRE_HEADER_BYTES + 16];
   if (rc == ECC_OK)
     rc = send_to_server(cl, buf,
                         wire_encode_describe(buf, sizeof(buf), atomic_fetch_add(&cl->seq, 1),
                                              w.req_id, server_token));
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   int got = wait_found(cl, &w);
   rc = rc != ECC_OK ? rc : got;
   if (rc == ECC_OK && w.described.token != server_token)
@@ -710,20 +734,20 @@ static int describe(struct ucx_client *cl, uint64_t token)
     rc = ECC_ERR_NOMEM;
   }
   bool timed_out = !w.done && cl->link == LINK_UP;
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   return timed_out ? give_up(cl, "describe") : rc;
 }
 
 /* Borrowed pins of this call given up again: the call was refused. */
 static void forget_borrowed(struct ucx_client *cl, const uint64_t *tokens, size_t n)
 {
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   for (size_t i = 0; i < n; i++) {
     struct rpin *p = pin_find(cl, tokens[i]);
     if (p != NULL && p->borrowed)
       *p = cl->pins[--cl->n_pins];
   }
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
 }
 
 /* Every token of e[] this process holds no pin for is described (a token
@@ -735,9 +759,9 @@ static int borrow_unknown(struct ucx_client *cl, const uint64_t *tokens, size_t 
 {
   *n_borrowed = 0;
   for (size_t i = 0; i < n; i++) {
-    pthread_mutex_lock(&cl->lock);
+    lock_mutex_lock(&cl->lock);
     bool known = tokens[i] == 0 || pin_find(cl, tokens[i]) != NULL;
-    pthread_mutex_unlock(&cl->lock);
+    lock_mutex_unlock(&cl->lock);
     if (known)
       continue;
     int rc = describe(cl, tokens[i]);
@@ -756,22 +780,22 @@ int ucx_client_unpin(struct ucx_client *cl, uint64_t token)
     return rc;
   uint64_t borrowed;
   size_t n_borrowed;
-  pthread_rwlock_rdlock(&cl->net_lock);
+  lock_rw_rdlock(&cl->net_lock);
   rc = borrow_unknown(cl, &token, 1, &borrowed, &n_borrowed);
-  pthread_rwlock_unlock(&cl->net_lock);
+  lock_rw_unlock(&cl->net_lock);
   if (rc != ECC_OK)
     return rc;
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   uint64_t server_token = pin_take_one(cl, token);
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   if (server_token == 0)
     return log_fail(cl->log, ECC_ERR_CLOSED,
                     "unpin: token 0x%" PRIx64 " names no pin of this "
                     "process",
                     token);
-  pthread_rwlock_rdlock(&cl->net_lock);
+  lock_rw_rdlock(&cl->net_lock);
   release_remote(cl, &server_token, 1);
-  pthread_rwlock_unlock(&cl->net_lock);
+  lock_rw_unlock(&cl->net_lock);
   return ECC_OK;
 }
 
@@ -787,7 +811,7 @@ static void queue_done(struct ucx_client *cl, struct pull *p, const char *why)
             p->transfer_id, why);
   uint64_t elapsed = ecc_now_ns() - p->started_ns;
   conn_count_load(cl->conn, p->nbytes, elapsed, status);
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   if (cl->n_done == cl->cap_done) {
     size_t cap = cl->cap_done ? 2 * cl->cap_done : 16;
     ecc_completion_v1_t *d = realloc(cl->done, cap * sizeof(*d));
@@ -802,7 +826,7 @@ static void queue_done(struct ucx_client *cl, struct pull *p, const char *why)
                                                    .transfer_id = p->transfer_id,
                                                    .nbytes = status == ECC_OK ? p->nbytes : 0,
                                                    .elapsed_ns = elapsed};
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
 }
 
 /* The local copy of a pulled entry: published, pinned, loaded. */
@@ -926,7 +950,7 @@ static void on_data(void *user, struct net_peer *peer, const uint8_t *hdr, size_
     log_msg(cl->log, ECC_LOG_WARN, "ucx: a data message dropped: %s", why);
     return;
   }
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   struct pull *p = pull_of(cl, d.req_id);
   const char *problem = p != NULL ? chunk_problem(p, &d, len) : NULL;
   bool done = false;
@@ -940,17 +964,17 @@ static void on_data(void *user, struct net_peer *peer, const uint8_t *hdr, size_
     done = ++p->chunks_got == p->chunks;
   }
   bool mine = p != NULL && (done || problem != NULL) && pull_take(cl, p);
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   if (mine)
     pull_finish(cl, p, problem);
 }
 
 static void took_pulled(struct ucx_client *cl, const struct wire_pulled *m)
 {
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   struct pull *p = pull_of(cl, m->req_id);
   bool mine = p != NULL && pull_take(cl, p);
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   if (!mine)
     return;
   p->refused = m->status;
@@ -965,12 +989,12 @@ static void took_pulled(struct ucx_client *cl, const struct wire_pulled *m)
 /* Every pull in flight, failed: the link they depend on is gone. */
 static void fail_all_pulls(struct ucx_client *cl, const char *why)
 {
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   struct pull *list = cl->pulls;
   cl->pulls = NULL;
   cl->n_pulls = 0;
   pthread_cond_broadcast(&cl->cond);
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   while (list != NULL) {
     struct pull *next = list->next;
     pull_finish(cl, list, why);
@@ -983,7 +1007,7 @@ static int check_loads(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, siz
                        struct rpin *copy)
 {
   int rc = ECC_OK;
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   for (size_t i = 0; i < n && rc == ECC_OK; i++) {
     struct rpin *r = pin_find(cl, e[i].token);
     if (r == NULL)
@@ -998,7 +1022,7 @@ static int check_loads(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, siz
       copy[i] = *r;
   }
   bool down = rc == ECC_OK && cl->link != LINK_UP;
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   return down ? link_error(cl) : rc;
 }
 
@@ -1053,9 +1077,9 @@ static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, cons
       return held_rc;
     }
   }
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   pin_take_one(cl, r->token);
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   if (local.state == ECC_ENTRY_READY) {
     /* Already here from an earlier pull: no bytes cross the network. */
     if (load_local(cl, p, true, stream) != ECC_OK)
@@ -1068,20 +1092,20 @@ static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, cons
   p->got = calloc(p->chunks, 1);
   bool no_memory = p->got == NULL;
   uint64_t remote = p->remote_token;
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   uint64_t req_id = p->req_id = ++cl->next_req;
   p->next = cl->pulls;
   cl->pulls = p;
   cl->n_pulls++;
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   /* From here p may be finished and freed by the progress thread (the link
    * failed): only what was read before is used, until p is taken back. */
   uint8_t buf[WIRE_HEADER_BYTES + 16];
   size_t len = wire_encode_pull(buf, sizeof(buf), atomic_fetch_add(&cl->seq, 1), req_id, remote);
   if (no_memory || send_to_server(cl, buf, len) != ECC_OK) {
-    pthread_mutex_lock(&cl->lock);
+    lock_mutex_lock(&cl->lock);
     bool mine = pull_take(cl, p);
-    pthread_mutex_unlock(&cl->lock);
+    lock_mutex_unlock(&cl->lock);
     if (mine)
       pull_finish(cl, p, no_memory ? "out of memory" : "the request could not be sent");
   }
@@ -1108,7 +1132,7 @@ int ucx_client_load_pinned(struct ucx_client *cl, const ecc_load_pinned_v1_t *e,
     tokens[i] = e[i].token;
   uint64_t *borrowed = tokens + n;
   size_t n_borrowed = 0, started = 0;
-  pthread_rwlock_rdlock(&cl->net_lock);
+  lock_rw_rdlock(&cl->net_lock);
   int rc = borrow_unknown(cl, tokens, n, borrowed, &n_borrowed);
   if (rc == ECC_OK)
     rc = check_loads(cl, e, n, copy);
@@ -1121,7 +1145,7 @@ int ucx_client_load_pinned(struct ucx_client *cl, const ecc_load_pinned_v1_t *e,
   /* A refused entry keeps no borrowed pin: the group's other loads need it. */
   if (rc != ECC_OK)
     forget_borrowed(cl, borrowed, n_borrowed);
-  pthread_rwlock_unlock(&cl->net_lock);
+  lock_rw_unlock(&cl->net_lock);
   free(copy);
   free(tokens);
   return rc;
@@ -1135,10 +1159,10 @@ static void watch_pulls(struct ucx_client *cl)
 {
   uint64_t now = ecc_now_ns(), limit = (uint64_t)cl->cfg.deadline_ms * 1000000ull;
   bool stuck = false;
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   for (struct pull *p = cl->pulls; p != NULL && !stuck; p = p->next)
     stuck = p->progress_ns < now && now - p->progress_ns > limit;
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   if (!stuck)
     return;
   char why[96];
@@ -1156,12 +1180,12 @@ int ucx_client_poll(struct ucx_client *cl, ecc_completion_v1_t *out, size_t cap,
   if (n_out == NULL || (cap > 0 && out == NULL))
     return log_fail(cl->log, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
   size_t k = 0;
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   while (k < cap && cl->n_done > 0) {
     out[k++] = cl->done[0];
     memmove(cl->done, cl->done + 1, --cl->n_done * sizeof(*cl->done));
   }
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   size_t more = 0;
   int rc = cap > k ? conn_poll(cl->conn, out + k, cap - k, &more) : ECC_OK;
   *n_out = k + more;
@@ -1173,11 +1197,11 @@ void ucx_client_stop(struct ucx_client *cl)
   if (cl == NULL)
     return;
   uint64_t deadline = deadline_after(cl->cfg.deadline_ms);
-  pthread_mutex_lock(&cl->lock);
+  lock_mutex_lock(&cl->lock);
   while (cl->n_pulls > 0 && ecc_now_ns() < deadline)
     wait_until(cl, deadline);
   size_t left = cl->n_pulls, pins = cl->n_pins;
-  pthread_mutex_unlock(&cl->lock);
+  lock_mutex_unlock(&cl->lock);
   if (left > 0)
     log_msg(cl->log, ECC_LOG_WARN, "ucx: closing with %zu pulls in flight", left);
   /* The pins still held are not released one by one: the server hands them
@@ -1190,8 +1214,6 @@ void ucx_client_stop(struct ucx_client *cl)
   fail_all_pulls(cl, "the connector was closed before its bytes came");
   free(cl->pins);
   free(cl->done);
-  pthread_rwlock_destroy(&cl->net_lock);
-  pthread_cond_destroy(&cl->cond);
-  pthread_mutex_destroy(&cl->lock);
+  free_locks(cl);
   free(cl);
 }

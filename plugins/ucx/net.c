@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/errtext.h"
+#include "common/lock.h"
 #include "plugins/ucx/gate.h"
 #include "plugins/ucx/sha256.h"
 
@@ -77,8 +78,10 @@ struct net {
   /* Endpoints are closed only by the progress thread, holding this for
    * writing; other threads hold it for reading while they use one. The
    * progress thread's own calls (callbacks) take nothing: no close can run
-   * beside them, and UCX holds its worker lock around them. */
-  pthread_rwlock_t ep_lock;
+   * beside them, and UCX holds its worker lock around them. Known to the
+   * log: what is said under it (a refused send, UCX's own lines) is sent
+   * after it. */
+  struct ecc_rwlock ep_lock;
   struct net_peer *peers[NET_MAX_PEERS];
   unsigned n_peers;
   struct net_peer *gone; /* closed server peers, freed once no operation refers to them */
@@ -87,9 +90,22 @@ struct net {
 /* ---- UCX's log --------------------------------------------------------------- */
 
 /* The handler is process-wide in UCX: it goes to the newest live layer's
- * log, or nowhere once none is live (UCX's default would print). */
-static pthread_mutex_t log_owner_lock = PTHREAD_MUTEX_INITIALIZER;
+ * log, or nowhere once none is live (UCX's default would print). A line is
+ * sent with no lock of this file held: the host's callback may call the
+ * plugin again, whose UCX calls log again, or whose reconnect makes and
+ * destroys a layer. Instead each line being sent is listed (a node on its
+ * thread's stack), and a log that goes away waits until no other thread
+ * is sending to it. */
+struct log_route {
+  struct ecc_log *log;
+  pthread_t thread;
+  struct log_route *next;
+};
+
+static pthread_mutex_t log_owner_lock = PTHREAD_MUTEX_INITIALIZER; /* the three below */
+static pthread_cond_t log_route_done = PTHREAD_COND_INITIALIZER;
 static struct ecc_log *log_owner;
+static struct log_route *log_routes;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
 static int level_of(ucs_log_level_t l)
@@ -101,6 +117,18 @@ static int level_of(ucs_log_level_t l)
   return l <= UCS_LOG_LEVEL_INFO ? ECC_LOG_INFO : ECC_LOG_DEBUG;
 }
 
+static void route_end(struct log_route *r)
+{
+  pthread_mutex_lock(&log_owner_lock);
+  for (struct log_route **at = &log_routes; *at != NULL; at = &(*at)->next)
+    if (*at == r) {
+      *at = r->next;
+      break;
+    }
+  pthread_cond_broadcast(&log_route_done);
+  pthread_mutex_unlock(&log_owner_lock);
+}
+
 static ucs_log_func_rc_t ucx_log(const char *file, unsigned line, const char *function,
                                  ucs_log_level_t level, const ucs_log_component_config_t *comp,
                                  const char *fmt, va_list ap)
@@ -109,10 +137,19 @@ static ucs_log_func_rc_t ucx_log(const char *file, unsigned line, const char *fu
   (void)comp;
   char text[512];
   vsnprintf(text, sizeof(text), fmt, ap);
+  struct log_route r = {.thread = pthread_self()};
   pthread_mutex_lock(&log_owner_lock);
-  if (log_owner != NULL)
-    log_msg(log_owner, level_of(level), "ucx: %s (%s:%u)", text, file, line);
+  r.log = log_owner;
+  if (r.log != NULL) {
+    r.next = log_routes;
+    log_routes = &r;
+  }
   pthread_mutex_unlock(&log_owner_lock);
+  if (r.log != NULL) {
+    /* Held in the log's queue if this thread is inside one of its locks. */
+    log_msg(r.log, level_of(level), "ucx: %s (%s:%u)", text, file, line);
+    route_end(&r);
+  }
   return UCS_LOG_FUNC_RC_STOP;
 }
 
@@ -121,11 +158,27 @@ static void push_log_handler(void)
   ucs_log_push_handler(ucx_log);
 }
 
-static void log_owner_set(struct ecc_log *log, struct ecc_log *unless)
+/* Whether a thread other than this one is sending a line to log. */
+static bool routed_elsewhere(const struct ecc_log *log)
+{
+  pthread_t self = pthread_self();
+  for (const struct log_route *r = log_routes; r != NULL; r = r->next)
+    if (r->log == log && !pthread_equal(r->thread, self))
+      return true;
+  return false;
+}
+
+/* The owner becomes log (unless `unless` is given and is not the owner).
+ * With `ending`, unless is going away: wait for the lines other threads
+ * are sending to it (this thread's own, when it is inside such a line's
+ * callback, end after it returns, and the log outlives them). */
+static void log_owner_set(struct ecc_log *log, struct ecc_log *unless, bool ending)
 {
   pthread_mutex_lock(&log_owner_lock);
   if (unless == NULL || log_owner == unless)
     log_owner = log;
+  while (ending && routed_elsewhere(unless))
+    pthread_cond_wait(&log_route_done, &log_owner_lock);
   pthread_mutex_unlock(&log_owner_lock);
 }
 
@@ -140,13 +193,13 @@ static bool on_progress_thread(const struct net *n)
 static void read_lock(struct net *n)
 {
   if (!on_progress_thread(n))
-    pthread_rwlock_rdlock(&n->ep_lock);
+    lock_rw_rdlock(&n->ep_lock);
 }
 
 static void read_unlock(struct net *n)
 {
   if (!on_progress_thread(n))
-    pthread_rwlock_unlock(&n->ep_lock);
+    lock_rw_unlock(&n->ep_lock);
 }
 
 /* ---- peers ------------------------------------------------------------------- */
@@ -574,10 +627,10 @@ static void close_pending_peers(struct net *n)
     if (atomic_exchange(&n->peers[i]->close_pending, false))
       closing[k++] = n->peers[i];
   pthread_mutex_unlock(&n->lock);
-  pthread_rwlock_wrlock(&n->ep_lock);
+  lock_rw_wrlock(&n->ep_lock);
   for (unsigned i = 0; i < k; i++)
     close_forced(closing[i]);
-  pthread_rwlock_unlock(&n->ep_lock);
+  lock_rw_unlock(&n->ep_lock);
   /* A server's failed peers go: its on_peer_error has run, and a long-lived
    * server must not run out of slots to clients that came and went. */
   for (unsigned i = 0; n->p.server && i < k; i++)
@@ -872,10 +925,13 @@ int net_create(const struct net_params *p, struct net **out, char *why, size_t w
   if (n->has_key)
     memcpy(n->key, p->secret, SHA256_BYTES);
   n->efd = -1;
+  if (lock_rw_init(&n->ep_lock, p->log) != 0) {
+    free(n);
+    return errtext_fail(why, why_cap, ECC_ERR_SYSTEM, "ucx: the layer's locks cannot be made");
+  }
   pthread_mutex_init(&n->lock, NULL);
-  pthread_rwlock_init(&n->ep_lock, NULL);
   pthread_once(&log_once, push_log_handler);
-  log_owner_set(p->log, NULL);
+  log_owner_set(p->log, NULL, false);
   int rc = start_context(n, why, why_cap);
   if (rc == ECC_OK)
     rc = start_worker(n, why, why_cap);
@@ -928,10 +984,8 @@ static void close_ep(struct net *n, struct net_peer *peer)
   ucp_request_free(r); /* released by UCX when it completes, if it has not */
 }
 
-void net_destroy(struct net *n)
+static void destroy(struct net *n, bool log_ends)
 {
-  if (n == NULL)
-    return;
   if (n->thread_started) {
     atomic_store(&n->stop, true);
     ucp_worker_signal(n->worker);
@@ -954,8 +1008,20 @@ void net_destroy(struct net *n)
   sweep_gone(n, true);
   if (n->ctx != NULL)
     ucp_cleanup(n->ctx);
-  log_owner_set(NULL, n->p.log);
-  pthread_rwlock_destroy(&n->ep_lock);
+  log_owner_set(NULL, n->p.log, log_ends);
+  lock_rw_destroy(&n->ep_lock);
   pthread_mutex_destroy(&n->lock);
   free(n);
+}
+
+void net_destroy(struct net *n)
+{
+  if (n != NULL)
+    destroy(n, true);
+}
+
+void net_destroy_keeping_log(struct net *n)
+{
+  if (n != NULL)
+    destroy(n, false);
 }

@@ -16,7 +16,9 @@
  * Threading: callbacks run on the progress thread, one at a time, and must
  * not block; net_send and net_get may be called from any thread, also from
  * a callback. UCX's own log goes to the connector's log (net_create installs
- * the handler once per process; UCX prints nothing to stderr after that).
+ * the handler once per process; UCX prints nothing to stderr after that),
+ * held while the thread is inside one of the connector's locks, and never
+ * sent with a lock of this layer held.
  */
 #ifndef ECC_UCX_NET_H
 #define ECC_UCX_NET_H
@@ -115,5 +117,10 @@ void net_peer_fail(struct net *n, struct net_peer *p, const char *why);
 /* Stops the progress thread, closes every endpoint (gets in flight complete
  * with ECC_ERR_TRANSFER), unregisters the region, frees everything. */
 void net_destroy(struct net *n);
+
+/* net_destroy for a layer whose log lives on (a client's reconnect): UCX
+ * lines other threads are sending to it are not waited for. net_destroy
+ * waits for them, since its caller may free the log next. */
+void net_destroy_keeping_log(struct net *n);
 
 #endif

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/errtext.h"
+#include "common/lock.h"
 #include "core/conn.h"
 #include "plugins/ucx/net.h"
 #include "plugins/ucx/wire.h"
@@ -52,7 +53,7 @@ struct ucx_server {
   uint64_t layout_hash;
   uint32_t max_pins, max_pulls; /* of one client */
   atomic_uint_fast64_t seq;
-  pthread_mutex_t lock; /* sessions, next_serial */
+  struct ecc_mutex lock; /* sessions, next_serial */
   uint64_t next_serial;
   struct session sessions[64];
 };
@@ -247,14 +248,14 @@ static void welcome(struct ucx_server *s, struct net_peer *p, const struct wire_
   }
   w.rkey = rkey;
   w.rkey_len = (uint32_t)rkey_len;
-  pthread_mutex_lock(&s->lock);
+  lock_mutex_lock(&s->lock);
   struct session *ss = session_of(s, p, true);
   if (ss != NULL) {
     ss->welcomed = true;
     ss->client_id = h->client_id;
     ss->group_id = h->group_id;
   }
-  pthread_mutex_unlock(&s->lock);
+  lock_mutex_unlock(&s->lock);
   if (ss == NULL) {
     refuse(s, p, ECC_ERR_BUSY, "too many clients");
     return;
@@ -294,7 +295,7 @@ static void to_found(const ecc_entry_v1_t *e, struct wire_found_entry *f)
  * would pass ucx.client_max_pins. */
 static int lookup_refusal(struct ucx_server *s, struct net_peer *p, const struct wire_lookup *q)
 {
-  pthread_mutex_lock(&s->lock);
+  lock_mutex_lock(&s->lock);
   struct session *ss = session_of(s, p, false);
   int rc = ECC_OK;
   if (q->ranks > ECC_RANKS_MAX) {
@@ -310,7 +311,7 @@ static int lookup_refusal(struct ucx_server *s, struct net_peer *p, const struct
             ss->client_id, ss->n_held, q->n_keys, s->max_pins);
     rc = ECC_ERR_BUSY;
   }
-  pthread_mutex_unlock(&s->lock);
+  lock_mutex_unlock(&s->lock);
   return rc;
 }
 
@@ -337,7 +338,7 @@ static void answer_lookup(struct ucx_server *s, struct net_peer *p, const struct
   }
   int rc = conn_lookup_for_peer(s->conn, w->ptrs, q->n_keys, q->ranks, w->out);
   uint32_t n = rc == ECC_OK ? q->n_keys : 0;
-  pthread_mutex_lock(&s->lock);
+  lock_mutex_lock(&s->lock);
   struct session *ss = session_of(s, p, false);
   for (uint32_t i = 0; i < n; i++) {
     to_found(&w->out[i], &w->found[i]);
@@ -347,7 +348,7 @@ static void answer_lookup(struct ucx_server *s, struct net_peer *p, const struct
       memset(&w->found[i], 0, sizeof(w->found[i]));
     }
   }
-  pthread_mutex_unlock(&s->lock);
+  lock_mutex_unlock(&s->lock);
   send_msg(s, p, w->reply,
            wire_encode_found(w->reply, sizeof(w->reply), atomic_fetch_add(&s->seq, 1), q->req_id,
                              rc, w->found, n));
@@ -357,7 +358,7 @@ static void answer_lookup(struct ucx_server *s, struct net_peer *p, const struct
 static void take_release(struct ucx_server *s, struct net_peer *p, const struct wire_msg *m)
 {
   unsigned foreign = 0;
-  pthread_mutex_lock(&s->lock);
+  lock_mutex_lock(&s->lock);
   struct session *ss = session_of(s, p, false);
   for (uint32_t i = 0; i < m->u.release.n; i++) {
     uint64_t token = wire_release_token(m, i);
@@ -368,12 +369,12 @@ static void take_release(struct ucx_server *s, struct net_peer *p, const struct 
     else
       foreign++;
   }
-  pthread_mutex_unlock(&s->lock);
+  lock_mutex_unlock(&s->lock);
   if (foreign > 0) {
-    pthread_mutex_lock(&s->lock);
+    lock_mutex_lock(&s->lock);
     ss = session_of(s, p, false);
     int level = ss != NULL ? warn_level(&ss->warned_foreign) : ECC_LOG_DEBUG;
-    pthread_mutex_unlock(&s->lock);
+    lock_mutex_unlock(&s->lock);
     log_msg(s->log, level, "ucx: a client released %u pins it does not hold: ignored", foreign);
   }
 }
@@ -392,11 +393,11 @@ struct pull_out {
 /* A pull of the session `serial` ended (the session may be gone). */
 static void pull_ended(struct ucx_server *s, uint64_t serial)
 {
-  pthread_mutex_lock(&s->lock);
+  lock_mutex_lock(&s->lock);
   struct session *ss = session_by_serial(s, serial);
   if (ss != NULL && ss->pulls > 0)
     ss->pulls--;
-  pthread_mutex_unlock(&s->lock);
+  lock_mutex_unlock(&s->lock);
 }
 
 static void pull_put(struct pull_out *po, uint64_t n)
@@ -516,12 +517,12 @@ static int pull_allowed(struct ucx_server *s, struct session *ss, const struct w
 /* The entry's bytes, in chunks, to a client that holds a pin on it. */
 static void answer_pull(struct ucx_server *s, struct net_peer *p, const struct wire_pull *q)
 {
-  struct wire_found_entry e;
-  pthread_mutex_lock(&s->lock);
+  struct wire_found_entry e = {0}; /* read only when allowed; cleared for the compiler */
+  lock_mutex_lock(&s->lock);
   struct session *ss = session_of(s, p, false);
   int rc = pull_allowed(s, ss, q, &e);
   uint64_t serial = ss != NULL ? ss->serial : 0;
-  pthread_mutex_unlock(&s->lock);
+  lock_mutex_unlock(&s->lock);
   struct pull_out *po = rc == ECC_OK ? malloc(sizeof(*po)) : NULL;
   if (rc == ECC_OK && po == NULL) {
     pull_ended(s, serial);
@@ -548,14 +549,14 @@ static void answer_describe(struct ucx_server *s, struct net_peer *p, const stru
 {
   struct wire_found_entry e;
   char key[ECC_KEY_MAX + 1] = "";
-  pthread_mutex_lock(&s->lock);
+  lock_mutex_lock(&s->lock);
   struct session *ss = session_of(s, p, false), *owner;
   const struct held *h = ss != NULL ? group_held(s, ss, q->token, &owner) : NULL;
   if (h != NULL) {
     e = h->entry;
     memcpy(key, h->key, sizeof(key));
   }
-  pthread_mutex_unlock(&s->lock);
+  lock_mutex_unlock(&s->lock);
   uint8_t buf[WIRE_HEADER_BYTES + 48 + 8 * WIRE_MAX_RUNS + ECC_KEY_MAX];
   send_msg(s, p, buf,
            wire_encode_described(buf, sizeof(buf), atomic_fetch_add(&s->seq, 1), q->req_id,
@@ -578,10 +579,10 @@ static void on_message(void *user, struct net_peer *p, const uint8_t *buf, size_
     welcome(s, p, &m.u.hello);
     return;
   }
-  pthread_mutex_lock(&s->lock);
+  lock_mutex_lock(&s->lock);
   struct session *ss = session_of(s, p, false);
   bool welcomed = ss != NULL && ss->welcomed;
-  pthread_mutex_unlock(&s->lock);
+  lock_mutex_unlock(&s->lock);
   if (!welcomed) {
     refuse(s, p, ECC_ERR_INVALID, "a message before the handshake");
     return;
@@ -614,13 +615,13 @@ static void on_peer_error(void *user, struct net_peer *p, int code, const char *
 {
   (void)code;
   struct ucx_server *s = user;
-  pthread_mutex_lock(&s->lock);
+  lock_mutex_lock(&s->lock);
   struct session *ss = session_of(s, p, false);
   if (ss != NULL) {
     log_msg(s->log, ECC_LOG_INFO, "ucx: client %016" PRIx64 " failed: %s", ss->client_id, why);
     drop_session(s, ss);
   }
-  pthread_mutex_unlock(&s->lock);
+  lock_mutex_unlock(&s->lock);
 }
 
 /* A quarter of the directory's pin slots, so that no one client can take
@@ -645,7 +646,11 @@ int ucx_server_start(struct conn *conn, const struct ucx_config *cfg, char *err,
   s->layout_hash = wire_layout_hash(s->region.block_size);
   s->max_pins = cfg->max_pins != 0 ? cfg->max_pins : default_max_pins(conn);
   s->max_pulls = cfg->max_pulls;
-  pthread_mutex_init(&s->lock, NULL);
+  /* Known to the connector's log: a session's messages are sent after it. */
+  if (lock_mutex_init(&s->lock, s->log) != 0) {
+    free(s);
+    return errtext_fail(err, err_cap, ECC_ERR_SYSTEM, "ucx: the server's lock cannot be made");
+  }
   struct net_params np = {.server = 1,
                           .addr = cfg->addr,
                           .port = cfg->port,
@@ -659,7 +664,7 @@ int ucx_server_start(struct conn *conn, const struct ucx_config *cfg, char *err,
                           .cb = {s, NULL, on_message, on_peer_error}};
   int rc = net_create(&np, &s->net, err, err_cap);
   if (rc != ECC_OK) {
-    pthread_mutex_destroy(&s->lock);
+    lock_mutex_destroy(&s->lock);
     free(s);
     return rc;
   }
@@ -674,11 +679,11 @@ void ucx_server_stop(struct ucx_server *s)
   if (s == NULL)
     return;
   net_destroy(s->net);
-  pthread_mutex_lock(&s->lock);
+  lock_mutex_lock(&s->lock);
   for (size_t i = 0; i < sizeof(s->sessions) / sizeof(s->sessions[0]); i++)
     if (s->sessions[i].peer != NULL)
       drop_session(s, &s->sessions[i]);
-  pthread_mutex_unlock(&s->lock);
-  pthread_mutex_destroy(&s->lock);
+  lock_mutex_unlock(&s->lock);
+  lock_mutex_destroy(&s->lock);
   free(s);
 }

@@ -1,0 +1,443 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_ucx_log_reentry.c - libecc-ucx.so's messages made under its locks
+ * reach a host log callback that calls back into the same connector
+ * (stats, poll, and lookup where the call can be answered) on every
+ * message, and every call returns: the client's refused loads, a lost link
+ * and its reconnect, the server's session handling (clients connected and
+ * gone, refused lookups and pulls), and UCX's own lines routed to a log.
+ * Each risky call runs under a watchdog, so a deadlock fails the test
+ * instead of hanging the suite.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ecc_host.h"
+#include "tests/helpers.h"
+
+TestSuite(ucx_log_reentry, .timeout = 90);
+
+#define BS 4096u
+#define WATCHDOG_MS 15000
+#define WANT_MAX 6
+#define PULL_BYTES (8u << 20)
+
+/* ---- a log callback that calls back ---- */
+
+struct reentry {
+  ecc_connector_t *_Atomic c; /* the connector it calls back into; NULL: none */
+  /* Lookups are made only on the thread under the watchdog, unless the
+   * connector answers them locally (a server): a client's lookup made on
+   * its own progress thread would wait for an answer that thread brings. */
+  bool lookup_anywhere;
+  const char *want[WANT_MAX]; /* messages the test waits for */
+  atomic_int seen[WANT_MAX];
+  atomic_int called_back;   /* nested call sets made (each returned) */
+  atomic_int nested_errors; /* nested stats or polls that did not return ECC_OK */
+};
+
+static __thread int in_callback; /* one level of calling back: the nested calls log too */
+static __thread int is_driver;   /* this thread runs the call under the watchdog */
+
+static void call_back(struct reentry *r, ecc_connector_t *c)
+{
+  ecc_stats_t st = {.struct_size = sizeof(st)};
+  size_t n = 0;
+  if (ecc_get_stats(c, &st) != ECC_OK)
+    atomic_fetch_add(&r->nested_errors, 1);
+  /* cap 0: takes the poll's locks, takes no completion the test waits for */
+  if (ecc_poll(c, NULL, 0, &n) != ECC_OK)
+    atomic_fetch_add(&r->nested_errors, 1);
+  if (is_driver || r->lookup_anywhere) {
+    const char *keys[] = {"reentry-absent"};
+    ecc_entry_t e;
+    (void)ecc_lookup(c, keys, 1, 1, &e); /* ECC_ERR_TRANSFER with no server is fine */
+  }
+  atomic_fetch_add(&r->called_back, 1);
+}
+
+static void calling_back(void *user, int level, const char *msg)
+{
+  (void)level;
+  struct reentry *r = user;
+  for (int i = 0; i < WANT_MAX; i++)
+    if (r->want[i] != NULL && strstr(msg, r->want[i]) != NULL)
+      atomic_fetch_add(&r->seen[i], 1);
+  ecc_connector_t *c = atomic_load(&r->c);
+  if (c == NULL || in_callback)
+    return;
+  in_callback = 1;
+  call_back(r, c);
+  in_callback = 0;
+}
+
+static const char *ucx_ini(const char *role, const char *region, uint16_t port, const char *extra)
+{
+  return th_ini_text("[plugin]\npath = %s\nlog_level = error\n\n"
+                     "[region]\nname = %s\nblock_size = %u\nsize = %u\n\n"
+                     "[engine]\ntype = host\n\n[directory]\nenabled = true\n\n"
+                     "[ucx]\nrole = %s\naddress = 127.0.0.1:%u\n%s",
+                     ECC_UCX_PLUGIN_PATH, region, BS, BS * 16384, role, port, extra ? extra : "");
+}
+
+static int open_with(const char *ini, struct reentry *r, ecc_connector_t **out)
+{
+  ecc_open_options_t opt = {
+      .struct_size = sizeof(opt), .log = calling_back, .log_user = r, .log_level = ECC_LOG_DEBUG};
+  char err[512] = "";
+  return ecc_open(ini, &opt, out, err, sizeof(err));
+}
+
+/* Opens ini, retrying while a restarted server's port is still taken. */
+static ecc_connector_t *open_calling_back(const char *ini, struct reentry *r)
+{
+  ecc_connector_t *c = NULL;
+  int rc = ECC_ERR_TRANSFER;
+  for (int t = 0; t < 50 && rc != ECC_OK; t++)
+    if ((rc = open_with(ini, r, &c)) != ECC_OK)
+      usleep(100000);
+  cr_assert_eq(rc, ECC_OK, "ecc_open(%s): %d", ini, rc);
+  atomic_store(&r->c, c);
+  return c;
+}
+
+/* Until r has seen message i (at most 5 s): whether it did. */
+static bool saw(struct reentry *r, int i)
+{
+  for (int t = 0; t < 1000 && atomic_load(&r->seen[i]) == 0; t++)
+    usleep(5000);
+  return atomic_load(&r->seen[i]) > 0;
+}
+
+static void expect_called_back(struct reentry *r, const char *what)
+{
+  cr_expect_gt(atomic_load(&r->called_back), 0, "%s: the callback never called back", what);
+  cr_expect_eq(atomic_load(&r->nested_errors), 0, "%s: %d nested calls failed", what,
+               atomic_load(&r->nested_errors));
+}
+
+/* ---- the watchdog ---- */
+
+struct job {
+  void (*fn)(void *arg);
+  void *arg;
+  pthread_mutex_t m;
+  pthread_cond_t cv;
+  bool done;
+};
+
+static void *job_main(void *p)
+{
+  struct job *j = p;
+  is_driver = 1;
+  j->fn(j->arg);
+  pthread_mutex_lock(&j->m);
+  j->done = true;
+  pthread_cond_signal(&j->cv);
+  pthread_mutex_unlock(&j->m);
+  return NULL;
+}
+
+/* Runs fn(arg) on a thread of its own and fails the test if it has not
+ * returned within WATCHDOG_MS (the thread and the job are then left: they
+ * are stuck). */
+static void within_watchdog(const char *what, void (*fn)(void *), void *arg)
+{
+  struct job *j = calloc(1, sizeof(*j));
+  cr_assert_not_null(j);
+  j->fn = fn;
+  j->arg = arg;
+  pthread_mutex_init(&j->m, NULL);
+  pthread_cond_init(&j->cv, NULL);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, job_main, j), 0);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += WATCHDOG_MS / 1000;
+  pthread_mutex_lock(&j->m);
+  while (!j->done && pthread_cond_timedwait(&j->cv, &j->m, &ts) == 0)
+    ;
+  bool done = j->done;
+  pthread_mutex_unlock(&j->m);
+  if (!done)
+    cr_assert_fail("%s did not return within %d ms: the log callback's call back into the "
+                   "connector deadlocked (a plugin lock was held while the host's callback ran)",
+                   what, WATCHDOG_MS);
+  pthread_join(t, NULL);
+  pthread_cond_destroy(&j->cv);
+  pthread_mutex_destroy(&j->m);
+  free(j);
+}
+
+/* ---- calls run under the watchdog ---- */
+
+/* The producer's side: reserve, save from host memory, wait for the save. */
+static void produce(ecc_connector_t *srv, const char *key, uint64_t nbytes)
+{
+  uint8_t *src = malloc(nbytes);
+  cr_assert_not_null(src);
+  th_fill(src, nbytes, nbytes);
+  ecc_entry_t e;
+  cr_assert_eq(ecc_reserve(srv, key, nbytes, &e), ECC_OK);
+  ecc_save_reserved_t s = {e.token, (uint64_t)(uintptr_t)src, nbytes};
+  cr_assert_eq(ecc_save_reserved(srv, &s, 1), ECC_OK);
+  cr_assert_eq(ecc_flush(srv, NULL), ECC_OK);
+  ecc_completion_t done;
+  cr_assert_eq(th_poll_until(srv, &done, 1, 10000), 1u, "%s: no save completion", key);
+  cr_assert_eq(done.status, ECC_OK);
+  free(src);
+}
+
+struct call {
+  ecc_connector_t *c;
+  const char *keys[4];
+  size_t n_keys;
+  uint32_t ranks;
+  ecc_entry_t e[4];
+  ecc_load_pinned_t lp[4];
+  size_t n_loads;
+  ecc_completion_t done[4];
+  size_t n_done;
+  uint8_t *dst;
+  int rc;
+};
+
+static void do_lookup(void *arg)
+{
+  struct call *k = arg;
+  k->rc = ecc_lookup(k->c, k->keys, k->n_keys, k->ranks, k->e);
+}
+
+/* Loads lp[0..n_loads) and, when started, polls for their completions. */
+static void do_load(void *arg)
+{
+  struct call *k = arg;
+  k->n_done = 0;
+  k->rc = ecc_load_pinned(k->c, k->lp, k->n_loads, NULL);
+  if (k->rc == ECC_OK)
+    k->n_done = th_poll_until(k->c, k->done, k->n_loads, 10000);
+}
+
+static void do_close(void *arg)
+{
+  struct call *k = arg;
+  k->rc = ecc_close(k->c);
+}
+
+static void close_within(struct reentry *r, ecc_connector_t *c)
+{
+  atomic_store(&r->c, NULL);
+  struct call k = {.c = c};
+  within_watchdog("ecc_close", do_close, &k);
+  cr_expect_eq(k.rc, ECC_OK);
+}
+
+/* ---- the client ---- */
+
+/* A token that names no pin of the client and a destination too small:
+ * both refused by check_loads, which says so holding the client's lock. */
+Test(ucx_log_reentry, the_client_s_refused_loads)
+{
+  uint16_t port = th_free_port();
+  struct reentry rs = {.lookup_anywhere = true}, rc = {0};
+  rc.want[0] = "names no pin of this process";
+  rc.want[1] = "destination of";
+  ecc_connector_t *srv = open_calling_back(ucx_ini("server", th_region_name(), port, NULL), &rs);
+  produce(srv, "entry", 3 * BS);
+  ecc_connector_t *cli = open_calling_back(ucx_ini("client", th_region_name(), port, NULL), &rc);
+  uint8_t *dst = calloc(1, 4 * BS);
+  struct call k = {.c = cli, .n_loads = 1};
+  k.lp[0] = (ecc_load_pinned_t){1, 0x5eed5eed5eedull, (uint64_t)(uintptr_t)dst, 4 * BS};
+  within_watchdog("a load of a token of no pin", do_load, &k);
+  cr_expect_eq(k.rc, ECC_ERR_CLOSED, "load said %d", k.rc);
+  cr_expect(saw(&rc, 0), "'%s' never reached the callback", rc.want[0]);
+
+  struct call l = {.c = cli, .keys = {"entry"}, .n_keys = 1, .ranks = 1};
+  within_watchdog("a lookup", do_lookup, &l);
+  cr_assert_eq(l.rc, ECC_OK);
+  cr_assert_eq(l.e[0].state, ECC_ENTRY_READY);
+  k.lp[0] = (ecc_load_pinned_t){2, l.e[0].token, (uint64_t)(uintptr_t)dst, BS};
+  within_watchdog("a load into too small a destination", do_load, &k);
+  cr_expect_eq(k.rc, ECC_ERR_INVALID, "load said %d", k.rc);
+  cr_expect(saw(&rc, 1), "'%s' never reached the callback", rc.want[1]);
+  expect_called_back(&rc, "client");
+  cr_expect_eq(ecc_unpin(cli, l.e[0].token), ECC_OK);
+  close_within(&rc, cli);
+  close_within(&rs, srv);
+  free(dst);
+}
+
+/* The server goes: the client's next load fails on the lost link (said
+ * while the link's lock is held for reading), and the callback's lookup
+ * tries a reconnect, which must not wait for the caller itself. A new
+ * server on the port: the next lookup reconnects (said holding the link's
+ * lock for writing) and the callback's own lookup and load work. */
+Test(ucx_log_reentry, a_lost_link_and_its_reconnect)
+{
+  uint16_t port = th_free_port();
+  const char *srv_ini = ucx_ini("server", th_region_name(), port, NULL);
+  struct reentry rs = {.lookup_anywhere = true}, rc = {0};
+  rc.want[0] = "failed";
+  rc.want[1] = "reconnected";
+  ecc_connector_t *srv = open_calling_back(srv_ini, &rs);
+  produce(srv, "entry", 5 * BS);
+  ecc_connector_t *cli = open_calling_back(
+      ucx_ini("client", th_region_name(), port, "deadline_ms = 500\nconnect_timeout_ms = 500\n"),
+      &rc);
+  struct call l = {.c = cli, .keys = {"entry"}, .n_keys = 1, .ranks = 1};
+  within_watchdog("a lookup", do_lookup, &l);
+  cr_assert_eq(l.rc, ECC_OK);
+  cr_assert_eq(l.e[0].state, ECC_ENTRY_READY);
+
+  close_within(&rs, srv);
+  cr_assert(saw(&rc, 0), "the client never said its server failed");
+  uint8_t *dst = calloc(1, 8 * BS);
+  struct call k = {.c = cli, .n_loads = 1};
+  k.lp[0] = (ecc_load_pinned_t){1, l.e[0].token, (uint64_t)(uintptr_t)dst, 8 * BS};
+  within_watchdog("a load over a lost link", do_load, &k);
+  cr_expect_eq(k.rc, ECC_ERR_TRANSFER, "load said %d", k.rc);
+
+  struct reentry rs2 = {.lookup_anywhere = true};
+  srv = open_calling_back(srv_ini, &rs2);
+  produce(srv, "again", 5 * BS);
+  l.keys[0] = "again";
+  for (int t = 0; t < 3; t++) { /* the first call after the death may only learn of it */
+    within_watchdog("a lookup that reconnects", do_lookup, &l);
+    if (l.rc == ECC_OK)
+      break;
+  }
+  cr_assert_eq(l.rc, ECC_OK, "no new link: %d", l.rc);
+  cr_expect(saw(&rc, 1), "the reconnect was never said");
+  cr_assert_eq(l.e[0].state, ECC_ENTRY_READY);
+  k.lp[0] = (ecc_load_pinned_t){2, l.e[0].token, (uint64_t)(uintptr_t)dst, 8 * BS};
+  within_watchdog("a load after the reconnect", do_load, &k);
+  cr_expect_eq(k.rc, ECC_OK, "load said %d", k.rc);
+  cr_expect_eq(k.n_done, 1u, "the load never completed");
+  cr_expect_eq(k.done[0].status, ECC_OK);
+  expect_called_back(&rc, "client");
+  close_within(&rc, cli);
+  close_within(&rs2, srv);
+  free(dst);
+}
+
+/* ---- the server ---- */
+
+/* The server's session handling, on its progress thread with its lock
+ * held: a lookup past the client's pins refused, pulls past its pulls
+ * refused, a client gone whose pins go to another of its group, and one
+ * gone whose pins are dropped. Each is said to a callback that calls the
+ * server back; a later message arriving at all shows the earlier ones
+ * returned. */
+Test(ucx_log_reentry, the_server_s_session_messages)
+{
+  uint16_t port = th_free_port();
+  struct reentry rs = {.lookup_anywhere = true}, rc1 = {0}, rc2 = {0};
+  rs.want[0] = "connected";
+  rs.want[1] = "client_max_pins";
+  rs.want[2] = "client_max_pulls";
+  rs.want[3] = "pins handed to";
+  rs.want[4] = "pins of it dropped";
+  rs.want[5] = "failed";
+  ecc_connector_t *srv = open_calling_back(
+      ucx_ini("server", th_region_name(), port, "client_max_pins = 3\nclient_max_pulls = 1\n"),
+      &rs);
+  const char *const keys[] = {"a", "b", "c", "d"};
+  for (int i = 0; i < 4; i++)
+    produce(srv, keys[i], i < 3 ? PULL_BYTES : BS);
+  const char *region = th_region_name(); /* both clients on one region: one group */
+  /* Without the cache every load pulls, also of an entry pulled before. */
+  ecc_connector_t *c1 = open_calling_back(ucx_ini("client", region, port, "cache = false\n"), &rc1);
+  cr_expect(saw(&rs, 0), "the server never said a client connected");
+
+  struct call l = {.c = c1, .keys = {"a", "b", "c", "d"}, .n_keys = 4, .ranks = 1};
+  within_watchdog("a lookup past the client's pins", do_lookup, &l);
+  cr_expect_eq(l.rc, ECC_ERR_BUSY, "lookup said %d", l.rc);
+  cr_expect(saw(&rs, 1), "the refused lookup was never said");
+
+  /* Three entries in one call with one pull allowed: the server refuses
+   * what comes while the first is being sent (tried a few times, since a
+   * pull may end before the next arrives). */
+  uint8_t *dst = calloc(3, PULL_BYTES);
+  cr_assert_not_null(dst);
+  for (int t = 0; t < 10 && atomic_load(&rs.seen[2]) == 0; t++) {
+    l.n_keys = 3;
+    within_watchdog("a lookup", do_lookup, &l);
+    cr_assert_eq(l.rc, ECC_OK);
+    struct call k = {.c = c1, .n_loads = 3};
+    for (int i = 0; i < 3; i++)
+      k.lp[i] =
+          (ecc_load_pinned_t){(uint64_t)i, l.e[i].token,
+                              (uint64_t)(uintptr_t)(dst + (size_t)i * PULL_BYTES), PULL_BYTES};
+    within_watchdog("loads past the client's pulls", do_load, &k);
+    cr_assert_eq(k.rc, ECC_OK, "load said %d", k.rc);
+    cr_assert_eq(k.n_done, 3u, "the loads never completed");
+  }
+  cr_expect(atomic_load(&rs.seen[2]) > 0, "no pull was refused in 10 rounds");
+
+  /* A second client of the group holds a pin and goes: the server hands
+   * it to the first; then the first goes holding it, and it is dropped. */
+  ecc_connector_t *c2 = open_calling_back(ucx_ini("client", region, port, NULL), &rc2);
+  struct call l2 = {.c = c2, .keys = {"d"}, .n_keys = 1, .ranks = 1};
+  within_watchdog("a lookup", do_lookup, &l2);
+  cr_assert_eq(l2.rc, ECC_OK);
+  cr_assert_eq(l2.e[0].state, ECC_ENTRY_READY);
+  close_within(&rc2, c2);
+  cr_expect(saw(&rs, 3), "the gone client's pins were never said handed over");
+  cr_expect(saw(&rs, 5), "the gone client was never said failed");
+  close_within(&rc1, c1);
+  cr_expect(saw(&rs, 4), "the last client's dropped pins were never said");
+  expect_called_back(&rs, "server");
+  close_within(&rs, srv);
+  free(dst);
+}
+
+/* ---- UCX's own lines ---- */
+
+struct route_call {
+  const char *ini;
+  struct reentry *r;
+  ecc_connector_t *c;
+  int rc;
+};
+
+static void do_open(void *arg)
+{
+  struct route_call *o = arg;
+  o->rc = open_with(o->ini, o->r, &o->c);
+}
+
+/* A connector whose UCX device list names one device that does not exist:
+ * UCX warns (on the opening thread), the warning is routed to the newest
+ * layer's log, and that callback calls back into a client whose link is
+ * down, whose lookup makes (and destroys) a UCX layer of its own. */
+Test(ucx_log_reentry, ucx_s_own_lines_routed_to_a_callback_that_calls_back)
+{
+  uint16_t port = th_free_port();
+  struct reentry rs = {.lookup_anywhere = true}, rc = {0}, rw = {0};
+  rc.want[0] = "failed";
+  rw.want[0] = "ecc_no_such_dev"; /* UCX's line names it */
+  ecc_connector_t *srv = open_calling_back(ucx_ini("server", th_region_name(), port, NULL), &rs);
+  ecc_connector_t *cli = open_calling_back(
+      ucx_ini("client", th_region_name(), port, "connect_timeout_ms = 500\n"), &rc);
+  close_within(&rs, srv);
+  cr_assert(saw(&rc, 0), "the client never said its server failed");
+  /* rw calls back into the client: the new connector is not open yet. */
+  atomic_store(&rw.c, cli);
+  struct route_call o = {.ini = ucx_ini("server", th_region_name(), th_free_port(),
+                                        "net_devices = lo,ecc_no_such_dev\n"),
+                         .r = &rw};
+  within_watchdog("an open whose UCX warns", do_open, &o);
+  cr_expect(atomic_load(&rw.seen[0]) > 0, "UCX's warning never reached the callback");
+  cr_expect_gt(atomic_load(&rw.called_back), 0, "the callback never called back");
+  atomic_store(&rw.c, o.rc == ECC_OK ? o.c : NULL);
+  if (o.rc == ECC_OK)
+    close_within(&rw, o.c);
+  close_within(&rc, cli);
+}
