@@ -369,7 +369,7 @@ typedef struct ecc_stats_v1 {
 typedef struct ecc_info_v1 {
   uint32_t struct_size; /* in: sizeof(ecc_info_v1_t) as the caller compiled it */
   uint32_t creator; /* 1 if this handle created the region (whoever closes it last unlinks it) */
-  char region_path[256];   /* the region file, e.g. "/dev/shm/ecc-demo.region" */
+  char region_path[256];   /* the region file, e.g. "/dev/shm/ecc-1000/ecc-demo.region" */
   uint64_t block_size;     /* bytes per block */
   uint64_t num_blocks;     /* blocks in the region */
   uint64_t region_bytes;   /* bytes of the file, header page included */

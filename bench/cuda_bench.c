@@ -56,7 +56,7 @@ struct opts {
   unsigned max_sms;
   const char *csv;
   const char *plugin;
-  const char *dir;
+  const char *folder;
 };
 
 struct geom {
@@ -84,7 +84,7 @@ struct set {
 
 struct result {
   uint64_t bs;
-  int layout, dirs, method;
+  int layout, directions, method;
   uint32_t entries;
   size_t descs;
   uint64_t bytes;
@@ -200,9 +200,9 @@ static const char *size_name(uint64_t bs, char *buf, size_t cap)
   return buf;
 }
 
-static const char *dir_name(int dirs)
+static const char *directions_name(int directions)
 {
-  return dirs == D_SAVE ? "save" : dirs == D_LOAD ? "load" : "both";
+  return directions == D_SAVE ? "save" : directions == D_LOAD ? "load" : "both";
 }
 
 /* ---- the plugin's log: warnings shown, the engine's choice kept ---- */
@@ -251,8 +251,8 @@ static ecc_connector_t *open_connector(struct bench *b, int m, const char *regio
            "[region]\nname = %s\ndir = %s\nblock_size = %" PRIu64 "\nsize = %" PRIu64 "\n\n"
            "[pinning]\nenabled = on\n\n"
            "[engine]\ntype = cuda\nmethod = %s\ndevice = %d\nmax_sms = %u\n",
-           b->o.plugin, region, b->o.dir, b->g.bs, b->g.bs * b->g.region_blocks, ENGINE_METHOD[m],
-           b->o.device, b->o.max_sms);
+           b->o.plugin, region, b->o.folder, b->g.bs, b->g.bs * b->g.region_blocks,
+           ENGINE_METHOD[m], b->o.device, b->o.max_sms);
   char path[] = "/tmp/ecc-bench-XXXXXX";
   int fd = mkstemp(path);
   if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
@@ -530,14 +530,14 @@ static void poll_all(struct bench *b, ecc_connector_t *c, size_t want, double *e
   }
 }
 
-static void ours_step(struct bench *b, int m, int dirs, int si, struct sample *out)
+static void ours_step(struct bench *b, int m, int directions, int si, struct sample *out)
 {
   ecc_connector_t *c = b->conn[m];
   struct set *sv = &b->sets[0][si], *ld = &b->sets[1][si];
   uint32_t n = b->g.n_entries;
   memset(out, 0, sizeof(*out));
   double start = now_us();
-  if (dirs & D_SAVE) {
+  if (directions & D_SAVE) {
     g_sms = 0;
     double t0 = now_us();
     if (ecc_save(c, sv->saves, n) != ECC_OK)
@@ -549,7 +549,7 @@ static void ours_step(struct bench *b, int m, int dirs, int si, struct sample *o
     out->save_us = (t1 - t0) / n;
     out->sms += g_sms;
   }
-  if (dirs & D_LOAD) {
+  if (directions & D_LOAD) {
     g_sms = 0;
     double t0 = now_us();
     if (ecc_load(c, ld->loads, n, b->compute) != ECC_OK)
@@ -558,11 +558,11 @@ static void ours_step(struct bench *b, int m, int dirs, int si, struct sample *o
     out->sms += g_sms;
   }
   double el[2];
-  poll_all(b, c, (size_t)n * (dirs == D_BOTH ? 2 : 1), el);
+  poll_all(b, c, (size_t)n * (directions == D_BOTH ? 2 : 1), el);
   /* One direction: the copy's own CUDA-event time. Both: the span from the
    * first submit to the last completion, since the two copies need not
    * start together. */
-  out->gpu_ms = dirs == D_BOTH ? (now_us() - start) / 1e3 : el[0] > el[1] ? el[0] : el[1];
+  out->gpu_ms = directions == D_BOTH ? (now_us() - start) / 1e3 : el[0] > el[1] ? el[0] : el[1];
   cuda_ok(cudaStreamSynchronize(b->compute), "sync");
 }
 
@@ -595,19 +595,19 @@ static void ref_copy(struct bench *b, int m, int d, int si, double *submit_us)
 }
 
 /* Upstream's method or the contiguous copy, on the bench's own streams. */
-static void ref_step(struct bench *b, int m, int dirs, int si, struct sample *out)
+static void ref_step(struct bench *b, int m, int directions, int si, struct sample *out)
 {
   memset(out, 0, sizeof(*out));
   double start = now_us();
   for (int d = 0; d < 2; d++) {
-    if (!(dirs & (d ? D_LOAD : D_SAVE)))
+    if (!(directions & (d ? D_LOAD : D_SAVE)))
       continue;
     cuda_ok(cudaEventRecord(b->start[d], b->copy[d]), "cudaEventRecord");
     ref_copy(b, m, d, si, &out->submit_us);
     cuda_ok(cudaEventRecord(b->end[d], b->copy[d]), "cudaEventRecord");
   }
   for (int d = 0; d < 2; d++) {
-    if (!(dirs & (d ? D_LOAD : D_SAVE)))
+    if (!(directions & (d ? D_LOAD : D_SAVE)))
       continue;
     cuda_ok(cudaEventSynchronize(b->end[d]), "cudaEventSynchronize");
     float ms = 0;
@@ -615,18 +615,18 @@ static void ref_step(struct bench *b, int m, int dirs, int si, struct sample *ou
     if (ms > out->gpu_ms)
       out->gpu_ms = ms;
   }
-  if (dirs == D_BOTH)
+  if (directions == D_BOTH)
     out->gpu_ms = (now_us() - start) / 1e3;
   cuda_ok(cudaStreamSynchronize(b->compute), "sync");
 }
 
 /* ---- poison and check ---- */
 
-static void poison(struct bench *b, int m, int dirs, int si)
+static void poison(struct bench *b, int m, int directions, int si)
 {
   const struct geom *g = &b->g;
   b->poison = b->poison == 0x5A ? 0xA5 : 0x5A;
-  if (dirs & D_SAVE) {
+  if (directions & D_SAVE) {
     struct set *s = &b->sets[0][si];
     if (m == M_CONTIG)
       memset(b->blocks + s->zone * g->bs, b->poison, g->step_bytes);
@@ -635,7 +635,7 @@ static void poison(struct bench *b, int m, int dirs, int si)
         memset(b->blocks + (uint64_t)s->ids[i] * g->bs, b->poison, g->bs);
   }
   /* cudaMemset runs on the legacy stream, which no stream here waits for. */
-  if (dirs & D_LOAD) {
+  if (directions & D_LOAD) {
     cuda_ok(cudaMemset(b->sets[1][si].dev, b->poison, g->dev_bytes), "cudaMemset");
     cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
@@ -672,32 +672,32 @@ static int check_load(struct bench *b, int m, int si)
   return bad;
 }
 
-static void check(struct bench *b, int layout, int dirs, int m, int si)
+static void check(struct bench *b, int layout, int directions, int m, int si)
 {
   int bad = 0;
-  if (dirs & D_SAVE)
+  if (directions & D_SAVE)
     bad += check_save(b, m, si);
-  if (dirs & D_LOAD)
+  if (directions & D_LOAD)
     bad += check_load(b, m, si);
   if (bad != 0) {
     char sz[32];
     fprintf(stderr, "ecc-bench: WRONG BYTES: %s %s %s %s: %d blocks or entries differ\n",
-            size_name(b->g.bs, sz, sizeof(sz)), LAYOUT_NAMES[layout], dir_name(dirs),
+            size_name(b->g.bs, sz, sizeof(sz)), LAYOUT_NAMES[layout], directions_name(directions),
             METHOD_NAMES[m], bad);
     b->failures++;
   }
 }
 
 /* The plugin built as many descriptors as upstream's rules give. */
-static void check_descs(struct bench *b, int m, int dirs, int si, const ecc_stats_t *before)
+static void check_descs(struct bench *b, int m, int directions, int si, const ecc_stats_t *before)
 {
   ecc_stats_t after = {.struct_size = sizeof(after)};
   if (ecc_get_stats(b->conn[m], &after) != ECC_OK)
     die("ecc_get_stats failed");
   uint64_t ours = after.save.descriptors - before->save.descriptors + after.load.descriptors -
                   before->load.descriptors;
-  uint64_t want =
-      (dirs & D_SAVE ? b->sets[0][si].up.n : 0) + (dirs & D_LOAD ? b->sets[1][si].up.n : 0);
+  uint64_t want = (directions & D_SAVE ? b->sets[0][si].up.n : 0) +
+                  (directions & D_LOAD ? b->sets[1][si].up.n : 0);
   if (ours != want) {
     fprintf(stderr,
             "ecc-bench: %s built %" PRIu64 " descriptors, upstream's rules give %" PRIu64 "\n",
@@ -708,15 +708,15 @@ static void check_descs(struct bench *b, int m, int dirs, int si, const ecc_stat
 
 /* ---- one configuration ---- */
 
-static void step(struct bench *b, int m, int dirs, int si, struct sample *s)
+static void step(struct bench *b, int m, int directions, int si, struct sample *s)
 {
   if (m == M_CONTIG || m == M_UPSTREAM)
-    ref_step(b, m, dirs, si, s);
+    ref_step(b, m, directions, si, s);
   else
-    ours_step(b, m, dirs, si, s);
+    ours_step(b, m, directions, si, s);
 }
 
-static void measure(struct bench *b, int layout, int dirs, int m, struct result *r)
+static void measure(struct bench *b, int layout, int directions, int m, struct result *r)
 {
   double gpu[MAX_ITERS], sub[MAX_ITERS], sav[MAX_ITERS];
   int warm = SETS, iters = b->o.iters, sms = 0;
@@ -725,15 +725,15 @@ static void measure(struct bench *b, int layout, int dirs, int m, struct result 
     int checked = it < warm || it == warm + iters - 1;
     ecc_stats_t before = {.struct_size = sizeof(before)};
     if (checked)
-      poison(b, m, dirs, si);
+      poison(b, m, directions, si);
     if (checked && m != M_CONTIG && m != M_UPSTREAM && ecc_get_stats(b->conn[m], &before) != ECC_OK)
       die("ecc_get_stats failed");
     struct sample s;
-    step(b, m, dirs, si, &s);
+    step(b, m, directions, si, &s);
     if (checked) {
-      check(b, layout, dirs, m, si);
+      check(b, layout, directions, m, si);
       if (m != M_CONTIG && m != M_UPSTREAM)
-        check_descs(b, m, dirs, si, &before);
+        check_descs(b, m, directions, si, &before);
     }
     if (it >= warm) {
       gpu[it - warm] = s.gpu_ms;
@@ -747,17 +747,17 @@ static void measure(struct bench *b, int layout, int dirs, int m, struct result 
   memset(r, 0, sizeof(*r));
   r->bs = g->bs;
   r->layout = layout;
-  r->dirs = dirs;
+  r->directions = directions;
   r->method = m;
   r->entries = g->n_entries;
   r->descs = m == M_CONTIG ? 1
-                           : (dirs & D_SAVE ? b->sets[0][0].up.n : 0) +
-                                 (dirs & D_LOAD ? b->sets[1][0].up.n : 0);
-  r->bytes = g->step_bytes * (dirs == D_BOTH ? 2 : 1);
+                           : (directions & D_SAVE ? b->sets[0][0].up.n : 0) +
+                                 (directions & D_LOAD ? b->sets[1][0].up.n : 0);
+  r->bytes = g->step_bytes * (directions == D_BOTH ? 2 : 1);
   r->gpu_ms = median(gpu, iters);
   r->gbps = r->gpu_ms > 0 ? (double)r->bytes / (r->gpu_ms * 1e6) : 0;
   r->submit_us = median(sub, iters);
-  r->save_us = dirs & D_SAVE && m != M_CONTIG && m != M_UPSTREAM ? median(sav, iters) : 0;
+  r->save_us = directions & D_SAVE && m != M_CONTIG && m != M_UPSTREAM ? median(sav, iters) : 0;
   r->sms = sms;
 }
 
@@ -771,9 +771,10 @@ static void keep(struct bench *b, const struct result *r)
   }
   b->res[b->n_res++] = *r;
   fprintf(b->csv, "%" PRIu64 ",%s,%s,%s,%u,%zu,%" PRIu64 ",%.4f,%.3f,%.3f,%.1f,%.2f,%.3f,%d,%d\n",
-          r->bs, LAYOUT_NAMES[r->layout], dir_name(r->dirs), METHOD_NAMES[r->method], r->entries,
-          r->descs, r->bytes, r->gpu_ms, r->gbps, r->limit > 0 ? 100.0 * r->gbps / r->limit : 0,
-          r->submit_us, r->save_us, r->limit, r->sms, b->o.iters);
+          r->bs, LAYOUT_NAMES[r->layout], directions_name(r->directions), METHOD_NAMES[r->method],
+          r->entries, r->descs, r->bytes, r->gpu_ms, r->gbps,
+          r->limit > 0 ? 100.0 * r->gbps / r->limit : 0, r->submit_us, r->save_us, r->limit, r->sms,
+          b->o.iters);
   fflush(b->csv);
 }
 
@@ -869,15 +870,15 @@ static void bench_size(struct bench *b, uint64_t bs)
     for (int d = 0; d < 2; d++)
       for (int s = 0; s < SETS; s++)
         build_entries(b, &b->sets[d][s], d);
-    static const int dir_list[3] = {D_SAVE, D_LOAD, D_BOTH};
+    static const int direction_list[3] = {D_SAVE, D_LOAD, D_BOTH};
     for (int k = 0; k < 3; k++) {
       struct result r;
-      measure(b, layout, dir_list[k], M_CONTIG, &r);
+      measure(b, layout, direction_list[k], M_CONTIG, &r);
       double limit = r.gbps;
       r.limit = limit;
       keep(b, &r);
       for (int m = M_AUTO; m < N_METHODS; m++) {
-        measure(b, layout, dir_list[k], m, &r);
+        measure(b, layout, direction_list[k], m, &r);
         r.limit = limit;
         keep(b, &r);
       }
@@ -901,11 +902,12 @@ static void bench_size(struct bench *b, uint64_t bs)
 
 /* ---- the table ---- */
 
-static const struct result *find(const struct bench *b, uint64_t bs, int layout, int dirs, int m)
+static const struct result *find(const struct bench *b, uint64_t bs, int layout, int directions,
+                                 int m)
 {
   for (size_t i = 0; i < b->n_res; i++) {
     const struct result *r = &b->res[i];
-    if (r->bs == bs && r->layout == layout && r->dirs == dirs && r->method == m)
+    if (r->bs == bs && r->layout == layout && r->directions == directions && r->method == m)
       return r;
   }
   return NULL;
@@ -916,30 +918,30 @@ static double pct(const struct result *r)
   return r->limit > 0 ? 100.0 * r->gbps / r->limit : 0;
 }
 
-static void print_row(const struct bench *b, uint64_t bs, int layout, int dirs)
+static void print_row(const struct bench *b, uint64_t bs, int layout, int directions)
 {
-  const struct result *c = find(b, bs, layout, dirs, M_CONTIG);
-  const struct result *a = find(b, bs, layout, dirs, M_AUTO);
-  const struct result *d = find(b, bs, layout, dirs, M_DMA);
-  const struct result *k = find(b, bs, layout, dirs, M_KERNEL);
-  const struct result *u = find(b, bs, layout, dirs, M_UPSTREAM);
+  const struct result *c = find(b, bs, layout, directions, M_CONTIG);
+  const struct result *a = find(b, bs, layout, directions, M_AUTO);
+  const struct result *d = find(b, bs, layout, directions, M_DMA);
+  const struct result *k = find(b, bs, layout, directions, M_KERNEL);
+  const struct result *u = find(b, bs, layout, directions, M_UPSTREAM);
   if (!c || !a || !d || !k || !u)
     return;
   char sz[32];
   printf("%-6s %-10s %-4s %5zu %6.1f | %5.1f %5.1f%% | %5.1f%% %5.1f%% | %5.1f %5.1f%% %5.1fx |"
          " %7.1f %7.1f | %3d %3d\n",
-         size_name(bs, sz, sizeof(sz)), LAYOUT_NAMES[layout], dir_name(dirs), a->descs, c->gbps,
-         a->gbps, pct(a), pct(d), pct(k), u->gbps, pct(u), u->gbps > 0 ? a->gbps / u->gbps : 0,
-         a->submit_us, u->submit_us, a->sms, k->sms);
+         size_name(bs, sz, sizeof(sz)), LAYOUT_NAMES[layout], directions_name(directions), a->descs,
+         c->gbps, a->gbps, pct(a), pct(d), pct(k), u->gbps, pct(u),
+         u->gbps > 0 ? a->gbps / u->gbps : 0, a->submit_us, u->submit_us, a->sms, k->sms);
 }
 
 /* Lowest percentage of the limit for ours-auto (or -kernel) from 4 KiB up. */
-static double worst(const struct bench *b, int m, int dirs, uint64_t *at_bs, int *at_layout)
+static double worst(const struct bench *b, int m, int directions, uint64_t *at_bs, int *at_layout)
 {
   double w = 1e9;
   for (size_t i = 0; i < b->n_res; i++) {
     const struct result *r = &b->res[i];
-    if (r->method != m || r->dirs != dirs || r->bs < 4096)
+    if (r->method != m || r->directions != directions || r->bs < 4096)
       continue;
     if (pct(r) < w) {
       w = pct(r);
@@ -952,18 +954,19 @@ static double worst(const struct bench *b, int m, int dirs, uint64_t *at_bs, int
 
 static void print_targets(const struct bench *b)
 {
-  static const int dir_list[3] = {D_SAVE, D_LOAD, D_BOTH};
+  static const int direction_list[3] = {D_SAVE, D_LOAD, D_BOTH};
   printf("\ntargets (ratios to the contiguous copy of the same run, block sizes >= 4 KiB):\n");
   for (int m = M_AUTO; m <= M_KERNEL; m += M_KERNEL - M_AUTO) {
     for (int k = 0; k < 3; k++) {
       uint64_t bs = 0;
       int layout = 0;
-      double w = worst(b, m, dir_list[k], &bs, &layout);
+      double w = worst(b, m, direction_list[k], &bs, &layout);
       if (w > 1e8)
         continue;
       char sz[32];
-      printf("  %-11s %-4s worst %5.1f%% (%s %s)  %s\n", METHOD_NAMES[m], dir_name(dir_list[k]), w,
-             size_name(bs, sz, sizeof(sz)), LAYOUT_NAMES[layout], w >= 90.0 ? "PASS" : "MISS");
+      printf("  %-11s %-4s worst %5.1f%% (%s %s)  %s\n", METHOD_NAMES[m],
+             directions_name(direction_list[k]), w, size_name(bs, sz, sizeof(sz)),
+             LAYOUT_NAMES[layout], w >= 90.0 ? "PASS" : "MISS");
     }
   }
   printf("  serving (both directions at once, layouts after churn):\n");
@@ -971,7 +974,7 @@ static void print_targets(const struct bench *b)
     const struct result *r = &b->res[i];
     bool ours = r->layout == L_DIR_CHURN && r->method == M_AUTO;
     bool up = r->layout == L_LIFO_CHURN && r->method == M_UPSTREAM;
-    if (r->dirs != D_BOTH || !(ours || up))
+    if (r->directions != D_BOTH || !(ours || up))
       continue;
     char sz[32];
     printf("    %-6s %-10s %-9s %5.1f GB/s = %5.1f%% of the contiguous copy%s\n",
@@ -1005,8 +1008,8 @@ static void print_table(const struct bench *b, const uint64_t *sizes, int n_size
          "dir", "desc", "limit", "ours-auto", "dma", "kernel", "upstream", "submit auto/up", "SMs");
   for (int i = 0; i < n_sizes; i++)
     for (int layout = 0; layout < N_LAYOUTS; layout++)
-      for (int dirs = D_SAVE; dirs <= D_BOTH; dirs++)
-        print_row(b, sizes[i], layout, dirs);
+      for (int directions = D_SAVE; directions <= D_BOTH; directions++)
+        print_row(b, sizes[i], layout, directions);
   print_targets(b);
 }
 
@@ -1069,7 +1072,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
     } else if (strcmp(a, "--plugin") == 0) {
       o->plugin = v;
     } else if (strcmp(a, "--dir") == 0) {
-      o->dir = v;
+      o->folder = v;
     } else {
       usage(stderr);
       exit(2);

@@ -38,14 +38,14 @@ static inline int ecc_name_ok(const char *s)
 }
 
 /* "save" or "load" for an ECC_DIR_* value (ecc_common.h), "?" otherwise. */
-static inline const char *ecc_dir_name(int dir)
+static inline const char *ecc_direction_name(int direction)
 {
-  switch (dir) {
-#define DIR_CASE(name, value, text) \
-  case name:                        \
+  switch (direction) {
+#define DIRECTION_CASE(name, value, text) \
+  case name:                              \
     return text;
-    ECC_DIR_MAP(DIR_CASE)
-#undef DIR_CASE
+    ECC_DIR_MAP(DIRECTION_CASE)
+#undef DIRECTION_CASE
   default:
     return "?";
   }

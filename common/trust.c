@@ -91,29 +91,30 @@ static int denied(const char *what, const char *path, const char *shown, char *w
 /* realpath found no name: either nothing is there, or the path leads to an
  * object that has no name of its own (a pipe or socket reached through
  * /dev/stdin or /proc/self/fd, a deleted file), which is the wrong kind. */
-static int unresolved(const char *path, int want_dir, const char *what, char *why, size_t why_cap)
+static int unresolved(const char *path, int want_folder, const char *what, char *why,
+                      size_t why_cap)
 {
   struct stat st;
   if (stat(path, &st) != 0)
     return errtext_fail(why, why_cap, TRUST_MISSING, "%s %s not found", what, path);
-  if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
+  if (want_folder ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
     return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not %s (it is %s)", what, path,
-                        path, want_dir ? "a directory" : "a regular file", kind_of(st.st_mode));
+                        path, want_folder ? "a directory" : "a regular file", kind_of(st.st_mode));
   return errtext_fail(why, why_cap, TRUST_UNSAFE,
                       "%s %s leads to %s that has no path of its own (deleted, or not in any "
                       "directory); give the path of one in a directory",
-                      what, path, want_dir ? "a directory" : "a file");
+                      what, path, want_folder ? "a directory" : "a file");
 }
 
 /* The canonical form of path, or a status with the reason. */
-static int canonical(const char *path, int want_dir, const char *what, char *canon, size_t cap,
+static int canonical(const char *path, int want_folder, const char *what, char *canon, size_t cap,
                      char *why, size_t why_cap)
 {
   char *real = realpath(path, NULL);
   if (real == NULL) {
     int e = errno;
     if (e == ENOENT || e == ENOTDIR)
-      return unresolved(path, want_dir, what, why, why_cap);
+      return unresolved(path, want_folder, what, why, why_cap);
     if (e == EACCES)
       return denied(what, path, NULL, why, why_cap);
     if (e == EMFILE || e == ENFILE)
@@ -151,13 +152,13 @@ static int walk_error(int e, const char *what, const char *path, const char *sho
 }
 
 /* One component against the rule; `shown` is the canonical prefix naming it. */
-static int check_component(const struct stat *st, int want_dir, const char *what, const char *path,
-                           const char *shown, char *why, size_t why_cap)
+static int check_component(const struct stat *st, int want_folder, const char *what,
+                           const char *path, const char *shown, char *why, size_t why_cap)
 {
-  if (want_dir && !S_ISDIR(st->st_mode))
+  if (want_folder && !S_ISDIR(st->st_mode))
     return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not a directory (it is %s)", what,
                         path, shown, kind_of(st->st_mode));
-  if (!want_dir && !S_ISREG(st->st_mode))
+  if (!want_folder && !S_ISREG(st->st_mode))
     return errtext_fail(why, why_cap, TRUST_UNSAFE, "%s %s: %s is not a regular file (it is %s)",
                         what, path, shown, kind_of(st->st_mode));
   char reason[512];
@@ -168,12 +169,12 @@ static int check_component(const struct stat *st, int want_dir, const char *what
 
 /* Opens the last component from its checked parent and makes sure the
  * descriptor is the inode that was checked. */
-static int open_last(int parent, const char *name, const struct stat *checked, int want_dir,
+static int open_last(int parent, const char *name, const struct stat *checked, int want_folder,
                      const char *what, const char *path, const char *shown, int *fd_out, char *why,
                      size_t why_cap)
 {
   int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW;
-  int fd = openat(parent, name, flags | (want_dir ? O_DIRECTORY : 0));
+  int fd = openat(parent, name, flags | (want_folder ? O_DIRECTORY : 0));
   if (fd < 0)
     return walk_error(errno, what, path, shown, why, why_cap);
   struct stat st;
@@ -188,22 +189,22 @@ static int open_last(int parent, const char *name, const struct stat *checked, i
 
 /* Walks canon from "/"; each directory is held open (O_PATH) while the next
  * component is looked up in it. */
-static int walk(const char *canon, int want_dir, const char *what, const char *path, int *fd_out,
+static int walk(const char *canon, int want_folder, const char *what, const char *path, int *fd_out,
                 char *why, size_t why_cap)
 {
   char shown[PATH_MAX];
   struct stat st;
-  int dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0 || fstat(dir, &st) != 0) {
+  int folder = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (folder < 0 || fstat(folder, &st) != 0) {
     int rc = walk_error(errno, what, path, "/", why, why_cap);
-    if (dir >= 0)
-      close(dir);
+    if (folder >= 0)
+      close(folder);
     return rc;
   }
   const char *p = canon + 1;
   int rc = check_component(&st, 1, what, path, "/", why, why_cap);
   if (rc == TRUST_OK && *p == '\0' && fd_out != NULL) /* the path is "/" itself */
-    rc = open_last(dir, ".", &st, 1, what, path, "/", fd_out, why, why_cap);
+    rc = open_last(folder, ".", &st, 1, what, path, "/", fd_out, why, why_cap);
   while (rc == TRUST_OK && *p != '\0') {
     const char *slash = strchr(p, '/');
     size_t len = slash != NULL ? (size_t)(slash - p) : strlen(p);
@@ -211,19 +212,19 @@ static int walk(const char *canon, int want_dir, const char *what, const char *p
     snprintf(shown, sizeof(shown), "%.*s", (int)((p - canon) + len), canon);
     char name[NAME_MAX + 1];
     snprintf(name, sizeof(name), "%.*s", (int)len, p);
-    if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (fstatat(folder, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
       rc = walk_error(errno, what, path, shown, why, why_cap);
       break;
     }
-    rc = check_component(&st, !last || want_dir, what, path, shown, why, why_cap);
+    rc = check_component(&st, !last || want_folder, what, path, shown, why, why_cap);
     if (rc != TRUST_OK)
       break;
     if (last) {
       if (fd_out != NULL)
-        rc = open_last(dir, name, &st, want_dir, what, path, shown, fd_out, why, why_cap);
+        rc = open_last(folder, name, &st, want_folder, what, path, shown, fd_out, why, why_cap);
       break;
     }
-    int next = openat(dir, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int next = openat(folder, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat now;
     if (next < 0 || fstat(next, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev) {
       rc = next < 0 ? walk_error(errno, what, path, shown, why, why_cap)
@@ -233,11 +234,11 @@ static int walk(const char *canon, int want_dir, const char *what, const char *p
         close(next);
       break;
     }
-    close(dir);
-    dir = next;
+    close(folder);
+    folder = next;
     p += len + 1;
   }
-  close(dir);
+  close(folder);
   return rc;
 }
 
@@ -359,8 +360,8 @@ int trust_open(const char *path, enum trust_kind kind, const char *what, int *fd
     return errtext_fail(why, why_cap, TRUST_MISSING, "%s: empty path", what);
   int rc = check_written(path, what, why, why_cap);
   if (rc == TRUST_OK)
-    rc = canonical(path, kind == TRUST_DIR, what, canon, canon_cap, why, why_cap);
+    rc = canonical(path, kind == TRUST_FOLDER, what, canon, canon_cap, why, why_cap);
   if (rc == TRUST_OK)
-    rc = walk(canon, kind == TRUST_DIR, what, path, fd_out, why, why_cap);
+    rc = walk(canon, kind == TRUST_FOLDER, what, path, fd_out, why, why_cap);
   return rc;
 }

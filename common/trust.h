@@ -19,8 +19,8 @@
 
 /* What the object at the end of the path must be. */
 enum trust_kind {
-  TRUST_FILE, /* a regular file */
-  TRUST_DIR,  /* a directory */
+  TRUST_FILE,   /* a regular file */
+  TRUST_FOLDER, /* a folder (directory) */
 };
 
 /* Outcomes; the text written to `why` names the path and the reason. */

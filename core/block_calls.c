@@ -115,15 +115,15 @@ static int check_load_entry(struct conn *c, const ecc_load_entry_v1_t *e, size_t
 
 /* A save or load call of n > 0 entries: an array, and a role that moves
  * this direction. */
-static int check_call(struct conn *c, int dir, const void *e, size_t n)
+static int check_call(struct conn *c, int direction, const void *e, size_t n)
 {
   if (e == NULL)
-    return log_fail(&c->log, ECC_ERR_INVALID, "%s: entries is NULL but n = %zu", ecc_dir_name(dir),
-                    n);
-  int other = dir == ECC_DIR_SAVE ? ROLE_CONSUMER : ROLE_PRODUCER;
+    return log_fail(&c->log, ECC_ERR_INVALID, "%s: entries is NULL but n = %zu",
+                    ecc_direction_name(direction), n);
+  int other = direction == ECC_DIR_SAVE ? ROLE_CONSUMER : ROLE_PRODUCER;
   if (c->cfg.role == other)
     return log_fail(&c->log, ECC_ERR_ROLE, "%s: this connector is a %s (connector.role)",
-                    ecc_dir_name(dir), config_role_name(other));
+                    ecc_direction_name(direction), config_role_name(other));
   return ECC_OK;
 }
 

@@ -3,7 +3,7 @@
  * conn.h - the local cache's one face: a connector over a shared region
  * (its directory, its copy engine), as every plugin and the rest of the
  * tree see it. struct conn is opaque; nothing outside core/ includes
- * another core/ header (scripts/check-layout.sh says so in CI).
+ * another core/ header (scripts/check-layout.py says so in CI).
  *
  * Three kinds of call: those the ABI table forwards (each checks its own
  * arguments, as the ABI's entry of the same name says), the extension
@@ -33,8 +33,9 @@ int conn_save(struct conn *c, const ecc_save_entry_v1_t *e, size_t n);
 int conn_flush(struct conn *c, void *stream);
 int conn_load(struct conn *c, const ecc_load_entry_v1_t *e, size_t n, void *stream);
 int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_out);
-/* describe and last_error fail only on a NULL buffer (ECC_ERR_INVALID);
- * stats also on a region with a directory, when the directory cannot be
+/* describe and last_error fail only on their arguments (ECC_ERR_INVALID:
+ * out NULL or its struct_size below 4; buf NULL with cap > 0); stats fails
+ * so too, and on a region with a directory when the directory cannot be
  * read (conn_dir_stats). */
 int conn_stats(struct conn *c, ecc_stats_v1_t *out);
 int conn_describe(struct conn *c, ecc_info_v1_t *out);

@@ -90,7 +90,7 @@ static int open_region(struct conn *c)
                       c->cfg.num_blocks, c->cfg.dir_max_entries, c->cfg.dir_max_pins);
   }
   struct region_params p = {
-      .dir = c->cfg.region_dir,
+      .folder = c->cfg.region_folder,
       .name = c->cfg.region_name,
       .block_size = c->cfg.block_size,
       .num_blocks = c->cfg.num_blocks,
@@ -278,12 +278,12 @@ void conn_destroy(struct conn *c)
 
 void conn_summary(const struct plugin_config *cfg, char *buf, size_t cap)
 {
-  char dir[sizeof(cfg->region_dir)];
+  char folder[sizeof(cfg->region_folder)];
   snprintf(buf, cap,
            "%s, region %s/ecc-%s.region: %" PRIu64 " blocks of %" PRIu64 " B (%" PRIu64
            " B), engine %s, max_inflight %u",
-           config_role_name(cfg->role), config_region_dir(cfg, dir, sizeof(dir)), cfg->region_name,
-           cfg->num_blocks, cfg->block_size, cfg->num_blocks * cfg->block_size,
+           config_role_name(cfg->role), config_region_folder(cfg, folder, sizeof(folder)),
+           cfg->region_name, cfg->num_blocks, cfg->block_size, cfg->num_blocks * cfg->block_size,
            config_engine_name(cfg->engine), cfg->max_inflight);
 }
 

@@ -61,10 +61,10 @@ static int need_directory(struct conn *c, const char *what)
 
 /* A directory call of one direction's side: the directory, and a role that
  * moves that direction. */
-static int need_side(struct conn *c, const char *what, int dir)
+static int need_side(struct conn *c, const char *what, int direction)
 {
   int rc = need_directory(c, what);
-  int other = dir == ECC_DIR_SAVE ? ROLE_CONSUMER : ROLE_PRODUCER;
+  int other = direction == ECC_DIR_SAVE ? ROLE_CONSUMER : ROLE_PRODUCER;
   if (rc == ECC_OK && c->cfg.role == other)
     rc = log_fail(&c->log, ECC_ERR_ROLE, "%s: this connector is a %s (connector.role)", what,
                   config_role_name(other));

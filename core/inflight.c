@@ -61,7 +61,7 @@ int inflight_room(struct conn *c, int direction)
     return ECC_OK;
   return log_fail_at(&c->log, ECC_LOG_DEBUG, ECC_ERR_BUSY,
                      "%s: %u %s transfers are in flight (connector.max_inflight); poll first",
-                     submit_call(direction), c->cfg.max_inflight, ecc_dir_name(direction));
+                     submit_call(direction), c->cfg.max_inflight, ecc_direction_name(direction));
 }
 
 int inflight_start(struct conn *c, struct transfer *t, void *stream)
@@ -115,11 +115,11 @@ void inflight_count_finished(struct conn *c, struct transfer *t)
   if (t->status != ECC_OK) {
     s->failed++;
     log_msg(&c->log, ECC_LOG_ERROR, "%s batch %" PRIu64 " failed (%d): %zu entries reported failed",
-            ecc_dir_name(t->view.direction), t->batch, t->status, t->n_done);
+            ecc_direction_name(t->view.direction), t->batch, t->status, t->n_done);
   } else {
     log_msg(&c->log, ECC_LOG_DEBUG,
             "%s batch %" PRIu64 ": %zu entries, %" PRIu64 " bytes, %zu descriptors, %.3f ms",
-            ecc_dir_name(t->view.direction), t->batch, t->n_done, d->bytes, d->count,
+            ecc_direction_name(t->view.direction), t->batch, t->n_done, d->bytes, d->count,
             (double)t->elapsed_ns / 1e6);
   }
 }

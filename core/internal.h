@@ -2,8 +2,8 @@
 /*
  * internal.h - struct conn and what core/'s own files (connector.c,
  * block_calls.c, block_claims.c, directory_calls.c, inflight.c, poll.c)
- * share. Nothing outside core/ includes it: plugins know a connector only
- * by core/conn.h.
+ * share. Nothing outside core/ includes it but the unit tests under
+ * tests/core/: plugins know a connector only by core/conn.h.
  */
 #ifndef ECC_CORE_INTERNAL_H
 #define ECC_CORE_INTERNAL_H

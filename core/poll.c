@@ -102,7 +102,8 @@ static size_t drain(struct conn *c, struct fifo *f, ecc_completion_v1_t *out, si
       report(t, &t->done[i], &out[n]);
       /* (A directory cut off leaves its records' status ECC_ERR_REGION.) */
       if (t->has_tokens && t->tokens[i] != 0 && dir_reachable(c, p))
-        out[n].status = settle_record(&c->dir, transfer_settle_dir(t), t->tokens[i], out[n].status);
+        out[n].status =
+            settle_record(&c->dir, transfer_settle_direction(t), t->tokens[i], out[n].status);
       n++;
     }
     if (t->next_report == t->n_done)
@@ -137,7 +138,7 @@ void poll_settle_unreported(struct conn *c, struct transfer *t, int status)
     return;
   for (size_t i = t->next_report; t->has_tokens && i < t->n_done; i++)
     if (t->tokens[i] != 0)
-      settle_record(&c->dir, transfer_settle_dir(t), t->tokens[i], status);
+      settle_record(&c->dir, transfer_settle_direction(t), t->tokens[i], status);
 }
 
 void poll_drain_all(struct conn *c, struct fifo *f)

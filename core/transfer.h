@@ -53,7 +53,7 @@ struct transfer {
 };
 
 /* The direction whose directory work a polled record of t does. */
-static inline int transfer_settle_dir(const struct transfer *t)
+static inline int transfer_settle_direction(const struct transfer *t)
 {
   return t->settles_reservations ? ECC_DIR_SAVE : t->view.direction;
 }

@@ -4,7 +4,7 @@
  * alone: a block store in this process's memory, copies made by flush and
  * load on the calling thread, completions handed out once each by poll.
  *
- * Build:  cc -std=c11 -shared -fPIC -fvisibility=hidden -I<dir of ecc_plugin_v1.h>
+ * Build:  cc -std=c11 -shared -fPIC -fvisibility=hidden -I<folder of ecc_plugin_v1.h>
  *            minimal_plugin.c -o libecc-minimal.so -lpthread
  * Use:    [plugin] name = minimal (with the file in the plugin directory)
  *         [minimal] blocks = 64, block_size = 4096
@@ -195,7 +195,7 @@ struct save_queue {
   size_t n_ids, cap_ids;
 };
 
-enum dir_index { DIR_SAVE, DIR_LOAD, N_DIRS };
+enum direction_index { DIRECTION_SAVE, DIRECTION_LOAD, N_DIRECTIONS };
 
 struct store {
   /* Serialises save, flush and load; guards the queue, the blocks, batch. */
@@ -206,8 +206,8 @@ struct store {
   uint64_t block_size;
   uint64_t n_blocks;
   struct save_queue queue;
-  uint64_t batch[N_DIRS]; /* the last batch number given, per direction */
-  struct fifo done[N_DIRS];
+  uint64_t batch[N_DIRECTIONS]; /* the last batch number given, per direction */
+  struct fifo done[N_DIRECTIONS];
   ecc_stats_v1_t stats;
   char last_error[ERR_MAX];
   const ecc_host_services_v1_t *host;
@@ -271,7 +271,7 @@ static void store_free(struct store *s)
 {
   pthread_mutex_destroy(&s->step_lock);
   pthread_mutex_destroy(&s->done_lock);
-  for (int d = 0; d < N_DIRS; d++)
+  for (int d = 0; d < N_DIRECTIONS; d++)
     free(s->done[d].items);
   free(s->queue.entries);
   free(s->queue.ids);
@@ -436,7 +436,7 @@ static unsigned hist_bucket(uint64_t bytes)
 }
 
 /* With done_lock held: batches with entries not yet polled. */
-static uint64_t unpolled_batches(const struct store *s, enum dir_index d)
+static uint64_t unpolled_batches(const struct store *s, enum direction_index d)
 {
   const struct fifo *f = &s->done[d];
   if (f->len == 0)
@@ -473,7 +473,7 @@ static int fifo_reserve(struct fifo *f, size_t more)
 }
 
 /* Room for a batch of n entries in direction d, or why there is none. */
-static int make_room(struct store *s, enum dir_index d, size_t n)
+static int make_room(struct store *s, enum direction_index d, size_t n)
 {
   pthread_mutex_lock(&s->done_lock);
   int rc = unpolled_batches(s, d) >= MAX_UNPOLLED_BATCHES ? ECC_ERR_BUSY : ECC_OK;
@@ -482,10 +482,10 @@ static int make_room(struct store *s, enum dir_index d, size_t n)
   pthread_mutex_unlock(&s->done_lock);
   if (rc == ECC_ERR_BUSY)
     return refuse(s, rc, "%s: %d batches wait to be polled; poll, then retry",
-                  d == DIR_SAVE ? "flush" : "load", MAX_UNPOLLED_BATCHES);
+                  d == DIRECTION_SAVE ? "flush" : "load", MAX_UNPOLLED_BATCHES);
   if (rc != ECC_OK)
-    return refuse(s, rc, "%s: out of memory for %zu completions", d == DIR_SAVE ? "flush" : "load",
-                  n);
+    return refuse(s, rc, "%s: out of memory for %zu completions",
+                  d == DIRECTION_SAVE ? "flush" : "load", n);
   return ECC_OK;
 }
 
@@ -609,12 +609,12 @@ static int minimal_save(ecc_handle_t h, const ecc_save_entry_v1_t *entries, size
 }
 
 /* With done_lock held: the record of one finished entry. */
-static void complete(struct store *s, enum dir_index d, uint64_t id, const char *key,
+static void complete(struct store *s, enum direction_index d, uint64_t id, const char *key,
                      uint64_t nbytes, uint64_t ns)
 {
   struct fifo *f = &s->done[d];
   ecc_completion_v1_t *c = &f->items[f->head + f->len++];
-  *c = (ecc_completion_v1_t){.direction = d == DIR_SAVE ? ECC_DIR_SAVE : ECC_DIR_LOAD,
+  *c = (ecc_completion_v1_t){.direction = d == DIRECTION_SAVE ? ECC_DIR_SAVE : ECC_DIR_LOAD,
                              .status = ECC_OK,
                              .transfer_id = id,
                              .batch = s->batch[d],
@@ -636,9 +636,9 @@ static void flush_queue(struct store *s)
   }
   uint64_t ns = now_ns() - start;
   pthread_mutex_lock(&s->done_lock);
-  s->batch[DIR_SAVE]++;
+  s->batch[DIRECTION_SAVE]++;
   for (size_t i = 0; i < q->n; i++)
-    complete(s, DIR_SAVE, 0, q->entries[i].key, q->entries[i].nbytes, ns);
+    complete(s, DIRECTION_SAVE, 0, q->entries[i].key, q->entries[i].nbytes, ns);
   count_batch(&s->stats.save, q->n, runs, bytes, ns);
   pthread_mutex_unlock(&s->done_lock);
   q->n = 0;
@@ -654,7 +654,7 @@ static int flush_locked(struct store *s, void *compute_stream)
                   "stream; pass NULL");
   if (s->queue.n == 0)
     return ECC_OK;
-  int rc = make_room(s, DIR_SAVE, s->queue.n);
+  int rc = make_room(s, DIRECTION_SAVE, s->queue.n);
   if (rc == ECC_OK)
     flush_queue(s);
   return rc;
@@ -706,9 +706,9 @@ static void load_batch(struct store *s, const ecc_load_entry_v1_t *entries, size
   }
   uint64_t ns = now_ns() - start;
   pthread_mutex_lock(&s->done_lock);
-  s->batch[DIR_LOAD]++;
+  s->batch[DIRECTION_LOAD]++;
   for (size_t i = 0; i < n; i++)
-    complete(s, DIR_LOAD, entries[i].transfer_id, "", load_bytes(s, &entries[i]), ns);
+    complete(s, DIRECTION_LOAD, entries[i].transfer_id, "", load_bytes(s, &entries[i]), ns);
   count_batch(&s->stats.load, n, runs, bytes, ns);
   pthread_mutex_unlock(&s->done_lock);
 }
@@ -727,7 +727,7 @@ static int load_locked(struct store *s, const ecc_load_entry_v1_t *entries, size
     if (rc != ECC_OK)
       return rc;
   }
-  int rc = n != 0 ? make_room(s, DIR_LOAD, n) : ECC_OK;
+  int rc = n != 0 ? make_room(s, DIRECTION_LOAD, n) : ECC_OK;
   if (rc == ECC_OK && n != 0)
     load_batch(s, entries, n);
   return rc;
@@ -772,8 +772,8 @@ static int minimal_poll(ecc_handle_t h, ecc_completion_v1_t *out, size_t cap, si
     rc = refuse(s, ECC_ERR_INVALID, "poll: %s is NULL", n_out == NULL ? "n_out" : "out");
   } else if (cap != 0) {
     pthread_mutex_lock(&s->done_lock);
-    size_t n = take(&s->done[DIR_SAVE], out, cap);
-    n += take(&s->done[DIR_LOAD], out + n, cap - n);
+    size_t n = take(&s->done[DIRECTION_SAVE], out, cap);
+    n += take(&s->done[DIRECTION_LOAD], out + n, cap - n);
     pthread_mutex_unlock(&s->done_lock);
     *n_out = n;
   }

@@ -34,7 +34,7 @@
 
 #define ERR_CAP 4096
 
-static char ini_dir[64], ini_path[96], region_dir[64];
+static char ini_folder[64], ini_path[96], region_folder[64];
 static int ini_fd = -1, fds_at_start;
 static int small_tmpfs;
 
@@ -68,21 +68,21 @@ static void private_tmpfs(void)
   if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
     return;
   small_tmpfs =
-      mount("eccfuzz", region_dir, "tmpfs", MS_NOSUID | MS_NODEV, "size=32m,mode=0700") == 0;
+      mount("eccfuzz", region_folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=32m,mode=0700") == 0;
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
   (void)argc;
   (void)argv;
-  snprintf(ini_dir, sizeof(ini_dir), "/dev/shm/eccfuzz-open-XXXXXX");
-  snprintf(region_dir, sizeof(region_dir), "/dev/shm/eccfuzz-regions-XXXXXX");
-  if (mkdtemp(ini_dir) == NULL || mkdtemp(region_dir) == NULL) {
+  snprintf(ini_folder, sizeof(ini_folder), "/dev/shm/eccfuzz-open-XXXXXX");
+  snprintf(region_folder, sizeof(region_folder), "/dev/shm/eccfuzz-regions-XXXXXX");
+  if (mkdtemp(ini_folder) == NULL || mkdtemp(region_folder) == NULL) {
     perror("mkdtemp");
     exit(1);
   }
   private_tmpfs();
-  snprintf(ini_path, sizeof(ini_path), "%s/fuzz.ini", ini_dir);
+  snprintf(ini_path, sizeof(ini_path), "%s/fuzz.ini", ini_folder);
   ini_fd = open(ini_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (ini_fd < 0) {
     perror(ini_path);
@@ -138,7 +138,7 @@ static void use(ecc_connector_t *c)
   ecc_info_t info = {.struct_size = sizeof(info)};
   if (ecc_describe(c, &info) != ECC_OK)
     abort();
-  if (strncmp(info.region_path, region_dir, strlen(region_dir)) != 0)
+  if (strncmp(info.region_path, region_folder, strlen(region_folder)) != 0)
     abort(); /* a region outside the directory it was given */
   static uint8_t src[4096], dst[4096];
   uint64_t n = info.block_size < sizeof(src) ? info.block_size : sizeof(src);
@@ -164,7 +164,7 @@ static void use(ecc_connector_t *c)
 
 static void open_once(char *err)
 {
-  ecc_kv_t force[2] = {{"region.dir", region_dir}, {"region.size", "64KiB"}};
+  ecc_kv_t force[2] = {{"region.dir", region_folder}, {"region.size", "64KiB"}};
   ecc_open_options_t o = {.struct_size = sizeof(o),
                           .overrides = force,
                           .n_overrides = small_tmpfs ? 1 : 2,
@@ -192,7 +192,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     abort();
   static char err[ERR_CAP];
   open_once(err);
-  if (count_entries(region_dir) != 0)
+  if (count_entries(region_folder) != 0)
     abort(); /* a region, or its temporary file, outlived its connector */
   /* The first input loads the plugin for good; count descriptors after it.
    * Run with -print_funcs=0 (scripts/fuzz.sh does): otherwise libFuzzer

@@ -155,7 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return 0;
   unsigned flags = data[0];
   struct region_params p = {
-      .dir = dir,
+      .folder = dir,
       .name = "fz",
       .block_size = (uint64_t)u16(data + 1) + 1,
       .num_blocks = (uint64_t)u16(data + 3) % 64 + 1,

@@ -201,14 +201,14 @@ static int check_records(ecc_connector_t *c, const ecc_completion_t *out, size_t
 {
   for (size_t i = 0; i < n; i++) {
     const ecc_completion_t *r = &out[i];
-    bool dir_ok = r->direction == ECC_DIR_SAVE || r->direction == ECC_DIR_LOAD;
+    bool direction_ok = r->direction == ECC_DIR_SAVE || r->direction == ECC_DIR_LOAD;
     bool status_ok = shim_status_known(r->status);
     bool key_ok = memchr(r->key, '\0', sizeof(r->key)) != NULL;
-    if (!dir_ok || !status_ok || !key_ok)
+    if (!direction_ok || !status_ok || !key_ok)
       return shim_fail(c, ECC_ERR_INCOMPATIBLE,
                        "plugin '%s' returned a malformed completion from poll (record %zu: "
                        "%s %" PRIu32 ", status %" PRId32 "%s)",
-                       c->plugin.ops.name, i, dir_ok ? "direction" : "unknown direction",
+                       c->plugin.ops.name, i, direction_ok ? "direction" : "unknown direction",
                        r->direction, r->status, key_ok ? "" : ", key not terminated");
   }
   return ECC_OK;

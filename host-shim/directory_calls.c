@@ -62,31 +62,32 @@ ECC_API int ecc_reserve(ecc_connector_t *c, const char *key, uint64_t nbytes, ec
 }
 
 /* The directory calls that answer with a status only, each forwarded
- * between the guard's enter and leave: X(name, parameters, arguments). */
-#define DIRECTORY_STATUS_CALLS(X)                                                            \
-  X(save_reserved, (ecc_connector_t * c, const ecc_save_reserved_t *entries, size_t n),      \
-    (c->handle, entries, n))                                                                 \
-  X(abort_reserved, (ecc_connector_t * c, uint64_t token), (c->handle, token))               \
-  X(unpin, (ecc_connector_t * c, uint64_t token), (c->handle, token))                        \
-  X(remove, (ecc_connector_t * c, const char *key), (c->handle, key))                        \
-  X(load_pinned,                                                                             \
-    (ecc_connector_t * c, const ecc_load_pinned_t *entries, size_t n, void *compute_stream), \
+ * between the guard's enter and leave: X(entry point, member of the plugin's
+ * table, parameters, arguments). */
+#define DIRECTORY_STATUS_CALLS(X)                                                                  \
+  X(ecc_save_reserved, save_reserved,                                                              \
+    (ecc_connector_t * c, const ecc_save_reserved_t *entries, size_t n), (c->handle, entries, n))  \
+  X(ecc_abort_reserved, abort_reserved, (ecc_connector_t * c, uint64_t token), (c->handle, token)) \
+  X(ecc_unpin, unpin, (ecc_connector_t * c, uint64_t token), (c->handle, token))                   \
+  X(ecc_remove, remove, (ecc_connector_t * c, const char *key), (c->handle, key))                  \
+  X(ecc_load_pinned, load_pinned,                                                                  \
+    (ecc_connector_t * c, const ecc_load_pinned_t *entries, size_t n, void *compute_stream),       \
     (c->handle, entries, n, compute_stream))
 
-#define DIRECTORY_STATUS_CALL(name, params, args)           \
-  ECC_API int ecc_##name params                             \
-  {                                                         \
-    if (c == NULL)                                          \
-      return ECC_ERR_INVALID;                               \
-    int rc = shim_enter(c);                                 \
-    if (rc != ECC_OK)                                       \
-      return rc;                                            \
-    if (c->plugin.ops.name == NULL)                         \
-      rc = ECC_ERR_UNSUPPORTED;                             \
-    else                                                    \
-      rc = shim_checked(c, #name, c->plugin.ops.name args); \
-    shim_leave(c);                                          \
-    return rc;                                              \
+#define DIRECTORY_STATUS_CALL(entry, member, params, args)      \
+  ECC_API int entry params                                      \
+  {                                                             \
+    if (c == NULL)                                              \
+      return ECC_ERR_INVALID;                                   \
+    int rc = shim_enter(c);                                     \
+    if (rc != ECC_OK)                                           \
+      return rc;                                                \
+    if (c->plugin.ops.member == NULL)                           \
+      rc = ECC_ERR_UNSUPPORTED;                                 \
+    else                                                        \
+      rc = shim_checked(c, #member, c->plugin.ops.member args); \
+    shim_leave(c);                                              \
+    return rc;                                                  \
   }
 DIRECTORY_STATUS_CALLS(DIRECTORY_STATUS_CALL)
 #undef DIRECTORY_STATUS_CALL

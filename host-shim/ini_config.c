@@ -241,7 +241,7 @@ static struct ini_setting *plugin_setting(struct ini_config *cfg, const char *na
   if (strcmp(name, "path") == 0)
     return &cfg->path;
   if (strcmp(name, "dir") == 0)
-    return &cfg->dir;
+    return &cfg->folder;
   if (strcmp(name, "log_level") == 0)
     return &cfg->log_level_text;
   return NULL;
@@ -614,7 +614,7 @@ void ini_config_free(struct ini_config *cfg)
   free(cfg->pairs);
   free(cfg->name.value);
   free(cfg->path.value);
-  free(cfg->dir.value);
+  free(cfg->folder.value);
   free(cfg->log_level_text.value);
   free(cfg->file);
   *cfg = (struct ini_config){.log_level = -1};

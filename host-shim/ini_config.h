@@ -40,7 +40,7 @@ struct ini_config {
   char *file;                        /* the INI path as the caller gave it */
   struct ini_setting name;           /* [plugin] name */
   struct ini_setting path;           /* [plugin] path */
-  struct ini_setting dir;            /* [plugin] dir */
+  struct ini_setting folder;         /* [plugin] dir */
   struct ini_setting log_level_text; /* [plugin] log_level as written */
   int log_level;                     /* ECC_LOG_* from log_level_text, or -1 when absent */
   struct ini_pair *pairs;

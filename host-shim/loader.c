@@ -25,27 +25,27 @@
 
 /* Letters, digits, '-' and '_' only: a short name can never climb out of
  * the plugin directory ('/', "..") or pick another file name. */
-static int copy_dir(const char *dir, char *out, size_t cap, const char *what, char *err,
-                    size_t err_cap)
+static int copy_folder(const char *folder, char *out, size_t cap, const char *what, char *err,
+                       size_t err_cap)
 {
-  size_t len = strlen(dir);
-  while (len > 1 && dir[len - 1] == '/')
+  size_t len = strlen(folder);
+  while (len > 1 && folder[len - 1] == '/')
     len--; /* "/opt/ecc/" and "/opt/ecc" name the same folder */
   if (len >= cap) {
     shim_errf(err, err_cap, "%s is longer than %zu characters", what, cap - 1);
     return ECC_ERR_CONFIG;
   }
-  memcpy(out, dir, len);
+  memcpy(out, folder, len);
   out[len] = '\0';
   return ECC_OK;
 }
 
 /* The folder "ecc" beside the file this code was loaded from, so that an
  * install (lib/libecc-host.so, lib/ecc/) and the build tree work alike. */
-static int default_dir(char *out, size_t cap, char *err, size_t err_cap)
+static int default_folder(char *out, size_t cap, char *err, size_t err_cap)
 {
   Dl_info info;
-  if (dladdr((void *)default_dir, &info) == 0 || info.dli_fname == NULL) {
+  if (dladdr((void *)default_folder, &info) == 0 || info.dli_fname == NULL) {
     shim_errf(err, err_cap, "cannot find where libecc-host.so is; set [plugin] dir");
     return ECC_ERR_CONFIG;
   }
@@ -64,16 +64,16 @@ static int default_dir(char *out, size_t cap, char *err, size_t err_cap)
   return ECC_OK;
 }
 
-static int plugin_dir(const char *dir, char *out, size_t cap, enum plugin_input *culprit, char *err,
-                      size_t err_cap)
+static int plugin_folder(const char *folder_given, char *out, size_t cap,
+                         enum plugin_input *culprit, char *err, size_t err_cap)
 {
-  if (dir != NULL) {
-    *culprit = PLUGIN_INPUT_DIR;
-    if (dir[0] != '/') {
-      shim_errf(err, err_cap, "plugin dir '%s' must be an absolute path", dir);
+  if (folder_given != NULL) {
+    *culprit = PLUGIN_INPUT_FOLDER;
+    if (folder_given[0] != '/') {
+      shim_errf(err, err_cap, "plugin dir '%s' must be an absolute path", folder_given);
       return ECC_ERR_CONFIG;
     }
-    return copy_dir(dir, out, cap, "plugin dir", err, err_cap);
+    return copy_folder(folder_given, out, cap, "plugin dir", err, err_cap);
   }
   /* secure_getenv: a setuid host must not load code a caller points at. */
   const char *env = secure_getenv("ECC_PLUGIN_DIR");
@@ -83,14 +83,14 @@ static int plugin_dir(const char *dir, char *out, size_t cap, enum plugin_input 
       shim_errf(err, err_cap, "ECC_PLUGIN_DIR '%s' must be an absolute path", env);
       return ECC_ERR_CONFIG;
     }
-    return copy_dir(env, out, cap, "ECC_PLUGIN_DIR", err, err_cap);
+    return copy_folder(env, out, cap, "ECC_PLUGIN_DIR", err, err_cap);
   }
   *culprit = PLUGIN_INPUT_NONE;
-  return default_dir(out, cap, err, err_cap);
+  return default_folder(out, cap, err, err_cap);
 }
 
-int plugin_resolve(const char *name, const char *path, const char *dir, char *file, size_t file_cap,
-                   enum plugin_input *culprit, char *err, size_t err_cap)
+int plugin_resolve(const char *name, const char *path, const char *folder_given, char *file,
+                   size_t file_cap, enum plugin_input *culprit, char *err, size_t err_cap)
 {
   if (path != NULL) {
     *culprit = PLUGIN_INPUT_PATH;
@@ -114,7 +114,7 @@ int plugin_resolve(const char *name, const char *path, const char *dir, char *fi
     return ECC_ERR_CONFIG;
   }
   char folder[PLUGIN_PATH_MAX];
-  int rc = plugin_dir(dir, folder, sizeof(folder), culprit, err, err_cap);
+  int rc = plugin_folder(folder_given, folder, sizeof(folder), culprit, err, err_cap);
   if (rc != ECC_OK)
     return rc;
   int n = snprintf(file, file_cap, "%s/libecc-%s.so", folder, name);

@@ -62,16 +62,16 @@ enum plugin_input {
   PLUGIN_INPUT_NONE, /* e.g. ECC_PLUGIN_DIR: named in the message itself */
   PLUGIN_INPUT_NAME,
   PLUGIN_INPUT_PATH,
-  PLUGIN_INPUT_DIR,
+  PLUGIN_INPUT_FOLDER,
 };
 
 /* The plugin file for `path` (absolute) or for short `name` (exactly one is
- * non-NULL). A name becomes <dir>/libecc-<name>.so, dir being `dir`, else
+ * non-NULL). A name becomes <folder>/libecc-<name>.so, folder being `folder_given`, else
  * $ECC_PLUGIN_DIR (not in setuid/setgid processes), else the folder "ecc"
  * beside libecc-host.so. Checks the text only: the file may not exist.
  * Returns ECC_OK or ECC_ERR_CONFIG (reason in err, culprit set). */
-int plugin_resolve(const char *name, const char *path, const char *dir, char *file, size_t file_cap,
-                   enum plugin_input *culprit, char *err, size_t err_cap);
+int plugin_resolve(const char *name, const char *path, const char *folder_given, char *file,
+                   size_t file_cap, enum plugin_input *culprit, char *err, size_t err_cap);
 
 /* Check the file (a regular file that it, and every directory on its
  * canonical path, is owned by root or this user and writable by nobody

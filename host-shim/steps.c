@@ -21,7 +21,7 @@ int steps_resolve(const struct ini_config *ini, char *file, size_t file_cap, cha
 {
   char why[PLUGIN_ERR_MAX], where[WHERE_MAX];
   enum plugin_input culprit = PLUGIN_INPUT_NONE;
-  int rc = plugin_resolve(ini->name.value, ini->path.value, ini->dir.value, file, file_cap,
+  int rc = plugin_resolve(ini->name.value, ini->path.value, ini->folder.value, file, file_cap,
                           &culprit, why, sizeof(why));
   if (rc != ECC_OK) {
     where_culprit(ini, culprit, where, sizeof(where));

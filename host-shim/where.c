@@ -34,8 +34,8 @@ static const struct ini_setting *culprit_setting(const struct ini_config *ini,
     return &ini->name;
   case PLUGIN_INPUT_PATH:
     return &ini->path;
-  case PLUGIN_INPUT_DIR:
-    return &ini->dir;
+  case PLUGIN_INPUT_FOLDER:
+    return &ini->folder;
   default:
     return NULL;
   }

@@ -51,7 +51,7 @@ host-copy-unguarded @@ core/engine/engine_host.c @@ guard->env = &env; @@ guard-
 host-copy-guard-any-address @@ core/engine/engine_host.c @@ at >= guard->lo && at < guard->hi @@ at != 0
 region-dead-builder-waited-out @@ core/region/region.c @@ rc = watch_builder(out, watch, log); @@ rc = STEP_ABSENT;
 region-memcg-loosest-limit @@ core/region/region.c @@ if (out->limited && room >= out->room) @@ if (out->limited && room <= out->room)
-trust-pipe-not-found @@ common/trust.c @@ return unresolved(path, want_dir, what, why, why_cap); @@ return errtext_fail(why, why_cap, TRUST_MISSING, "%s %s not found", what, path);
+trust-pipe-not-found @@ common/trust.c @@ return unresolved(path, want_folder, what, why, why_cap); @@ return errtext_fail(why, why_cap, TRUST_MISSING, "%s %s not found", what, path);
 batch-from-zero @@ core/*.c @@ t->batch = ++c->save_batches; @@ t->batch = c->save_batches++;
 batch-not-incremented @@ core/*.c @@ t->batch = ++c->load_batches; @@ t->batch = c->load_batches + 1;
 batch-one-counter @@ core/*.c @@ t->batch = ++c->load_batches; @@ t->batch = ++c->save_batches;
@@ -101,7 +101,7 @@ template-role @@ conf/producer.ini @@ role = producer @@ role = consumer
 strerror-shifted @@ host-shim/*.c @@ {name, #name ": " text}, @@ {name - 1, #name ": " text},
 info-pinned @@ host-shim/cli/*.c @@ info.pinned ? "yes" : "no" @@ info.save_rank ? "yes" : "no"
 info-max-inflight @@ host-shim/cli/*.c @@ info.max_inflight); @@ info.num_blocks);
-demo-stats-direction @@ host-shim/cli/*.c @@ dir == ECC_DIR_SAVE ? &st.save : &st.load @@ &st.save
+demo-stats-direction @@ host-shim/cli/*.c @@ direction == ECC_DIR_SAVE ? &st.save : &st.load @@ &st.save
 dir-claim-not-exclusive @@ core/directory/directory.c @@ else if (rc == ECC_OK && e->claimed)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY, @@ else if (false)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY,
 dir-blocks-unchecked @@ core/block_claims.c @@ int rc = dir_blocks_held(&c->dir, ids, n, true, &bad); @@ int rc = ECC_OK;
 dir-load-keeps-its-pin @@ core/settle.c @@ : dir_unpin(d, token_pin_ref(ref), NULL, 0); @@ : ECC_OK;

@@ -130,15 +130,15 @@ static uint8_t *WS[2][MAXW][NSLOT];
 static cudaStream_t wst[2][MAXW];
 static cudaEvent_t wev[2][MAXW][NSLOT];
 
-static void worker(int dir, int w, int nw)
+static void worker(int direction, int w, int nw)
 {
   size_t n = STEP / BLK, first = (size_t)w * (n / nw);
   size_t per_w = w == nw - 1 ? n - first : n / nw; /* the last takes the rest */
   size_t per_chunk = g_chunk / BLK;
-  const uint32_t *ids = dir == 0 ? load_ids.data() : save_ids.data();
-  uint8_t *dev = (dir == 0 ? DL : DS) + first * BLK;
+  const uint32_t *ids = direction == 0 ? load_ids.data() : save_ids.data();
+  uint8_t *dev = (direction == 0 ? DL : DS) + first * BLK;
   size_t nchunk = (per_w + per_chunk - 1) / per_chunk;
-  if (dir == 1) /* saves: device -> slot first, then scatter */
+  if (direction == 1) /* saves: device -> slot first, then scatter */
     for (size_t c = 0; c < nchunk && c < (size_t)NSLOT; c++) {
       size_t k = std::min(per_chunk, per_w - c * per_chunk);
       CK(cudaMemcpyAsync(WS[1][w][c], dev + c * per_chunk * BLK, k * BLK, cudaMemcpyDeviceToHost,
@@ -149,17 +149,17 @@ static void worker(int dir, int w, int nw)
     int sl = (int)(c % NSLOT);
     size_t k = std::min(per_chunk, per_w - c * per_chunk);
     const uint32_t *cid = ids + first + c * per_chunk;
-    CK(cudaEventSynchronize(wev[dir][w][sl]));
+    CK(cudaEventSynchronize(wev[direction][w][sl]));
     for (size_t i = 0; i < k; i++) {
       uint8_t *blk = H + (size_t)cid[i] * BLK;
-      if (dir == 0)
+      if (direction == 0)
         copy(WS[0][w][sl] + i * BLK, blk, BLK);
       else
         copy(blk, WS[1][w][sl] + i * BLK, BLK);
     }
     if (g_nt)
       _mm_sfence();
-    if (dir == 0) {
+    if (direction == 0) {
       CK(cudaMemcpyAsync(dev + c * per_chunk * BLK, WS[0][w][sl], k * BLK, cudaMemcpyHostToDevice,
                          wst[0][w]));
       CK(cudaEventRecord(wev[0][w][sl], wst[0][w]));
@@ -170,7 +170,7 @@ static void worker(int dir, int w, int nw)
       CK(cudaEventRecord(wev[1][w][sl], wst[1][w]));
     }
   }
-  CK(cudaStreamSynchronize(wst[dir][w]));
+  CK(cudaStreamSynchronize(wst[direction][w]));
 }
 
 static double run_workers(int which)
@@ -323,13 +323,14 @@ int main(int argc, char **argv)
     pick_ids(1234567 + bi);
     size_t n = 16 * MB / BLK;
     for (g_nt = 0; g_nt < 2; g_nt++) {
-      for (int dir = 0; dir < 2; dir++) {
-        printf("cpu %6zu B %s %s:", BLK, g_nt ? "nt    " : "memcpy", dir ? "scatter" : "gather ");
+      for (int direction = 0; direction < 2; direction++) {
+        printf("cpu %6zu B %s %s:", BLK, g_nt ? "nt    " : "memcpy",
+               direction ? "scatter" : "gather ");
         for (int t : ts) {
           std::vector<double> r;
           for (int it = 0; it < 5; it++) {
             double t0 = now_us();
-            cpu_move(!dir, dir ? save_ids.data() : load_ids.data(), n, HS[0][0], t);
+            cpu_move(!direction, direction ? save_ids.data() : load_ids.data(), n, HS[0][0], t);
             r.push_back(16.0 * MB / ((now_us() - t0) * 1e3));
           }
           std::sort(r.begin(), r.end());

@@ -36,7 +36,7 @@
 #define RAW_CHUNK (1u << 20)
 
 struct opts {
-  const char *role, *address, *plugin, *region_dir;
+  const char *role, *address, *plugin, *region_folder;
   uint64_t rows[MAX_SIZES];
   unsigned n_rows, entries;
 };
@@ -66,8 +66,8 @@ static const char *ini_for(const struct opts *o, const char *role, uint64_t bloc
           "[directory]\nenabled = true\n[ucx]\nrole = %s\naddress = %s\ndeadline_ms = 10000\n"
           "cache = %s\n",
           o->plugin, role, cache ? "" : "-direct", engine, (int)getpid(),
-          o->region_dir ? "dir = " : "", o->region_dir ? o->region_dir : "",
-          o->region_dir ? "\n" : "", block, bytes, engine, role, o->address,
+          o->region_folder ? "dir = " : "", o->region_folder ? o->region_folder : "",
+          o->region_folder ? "\n" : "", block, bytes, engine, role, o->address,
           cache ? "true" : "false");
   fclose(f);
   return path;
@@ -441,7 +441,7 @@ static void parse(int argc, char **argv, struct opts *o)
     else if (strcmp(argv[i], "--plugin") == 0)
       o->plugin = argv[i + 1];
     else if (strcmp(argv[i], "--region-dir") == 0)
-      o->region_dir = argv[i + 1];
+      o->region_folder = argv[i + 1];
     else if (strcmp(argv[i], "--rows") == 0) {
       o->n_rows = 0;
       for (char *t = strtok(argv[i + 1], ","); t != NULL && o->n_rows < MAX_SIZES;

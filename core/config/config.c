@@ -16,7 +16,7 @@
 
 #include "common/errtext.h"
 #include "core/region/region.h"
-#include "core/region/region_dir.h"
+#include "core/region/region_folder.h"
 
 const ecc_param_v1_t config_params[CONFIG_N_PARAMS] = {
     {"connector.role", "both", "producer | consumer | both: which directions this process moves"},
@@ -260,13 +260,13 @@ static int parse_name(const struct raw_config *r, struct plugin_config *c, char 
     return fail(err, cap, "config: region.name = '%s' must be 1 to %d letters, digits, '-' or '_'",
                 name, ECC_NAME_MAX);
   memcpy(c->region_name, name, len + 1);
-  const char *dir = raw(r, "region.dir");
-  if ((dir[0] != '\0' && dir[0] != '/') || strlen(dir) >= sizeof(c->region_dir))
+  const char *folder = raw(r, "region.dir");
+  if ((folder[0] != '\0' && folder[0] != '/') || strlen(folder) >= sizeof(c->region_folder))
     return fail(err, cap,
                 "config: region.dir = '%s' must be empty (the default) or an absolute "
                 "path shorter than %zu",
-                dir, sizeof(c->region_dir));
-  memcpy(c->region_dir, dir, strlen(dir) + 1);
+                folder, sizeof(c->region_folder));
+  memcpy(c->region_folder, folder, strlen(folder) + 1);
   return ECC_OK;
 }
 
@@ -403,9 +403,9 @@ int config_parse(const ecc_kv_v1_t *kv, size_t n, struct plugin_config *out, cha
   return rc;
 }
 
-const char *config_region_dir(const struct plugin_config *c, char *buf, size_t cap)
+const char *config_region_folder(const struct plugin_config *c, char *buf, size_t cap)
 {
-  return region_dir_shown(c->region_dir, buf, cap);
+  return region_folder_shown(c->region_folder, buf, cap);
 }
 
 const char *config_role_name(int role)

@@ -54,14 +54,14 @@ struct plugin_config {
   uint32_t tp_rank;                   /* tensor-parallel rank of this process */
   uint32_t pcp_rank;                  /* prefill-context-parallel rank of this process */
   char region_name[ECC_NAME_MAX + 1]; /* names.h */
-  char region_dir[128];               /* directory of the region file; "" for /dev/shm/ecc-<euid> */
+  char region_folder[128];            /* folder of the region file; "" for /dev/shm/ecc-<euid> */
   uint64_t region_size;               /* bytes of block data requested */
   uint64_t block_size;                /* bytes per block */
   uint64_t num_blocks;                /* floor(region_size / block_size) */
   int region_mode;                    /* enum region_mode (region.h) */
   uint32_t join_timeout_ms;           /* how long a joiner waits for the creator */
   int reap_orphans;                   /* unlink dead regions before opening */
-  int require_tmpfs;                  /* refuse a region_dir that is not a tmpfs */
+  int require_tmpfs;                  /* refuse a region_folder that is not a tmpfs */
   int pin;                            /* enum pin_mode */
   int engine;                         /* enum engine_kind */
   int method;                         /* enum cuda_method */
@@ -92,9 +92,9 @@ int config_parse(const ecc_kv_v1_t *kv, size_t n, struct plugin_config *out, cha
  * Returns 0, or -1 if the text is not such a size or overflows 64 bits. */
 int config_parse_size(const char *text, uint64_t *out);
 
-/* The region directory create would use: region_dir, or the per-user
+/* The region folder create would use: region_folder, or the per-user
  * default written to buf. Touches nothing. */
-const char *config_region_dir(const struct plugin_config *c, char *buf, size_t cap);
+const char *config_region_folder(const struct plugin_config *c, char *buf, size_t cap);
 
 /* The INI's word for a role, engine or copy method ("?" for none). */
 const char *config_role_name(int role);

@@ -4,7 +4,7 @@
  * builder under a fixed temporary name, joining with header, layout and
  * allocation checks, the liveness check, removal by the last holder, and
  * reaping of files no process holds. Every file operation is made relative
- * to the directory descriptor that region_dir.c checked.
+ * to the folder descriptor that region_folder.c checked.
  */
 #include "core/region/region.h"
 
@@ -28,7 +28,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/names.h"
-#include "core/region/region_dir.h"
+#include "core/region/region_folder.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
@@ -85,10 +85,10 @@ static uint64_t header_bytes_for(uint64_t dir_bytes)
 }
 
 /* Whether `name` in the directory is still the file dev/ino. */
-static int names_file(int dirfd, const char *name, dev_t dev, ino_t ino)
+static int names_file(int folder_fd, const char *name, dev_t dev, ino_t ino)
 {
   struct stat now;
-  return fstatat(dirfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == dev &&
+  return fstatat(folder_fd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == dev &&
          now.st_ino == ino;
 }
 
@@ -98,14 +98,14 @@ static void tmp_name(const struct region *r, char *buf, size_t cap)
 }
 
 /* The directory part of r->path, for messages about other files in it. */
-static void dir_of(const struct region *r, char *buf, size_t cap)
+static void folder_of(const struct region *r, char *buf, size_t cap)
 {
   size_t len = strlen(r->path) - strlen(r->file) - 1;
   snprintf(buf, cap, "%.*s", (int)len, r->path);
 }
 
 /* Checks everything that needs no system call and builds the file name and
- * a first path (the directory as configured; open_dir makes it canonical). */
+ * a first path (the folder as configured; open_folder makes it canonical). */
 static int prepare(const struct region_params *p, struct region *out, uint64_t *total,
                    struct ecc_log *log)
 {
@@ -115,11 +115,11 @@ static int prepare(const struct region_params *p, struct region *out, uint64_t *
                     p->name ? p->name : "(null)", ECC_NAME_MAX);
   snprintf(out->file, sizeof(out->file), FILE_PREFIX "%s" FILE_SUFFIX, p->name);
   char shown[64];
-  const char *dir = region_dir_shown(p->dir, shown, sizeof(shown));
-  int n = snprintf(out->path, sizeof(out->path), "%s/%s", dir, out->file);
+  const char *folder = region_folder_shown(p->folder, shown, sizeof(shown));
+  int n = snprintf(out->path, sizeof(out->path), "%s/%s", folder, out->file);
   if (n < 0 || (size_t)n >= sizeof(out->path))
     return log_fail(log, ECC_ERR_CONFIG,
-                    "region.dir: the region path %s/%s is too long (at most %zu bytes)", dir,
+                    "region.dir: the region path %s/%s is too long (at most %zu bytes)", folder,
                     out->file, sizeof(out->path) - 1);
   const char *path = out->path;
   if (p->mode != REGION_AUTO && p->mode != REGION_CREATE && p->mode != REGION_JOIN)
@@ -143,10 +143,11 @@ static int prepare(const struct region_params *p, struct region *out, uint64_t *
 
 /* The directory, checked and held open; the path is rebuilt on its
  * canonical name, which is what every later message names. */
-static int open_dir(const struct region_params *p, struct region *out, struct ecc_log *log)
+static int open_folder(const struct region_params *p, struct region *out, struct ecc_log *log)
 {
   char canon[PATH_MAX];
-  int rc = region_dir_open(p->dir, p->any_filesystem, &out->dirfd, canon, sizeof(canon), log);
+  int rc =
+      region_folder_open(p->folder, p->any_filesystem, &out->folder_fd, canon, sizeof(canon), log);
   if (rc != ECC_OK)
     return rc;
   int n = snprintf(out->path, sizeof(out->path), "%s/%s", canon, out->file);
@@ -230,10 +231,10 @@ static int parse_bytes(const char *text, uint64_t *out)
   return 0;
 }
 
-static int read_bytes(const char *dir, const char *name, uint64_t *out)
+static int read_bytes(const char *folder, const char *name, uint64_t *out)
 {
   char path[PATH_MAX + 64], line[64];
-  int n = snprintf(path, sizeof(path), "%s/%s", dir, name);
+  int n = snprintf(path, sizeof(path), "%s/%s", folder, name);
   if (n < 0 || (size_t)n >= sizeof(path) || read_line(path, line, sizeof(line)) != 0)
     return -1;
   return parse_bytes(line, out);
@@ -241,10 +242,10 @@ static int read_bytes(const char *dir, const char *name, uint64_t *out)
 
 /* Page cache the kernel reclaims before it kills: the file LRU lists of
  * memory.stat (tmpfs pages are not on them). v1 names them total_*. */
-static uint64_t reclaimable(const char *dir, int version)
+static uint64_t reclaimable(const char *folder, int version)
 {
   char path[PATH_MAX + 64], line[128];
-  snprintf(path, sizeof(path), "%s/memory.stat", dir);
+  snprintf(path, sizeof(path), "%s/memory.stat", folder);
   FILE *f = fopen(path, "re");
   if (f == NULL)
     return 0;
@@ -264,13 +265,13 @@ static uint64_t reclaimable(const char *dir, int version)
 }
 
 /* One cgroup directory's limit, kept in *out if it leaves the least room. */
-static void consider_cgroup(const char *dir, int version, struct region_memcg *out)
+static void consider_cgroup(const char *folder, int version, struct region_memcg *out)
 {
   uint64_t limit, usage;
-  if (read_bytes(dir, version == 1 ? "memory.limit_in_bytes" : "memory.max", &limit) != 0 ||
-      read_bytes(dir, version == 1 ? "memory.usage_in_bytes" : "memory.current", &usage) != 0)
+  if (read_bytes(folder, version == 1 ? "memory.limit_in_bytes" : "memory.max", &limit) != 0 ||
+      read_bytes(folder, version == 1 ? "memory.usage_in_bytes" : "memory.current", &usage) != 0)
     return;
-  uint64_t cache = reclaimable(dir, version);
+  uint64_t cache = reclaimable(folder, version);
   uint64_t used = usage > cache ? usage - cache : 0;
   uint64_t room = limit > used ? limit - used : 0;
   if (out->limited && room >= out->room)
@@ -279,7 +280,7 @@ static void consider_cgroup(const char *dir, int version, struct region_memcg *o
   out->limit = limit;
   out->used = used;
   out->room = room;
-  snprintf(out->where, sizeof(out->where), "%s", dir);
+  snprintf(out->where, sizeof(out->where), "%s", folder);
 }
 
 /* The process's cgroup path in the hierarchy holding the memory controller
@@ -317,7 +318,7 @@ static int memcg_path(const char *proc_cgroup, char *path, size_t cap, int *vers
 int region_memcg_room(const char *proc_cgroup, const char *cgroup_root, struct region_memcg *out)
 {
   memset(out, 0, sizeof(*out));
-  char rel[PATH_MAX], base[PATH_MAX], dir[PATH_MAX], probe[PATH_MAX + 32];
+  char rel[PATH_MAX], base[PATH_MAX], folder[PATH_MAX], probe[PATH_MAX + 32];
   if (memcg_path(proc_cgroup, rel, sizeof(rel), &out->version) != 0)
     return -1;
   struct stat st;
@@ -336,9 +337,9 @@ int region_memcg_room(const char *proc_cgroup, const char *cgroup_root, struct r
   for (;;) {
     while (len > 1 && rel[len - 1] == '/')
       len--;
-    int n = snprintf(dir, sizeof(dir), "%s%.*s", base, len > 1 ? (int)len : 0, rel);
-    if (n > 0 && (size_t)n < sizeof(dir))
-      consider_cgroup(dir, out->version, out);
+    int n = snprintf(folder, sizeof(folder), "%s%.*s", base, len > 1 ? (int)len : 0, rel);
+    if (n > 0 && (size_t)n < sizeof(folder))
+      consider_cgroup(folder, out->version, out);
     if (len <= 1)
       break;
     while (len > 0 && rel[len - 1] != '/')
@@ -452,17 +453,17 @@ static int lock_new_file(int fd, const struct region *r, const char *tmp, const 
       return log_fail(log, ECC_ERR_SYSTEM, "cannot lock %s" TMP_SUFFIX ": %s", r->path,
                       strerror(errno));
   }
-  if (!names_file(r->dirfd, tmp, st->st_dev, st->st_ino))
+  if (!names_file(r->folder_fd, tmp, st->st_dev, st->st_ino))
     return STEP_AGAIN;
   struct stat final;
-  if (fstatat(r->dirfd, r->file, &final, AT_SYMLINK_NOFOLLOW) == 0)
+  if (fstatat(r->folder_fd, r->file, &final, AT_SYMLINK_NOFOLLOW) == 0)
     return STEP_EXISTS;
   return ECC_OK;
 }
 
 static int publish(const struct region *r, const char *tmp, struct ecc_log *log)
 {
-  if (linkat(r->dirfd, tmp, r->dirfd, r->file, 0) == 0)
+  if (linkat(r->folder_fd, tmp, r->folder_fd, r->file, 0) == 0)
     return ECC_OK;
   if (errno == EEXIST)
     return STEP_EXISTS;
@@ -504,9 +505,9 @@ enum unheld { UNHELD_GONE, UNHELD_HELD, UNHELD_REMOVED, UNHELD_FOREIGN, UNHELD_F
  * holds (its exclusive lock is free) and the name still names the file that
  * was locked: with the lock held nobody can join it meanwhile. On
  * UNHELD_FAILED *err is the errno. */
-static int remove_unheld(int dirfd, const char *name, int *err)
+static int remove_unheld(int folder_fd, const char *name, int *err)
 {
-  int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  int fd = openat(folder_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     *err = errno;
     if (errno == ENOENT)
@@ -521,9 +522,9 @@ static int remove_unheld(int dirfd, const char *name, int *err)
     rc = UNHELD_FOREIGN;
   else if (flock(fd, LOCK_EX | LOCK_NB) != 0)
     rc = errno == EWOULDBLOCK ? UNHELD_HELD : UNHELD_FAILED;
-  else if (!names_file(dirfd, name, st.st_dev, st.st_ino))
+  else if (!names_file(folder_fd, name, st.st_dev, st.st_ino))
     rc = UNHELD_GONE;
-  else if (unlinkat(dirfd, name, 0) != 0)
+  else if (unlinkat(folder_fd, name, 0) != 0)
     rc = UNHELD_FAILED;
   *err = errno;
   close(fd);
@@ -536,7 +537,7 @@ static int remove_unheld(int dirfd, const char *name, int *err)
 static int tmp_taken(const struct region *r, const char *tmp, struct ecc_log *log)
 {
   int err = 0;
-  switch (remove_unheld(r->dirfd, tmp, &err)) {
+  switch (remove_unheld(r->folder_fd, tmp, &err)) {
   case UNHELD_HELD:
     return STEP_BUILDING;
   case UNHELD_REMOVED:
@@ -567,7 +568,7 @@ static int create_once(const struct region_params *p, uint64_t total, struct reg
 {
   char tmp[sizeof(out->file) + sizeof(TMP_SUFFIX)];
   tmp_name(out, tmp, sizeof(tmp));
-  int fd = openat(out->dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  int fd = openat(out->folder_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     if (errno == EEXIST)
       return tmp_taken(out, tmp, log);
@@ -578,7 +579,7 @@ static int create_once(const struct region_params *p, uint64_t total, struct reg
   if (fstat(fd, &st) != 0) {
     int rc = log_fail(log, ECC_ERR_SYSTEM, "cannot stat %s" TMP_SUFFIX ": %s", out->path,
                       strerror(errno));
-    if (unlinkat(out->dirfd, tmp, 0) != 0)
+    if (unlinkat(out->folder_fd, tmp, 0) != 0)
       log_msg(log, ECC_LOG_WARN, "cannot remove %s" TMP_SUFFIX ": %s", out->path, strerror(errno));
     close(fd);
     return rc;
@@ -592,7 +593,8 @@ static int create_once(const struct region_params *p, uint64_t total, struct reg
   if (rc != ECC_OK && ftruncate(fd, 0) != 0)
     log_msg(log, ECC_LOG_WARN, "cannot empty %s" TMP_SUFFIX ": %s", out->path, strerror(errno));
   /* Linked or not, the temporary name goes; a failed build leaves nothing. */
-  if (names_file(out->dirfd, tmp, st.st_dev, st.st_ino) && unlinkat(out->dirfd, tmp, 0) != 0)
+  if (names_file(out->folder_fd, tmp, st.st_dev, st.st_ino) &&
+      unlinkat(out->folder_fd, tmp, 0) != 0)
     log_msg(log, ECC_LOG_WARN, "region %s: cannot remove temporary name %s" TMP_SUFFIX ": %s",
             out->path, out->path, strerror(errno));
   if (rc != ECC_OK) {
@@ -798,7 +800,7 @@ static int join_checks(int fd, const struct region_params *p, const struct regio
     rc = lock_shared(fd, r->path, deadline, p->join_timeout_ms, log);
   /* Locked a file that was reaped, replaced or removed by its last holder
    * meanwhile: start over. */
-  if (rc == ECC_OK && !names_file(r->dirfd, r->file, st->st_dev, st->st_ino))
+  if (rc == ECC_OK && !names_file(r->folder_fd, r->file, st->st_dev, st->st_ino))
     rc = STEP_AGAIN;
   if (rc == ECC_OK)
     rc = wait_header(fd, r->path, deadline, p->join_timeout_ms, h, &now, log);
@@ -816,7 +818,7 @@ static int join_checks(int fd, const struct region_params *p, const struct regio
 static int join_once(const struct region_params *p, int64_t deadline, struct region *out,
                      struct ecc_log *log)
 {
-  int fd = openat(out->dirfd, out->file, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  int fd = openat(out->folder_fd, out->file, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
     return open_error(out->path, errno, log);
   struct stat st;
@@ -864,15 +866,15 @@ static int entry_kind(const char *name)
 }
 
 /* Removes `name` if it is ours and nobody holds it. Returns 1 if removed. */
-static int reap_one(int dirfd, const char *dir, const char *name, struct ecc_log *log)
+static int reap_one(int folder_fd, const char *folder, const char *name, struct ecc_log *log)
 {
   int err = 0;
-  int rc = remove_unheld(dirfd, name, &err);
+  int rc = remove_unheld(folder_fd, name, &err);
   const char *what = entry_kind(name) == ENTRY_TMP ? "stale temporary file" : "orphaned region";
   if (rc == UNHELD_REMOVED)
-    log_msg(log, ECC_LOG_INFO, "removed %s %s/%s (no process held it)", what, dir, name);
+    log_msg(log, ECC_LOG_INFO, "removed %s %s/%s (no process held it)", what, folder, name);
   else if (rc == UNHELD_FAILED)
-    log_msg(log, ECC_LOG_WARN, "cannot remove %s %s/%s: %s", what, dir, name, strerror(err));
+    log_msg(log, ECC_LOG_WARN, "cannot remove %s %s/%s: %s", what, folder, name, strerror(err));
   return rc == UNHELD_REMOVED;
 }
 
@@ -880,12 +882,12 @@ enum { SCAN_TMP = 1, SCAN_REGIONS = 2 };
 
 /* Removes what `todo` asks for among the directory's entries: temporary
  * files and region files that no process holds. Returns how many. */
-static int scan_dir(int dirfd, const char *dir, int todo, struct ecc_log *log)
+static int scan_folder(int folder_fd, const char *folder, int todo, struct ecc_log *log)
 {
-  int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int fd = openat(folder_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
   if (d == NULL) {
-    log_msg(log, ECC_LOG_WARN, "cannot scan %s for leftover region files: %s", dir,
+    log_msg(log, ECC_LOG_WARN, "cannot scan %s for leftover region files: %s", folder,
             strerror(errno));
     if (fd >= 0)
       close(fd);
@@ -896,7 +898,7 @@ static int scan_dir(int dirfd, const char *dir, int todo, struct ecc_log *log)
   while ((e = readdir(d)) != NULL) {
     int kind = entry_kind(e->d_name);
     if ((kind == ENTRY_TMP && (todo & SCAN_TMP)) || (kind == ENTRY_REGION && (todo & SCAN_REGIONS)))
-      count += reap_one(dirfd, dir, e->d_name, log);
+      count += reap_one(folder_fd, folder, e->d_name, log);
   }
   closedir(d);
   return count;
@@ -917,10 +919,10 @@ static pthread_mutex_t scanned_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The parts of `want` not yet done in this directory; they count as done
  * from now on. */
-static int claim_scan(int dirfd, int want)
+static int claim_scan(int folder_fd, int want)
 {
   struct stat st;
-  if (fstat(dirfd, &st) != 0)
+  if (fstat(folder_fd, &st) != 0)
     return want;
   pthread_mutex_lock(&scanned_lock);
   struct scanned *s = NULL;
@@ -946,15 +948,15 @@ static int claim_scan(int dirfd, int want)
 static void clean_up_leftovers(const struct region_params *p, const struct region *r,
                                struct ecc_log *log)
 {
-  char dir[sizeof(r->path)], tmp[sizeof(r->file) + sizeof(TMP_SUFFIX)];
-  dir_of(r, dir, sizeof(dir));
+  char folder[sizeof(r->path)], tmp[sizeof(r->file) + sizeof(TMP_SUFFIX)];
+  folder_of(r, folder, sizeof(folder));
   tmp_name(r, tmp, sizeof(tmp));
-  reap_one(r->dirfd, dir, tmp, log);
+  reap_one(r->folder_fd, folder, tmp, log);
   if (p->reap_orphans)
-    reap_one(r->dirfd, dir, r->file, log);
-  int todo = claim_scan(r->dirfd, SCAN_TMP | (p->reap_orphans ? SCAN_REGIONS : 0));
+    reap_one(r->folder_fd, folder, r->file, log);
+  int todo = claim_scan(r->folder_fd, SCAN_TMP | (p->reap_orphans ? SCAN_REGIONS : 0));
   if (todo != 0)
-    scan_dir(r->dirfd, dir, todo, log);
+    scan_folder(r->folder_fd, folder, todo, log);
 }
 
 /* ---- opening ----------------------------------------------------------- */
@@ -1005,7 +1007,7 @@ static void watch_end(struct builder_watch *w)
  * (no builder, or something joiners have no business with). */
 static int watch_start(const struct region *r, const char *tmp, struct builder_watch *w)
 {
-  int fd = openat(r->dirfd, tmp, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  int fd = openat(r->folder_fd, tmp, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   struct stat st;
   if (fd < 0)
     return 0;
@@ -1061,7 +1063,7 @@ static int watch_builder(const struct region *r, struct builder_watch *w, struct
   }
   /* Nobody holds it, and with the exclusive lock nobody can take it up
    * before it is judged. */
-  bool named = names_file(r->dirfd, tmp, w->dev, w->ino);
+  bool named = names_file(r->folder_fd, tmp, w->dev, w->ino);
   struct stat st;
   if (watched_finished(w) || fstat(w->fd, &st) != 0) {
     watch_end(w);
@@ -1079,13 +1081,13 @@ static int watch_builder(const struct region *r, struct builder_watch *w, struct
     watch_end(w); /* removed before anyone held it: watch the next one */
     return STEP_ABSENT;
   }
-  bool removed = named && unlinkat(r->dirfd, tmp, 0) == 0;
+  bool removed = named && unlinkat(r->folder_fd, tmp, 0) == 0;
   if (named && !removed)
     log_msg(log, ECC_LOG_WARN, "cannot remove stale temporary file %s" TMP_SUFFIX ": %s", r->path,
             strerror(errno));
   struct stat next;
   /* Another builder took over meanwhile: wait for its region instead. */
-  if (fstatat(r->dirfd, tmp, &next, AT_SYMLINK_NOFOLLOW) == 0 &&
+  if (fstatat(r->folder_fd, tmp, &next, AT_SYMLINK_NOFOLLOW) == 0 &&
       (next.st_dev != w->dev || next.st_ino != w->ino)) {
     watch_end(w);
     return STEP_BUILDING;
@@ -1119,7 +1121,8 @@ static int open_loop(const struct region_params *p, uint64_t total, int64_t dead
     }
     if (rc == STEP_ABSENT) {
       /* Cheap refusal before building a file that could not be linked. */
-      if (p->mode == REGION_CREATE && fstatat(out->dirfd, out->file, &st, AT_SYMLINK_NOFOLLOW) == 0)
+      if (p->mode == REGION_CREATE &&
+          fstatat(out->folder_fd, out->file, &st, AT_SYMLINK_NOFOLLOW) == 0)
         return already_exists(out->path, log);
       rc = create_once(p, total, out, log);
       if (rc <= 0)
@@ -1145,11 +1148,11 @@ static int open_loop(const struct region_params *p, uint64_t total, int64_t dead
 
 static void clear_out(struct region *out)
 {
-  if (out->dirfd >= 0)
-    close(out->dirfd);
+  if (out->folder_fd >= 0)
+    close(out->folder_fd);
   memset(out, 0, sizeof(*out));
   out->fd = -1;
-  out->dirfd = -1;
+  out->folder_fd = -1;
 }
 
 int region_open(const struct region_params *p, struct region *out, struct ecc_log *log)
@@ -1157,7 +1160,7 @@ int region_open(const struct region_params *p, struct region *out, struct ecc_lo
   if (out != NULL) {
     memset(out, 0, sizeof(*out));
     out->fd = -1;
-    out->dirfd = -1;
+    out->folder_fd = -1;
   }
   if (log == NULL)
     return ECC_ERR_INVALID;
@@ -1166,7 +1169,7 @@ int region_open(const struct region_params *p, struct region *out, struct ecc_lo
   uint64_t total = 0;
   int rc = prepare(p, out, &total, log);
   if (rc == ECC_OK)
-    rc = open_dir(p, out, log);
+    rc = open_folder(p, out, log);
   if (rc == ECC_OK) {
     clean_up_leftovers(p, out, log);
     int64_t deadline = now_ms() + (int64_t)p->join_timeout_ms;
@@ -1206,9 +1209,9 @@ int region_check(const struct region *r, struct ecc_log *log)
  * none can join it before we close. */
 static void unlink_if_named(const struct region *r, struct ecc_log *log)
 {
-  if (!names_file(r->dirfd, r->file, r->dev, r->ino))
+  if (!names_file(r->folder_fd, r->file, r->dev, r->ino))
     log_msg(log, ECC_LOG_INFO, "region %s no longer names our file; not removing it", r->path);
-  else if (unlinkat(r->dirfd, r->file, 0) != 0)
+  else if (unlinkat(r->folder_fd, r->file, 0) != 0)
     log_msg(log, ECC_LOG_ERROR, "cannot remove region %s: %s", r->path, strerror(errno));
   else
     log_msg(log, ECC_LOG_INFO, "removed region %s: no other process holds it", r->path);
@@ -1235,21 +1238,21 @@ void region_close(struct region *r, struct ecc_log *log)
       log_msg(log, ECC_LOG_ERROR, "cannot close region %s: %s", r->path, strerror(errno));
     r->fd = -1;
   }
-  if (r->dirfd >= 0 && close(r->dirfd) != 0)
+  if (r->folder_fd >= 0 && close(r->folder_fd) != 0)
     log_msg(log, ECC_LOG_ERROR, "cannot close the directory of region %s: %s", r->path,
             strerror(errno));
-  r->dirfd = -1;
+  r->folder_fd = -1;
 }
 
-int region_reap_orphans(const char *dir, struct ecc_log *log)
+int region_reap_orphans(const char *folder, struct ecc_log *log)
 {
-  if (dir == NULL)
+  if (folder == NULL)
     return 0;
-  int dirfd = -1;
+  int folder_fd = -1;
   char canon[PATH_MAX];
-  if (region_dir_open(dir, 1, &dirfd, canon, sizeof(canon), log) != ECC_OK)
+  if (region_folder_open(folder, 1, &folder_fd, canon, sizeof(canon), log) != ECC_OK)
     return 0;
-  int count = scan_dir(dirfd, canon, SCAN_TMP | SCAN_REGIONS, log);
-  close(dirfd);
+  int count = scan_folder(folder_fd, canon, SCAN_TMP | SCAN_REGIONS, log);
+  close(folder_fd);
   return count;
 }

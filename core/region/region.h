@@ -56,15 +56,15 @@ struct region_header {
 };
 
 struct region_params {
-  const char *dir;  /* e.g. "/dev/shm"; NULL or "": /dev/shm/ecc-<euid> */
-  const char *name; /* region name: file is <dir>/ecc-<name>.region */
+  const char *folder; /* e.g. "/dev/shm"; NULL or "": /dev/shm/ecc-<euid> */
+  const char *name;   /* region name: file is <folder>/ecc-<name>.region */
   uint64_t block_size;
   uint64_t num_blocks;
   int mode;                 /* enum region_mode (above) */
   uint32_t join_timeout_ms; /* bound on waiting for a creator */
   bool reap_orphans;        /* unlink unheld region files: this one's at each open, the
-                             * directory's once per process */
-  bool any_filesystem;      /* dir need not be a tmpfs */
+                             * folder's once per process */
+  bool any_filesystem;      /* folder need not be a tmpfs */
   uint64_t dir_bytes;       /* directory area (rounded up to pages); 0: none */
   /* Formats the directory area of a region being built, before anyone can
    * see it: ECC_OK, or an error that abandons the build. Required when
@@ -74,9 +74,9 @@ struct region_params {
 };
 
 struct region {
-  char path[256]; /* the file's path, its directory canonical */
-  char file[96];  /* its name within the directory */
-  int dirfd;      /* the directory, checked when opened; -1 when closed */
+  char path[256]; /* the file's path, its folder canonical */
+  char file[96];  /* its name within the folder */
+  int folder_fd;  /* the folder, checked when opened; -1 when closed */
   int fd;         /* open, shared flock held; -1 when closed */
   dev_t dev;      /* identity of the file we locked */
   ino_t ino;
@@ -132,8 +132,8 @@ static inline uint64_t region_identity(const struct region *r)
  * it. Errors are logged, never returned. Safe to call twice. */
 void region_close(struct region *r, struct ecc_log *log);
 
-/* Unlink orphans (no process holds them) of the region pattern in `dir`,
+/* Unlink orphans (no process holds them) of the region pattern in `folder`,
  * and temporary files no builder holds. Returns how many were removed. */
-int region_reap_orphans(const char *dir, struct ecc_log *log);
+int region_reap_orphans(const char *folder, struct ecc_log *log);
 
 #endif /* ECC_REGION_H */

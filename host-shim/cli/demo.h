@@ -118,9 +118,9 @@ int demo_failf(struct demo_side *side, const char *fmt, ...) __attribute__((form
  * reason in side->error (*c is then NULL or must still be closed). */
 int demo_open(const struct demo_opts *o, const char *role, const char *mode, struct demo_side *side,
               ecc_connector_t **c, ecc_info_t *info);
-/* Record the connector's counters of direction `dir` (ECC_DIR_*) in side;
+/* Record the connector's counters for `direction` (ECC_DIR_*) in side;
  * without stats, side->have_stats stays 0. */
-void demo_record_stats(ecc_connector_t *c, int dir, struct demo_side *side);
+void demo_record_stats(ecc_connector_t *c, int direction, struct demo_side *side);
 /* Close c (NULL: nothing); a failure is the side's error unless it has
  * one already. */
 void demo_close(ecc_connector_t *c, struct demo_side *side);

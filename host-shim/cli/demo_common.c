@@ -206,14 +206,14 @@ int demo_open(const struct demo_opts *o, const char *role, const char *mode, str
   return 0;
 }
 
-void demo_record_stats(ecc_connector_t *c, int dir, struct demo_side *side)
+void demo_record_stats(ecc_connector_t *c, int direction, struct demo_side *side)
 {
   ecc_stats_t st;
   memset(&st, 0, sizeof(st));
   st.struct_size = sizeof(st);
   if (ecc_get_stats(c, &st) != ECC_OK)
     return;
-  const ecc_dir_stats_t *d = dir == ECC_DIR_SAVE ? &st.save : &st.load;
+  const ecc_dir_stats_t *d = direction == ECC_DIR_SAVE ? &st.save : &st.load;
   side->have_stats = 1;
   side->stat_bytes = d->bytes;
   side->stat_busy_ns = d->busy_ns;

@@ -7,10 +7,10 @@
  * runs the plugin's constructors in the calling process), checks its ABI
  * table before calling any of its functions (the table, its strings and
  * its functions must all lie inside the plugin's own loaded object), and
- * creates a connector. The
- * six operations then forward to the plugin; ecc_close() shuts the
- * connector down. A plugin that has created a connector stays loaded for
- * the life of the process (RTLD_NODELETE), so that its code and its handle
+ * creates a connector. The four step operations (save, flush, load,
+ * poll) then forward to the plugin; ecc_close() shuts the connector down.
+ * A plugin that has created a connector stays loaded for the life of the
+ * process (RTLD_NODELETE), so that its code and its handle
  * table outlive every ecc_close: a handle shut down stays invalid even
  * after the plugin is opened again, and a later ecc_open of the same file
  * uses the code already loaded (replacing the file takes effect in a new
@@ -97,7 +97,8 @@ typedef struct ecc_open_options {
 int ecc_open(const char *ini_path, const ecc_open_options_t *opt, ecc_connector_t **out, char *err,
              size_t err_cap);
 
-/* The six operations: see ecc_plugin_v1.h for their full contract. */
+/* The four step operations and ecc_close: see ecc_plugin_v1.h for their full
+ * contract. */
 int ecc_save(ecc_connector_t *c, const ecc_save_entry_t *entries, size_t n);
 int ecc_flush(ecc_connector_t *c, void *compute_stream);
 int ecc_load(ecc_connector_t *c, const ecc_load_entry_t *entries, size_t n, void *compute_stream);
@@ -169,7 +170,8 @@ int ecc_check(const char *ini_path, const ecc_open_options_t *opt, ecc_plugin_me
 int ecc_check_params(const char *ini_path, const ecc_open_options_t *opt, ecc_plugin_meta_t **out,
                      char *err, size_t err_cap);
 
-/* Name of a status code, e.g. "ECC_ERR_RANGE: block id or size out of range".
+/* Name of a status code, e.g. "ECC_ERR_RANGE: block id past the region, or data
+ * larger than its blocks".
  * The text is constant and lives as long as the library, for unknown codes
  * too (one text for all of them). */
 const char *ecc_strerror(int code);

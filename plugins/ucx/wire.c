@@ -9,7 +9,8 @@
  *
  *   header   magic u32, version u16, type u16, length u32, flags u32,
  *            seq u64                                               24 bytes
- *   HELLO    layout_hash u64, client_id u64, tp_rank u32           20 bytes
+ *   HELLO    layout_hash u64, client_id u64, tp_rank u32,
+ *            group_id u64                                          28 bytes
  *   WELCOME  server_id u64, block_size u64, num_blocks u32,
  *            region_base u64, rkey_len u32, then rkey_len bytes    32 + rkey_len
  *   REFUSE   code i32, reason_len u16, then reason_len bytes       6 + reason_len
@@ -157,9 +158,9 @@ static const uint8_t *take(struct rd *r, size_t n)
 const char *wire_type_name(uint32_t type)
 {
   switch (type) {
-#define WIRE_TYPE_NAME(name, value) \
-  case value:                       \
-    return #name;
+#define WIRE_TYPE_NAME(name, value, text) \
+  case name:                              \
+    return text;
     WIRE_TYPE_MAP(WIRE_TYPE_NAME)
 #undef WIRE_TYPE_NAME
   default:

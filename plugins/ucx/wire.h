@@ -11,7 +11,8 @@
  * by WELCOME or REFUSE; any other message before WELCOME is refused.
  *
  *   client                                     server
- *   HELLO {layout hash, client id, rank}     ->
+ *   HELLO {layout hash, client id, rank,
+ *          group id}                         ->
  *                                            <- WELCOME {server id, region, rkey}
  *                                               or REFUSE {code, reason}
  *   LOOKUP {req id, ranks, keys}             ->     (pins each found entry)
@@ -20,6 +21,8 @@
  *                                            <- data {req id, offset} + bytes, ...
  *                                               or PULLED {req id, error}
  *   RELEASE {tokens}                         ->     (drops those pins)
+ *   DESCRIBE {req id, token}                 ->     (a pin of the client's group)
+ *                                            <- DESCRIBED {req id, status, entry, key}
  *   PING {nonce}                             <-> PONG {nonce}   (either side)
  *
  * The decoder checks the magic, the version, that the body has exactly the
@@ -48,23 +51,23 @@
 #define WIRE_MAX_RKEY 4096u      /* bytes of a packed UCX remote key */
 #define WIRE_MAX_REASON 255u     /* bytes of a REFUSE reason */
 
-/* The closed set of message types: X(name, value). */
-#define WIRE_TYPE_MAP(X) \
-  X(HELLO, 1)            \
-  X(WELCOME, 2)          \
-  X(REFUSE, 3)           \
-  X(LOOKUP, 4)           \
-  X(FOUND, 5)            \
-  X(RELEASE, 6)          \
-  X(PING, 7)             \
-  X(PONG, 8)             \
-  X(PULL, 9)             \
-  X(PULLED, 10)          \
-  X(DESCRIBE, 11)        \
-  X(DESCRIBED, 12)
+/* The closed set of message types: X(enumerator, value, name in logs). */
+#define WIRE_TYPE_MAP(X)           \
+  X(WIRE_HELLO, 1, "HELLO")        \
+  X(WIRE_WELCOME, 2, "WELCOME")    \
+  X(WIRE_REFUSE, 3, "REFUSE")      \
+  X(WIRE_LOOKUP, 4, "LOOKUP")      \
+  X(WIRE_FOUND, 5, "FOUND")        \
+  X(WIRE_RELEASE, 6, "RELEASE")    \
+  X(WIRE_PING, 7, "PING")          \
+  X(WIRE_PONG, 8, "PONG")          \
+  X(WIRE_PULL, 9, "PULL")          \
+  X(WIRE_PULLED, 10, "PULLED")     \
+  X(WIRE_DESCRIBE, 11, "DESCRIBE") \
+  X(WIRE_DESCRIBED, 12, "DESCRIBED")
 
 enum wire_type {
-#define WIRE_TYPE_ENUM(name, value) WIRE_##name = value,
+#define WIRE_TYPE_ENUM(name, value, text) name = value,
   WIRE_TYPE_MAP(WIRE_TYPE_ENUM)
 #undef WIRE_TYPE_ENUM
 };

@@ -88,7 +88,7 @@ Test(trust, writable_directory_without_sticky_bit_is_refused)
   cr_assert_eq(check(at("open/f"), TRUST_FILE), TRUST_UNSAFE);
   cr_assert(strstr(why, at("open")) && strstr(why, "not a sticky directory"), "%s", why);
   th_make_dir(at("grp"), 0770);
-  cr_assert_eq(check(at("grp"), TRUST_DIR), TRUST_UNSAFE);
+  cr_assert_eq(check(at("grp"), TRUST_FOLDER), TRUST_UNSAFE);
 }
 
 Test(trust, sticky_directory_passes_when_the_next_component_does)
@@ -97,7 +97,7 @@ Test(trust, sticky_directory_passes_when_the_next_component_does)
   th_make_dir(at("sticky/mine"), 0755);
   make_file(at("sticky/mine/f"), 0644);
   cr_assert_eq(check(at("sticky/mine/f"), TRUST_FILE), TRUST_OK, "%s", why);
-  cr_assert_eq(check(at("sticky"), TRUST_DIR), TRUST_OK, "%s", why);
+  cr_assert_eq(check(at("sticky"), TRUST_FOLDER), TRUST_OK, "%s", why);
 }
 
 Test(trust, another_users_file_or_directory_is_refused)
@@ -156,7 +156,7 @@ Test(trust, kind_mismatch_and_missing_paths)
   th_make_dir(at("d"), 0755);
   make_file(at("f"), 0644);
   cr_assert_eq(check(at("d"), TRUST_FILE), TRUST_UNSAFE);
-  cr_assert_eq(check(at("f"), TRUST_DIR), TRUST_UNSAFE);
+  cr_assert_eq(check(at("f"), TRUST_FOLDER), TRUST_UNSAFE);
   cr_assert_eq(check(at("nothing"), TRUST_FILE), TRUST_MISSING);
   cr_assert(strstr(why, "not found"), "%s", why);
   cr_assert_eq(check("", TRUST_FILE), TRUST_MISSING);
@@ -165,7 +165,7 @@ Test(trust, kind_mismatch_and_missing_paths)
 Test(trust, the_root_directory_itself)
 {
   int fd = -1;
-  cr_assert_eq(trust_open("/", TRUST_DIR, "test", &fd, canon, sizeof(canon), why, sizeof(why)),
+  cr_assert_eq(trust_open("/", TRUST_FOLDER, "test", &fd, canon, sizeof(canon), why, sizeof(why)),
                TRUST_OK, "%s", why);
   cr_assert_geq(fd, 0);
   close(fd);
@@ -234,7 +234,7 @@ Test(trust, the_wrong_kind_is_named)
   cr_assert_eq(check("/dev/null", TRUST_FILE), TRUST_UNSAFE);
   cr_assert(strstr(why, "/dev/null is not a regular file (it is a character device)"), "%s", why);
   make_file(at("f"), 0644);
-  cr_assert_eq(check(at("f"), TRUST_DIR), TRUST_UNSAFE);
+  cr_assert_eq(check(at("f"), TRUST_FOLDER), TRUST_UNSAFE);
   cr_assert(strstr(why, "is not a directory (it is a regular file)"), "%s", why);
 }
 

@@ -137,14 +137,14 @@ static ecc_stats_t stats_of(ecc_connector_t *c)
 }
 
 /* Poll `n` completions of one direction, all successful. */
-static void expect_done(ecc_connector_t *c, size_t n, uint32_t dir, int timeout_ms)
+static void expect_done(ecc_connector_t *c, size_t n, uint32_t direction, int timeout_ms)
 {
   ecc_completion_t done[16];
   cr_assert_leq(n, 16);
   size_t got = th_poll_until(c, done, n, timeout_ms);
   cr_assert_eq(got, n, "%zu of %zu completions within %d ms", got, n, timeout_ms);
   for (size_t i = 0; i < n; i++) {
-    cr_expect_eq(done[i].direction, dir);
+    cr_expect_eq(done[i].direction, direction);
     cr_expect_eq(done[i].status, ECC_OK, "completion %zu: status %d", i, done[i].status);
   }
 }

@@ -47,23 +47,23 @@
 #define AUTO_BOTH_WINDOW_NS (50ull * 1000 * 1000)
 
 /* Entries of a by-direction array, indexed by ECC_DIR_SAVE and ECC_DIR_LOAD. */
-#define COPY_POLICY_DIRS (ECC_DIR_LOAD + 1)
+#define COPY_POLICY_DIRECTIONS (ECC_DIR_LOAD + 1)
 
 struct copy_policy {
   int method;     /* enum cuda_method as configured */
   bool kernel_ok; /* the kernel can run here (pinned, mapped, code present) */
-  uint64_t last_submit_ns[COPY_POLICY_DIRS]; /* CLOCK_MONOTONIC; 0: never */
+  uint64_t last_submit_ns[COPY_POLICY_DIRECTIONS]; /* CLOCK_MONOTONIC; 0: never */
 };
 
 void copy_policy_init(struct copy_policy *p, int method, bool kernel_ok);
 
-/* METHOD_DMA or METHOD_KERNEL for a batch in direction `dir` (ECC_DIR_*) of
+/* METHOD_DMA or METHOD_KERNEL for a batch in direction `direction` (ECC_DIR_*) of
  * `count` descriptors and `bytes` in all, submitted at `now` (ns). */
-int copy_policy_pick(const struct copy_policy *p, int dir, size_t count, uint64_t bytes,
+int copy_policy_pick(const struct copy_policy *p, int direction, size_t count, uint64_t bytes,
                      uint64_t now);
 
-/* A batch of `dir` was submitted at `now`, whatever its method: the other
+/* A batch of `direction` was submitted at `now`, whatever its method: the other
  * direction's choices see it for AUTO_BOTH_WINDOW_NS. */
-void copy_policy_note(struct copy_policy *p, int dir, uint64_t now);
+void copy_policy_note(struct copy_policy *p, int direction, uint64_t now);
 
 #endif /* ECC_COPY_POLICY_H */

@@ -294,12 +294,12 @@ static int plan_kernel(struct cuda_engine *ce, struct cuda_slot *s, const struct
 }
 
 static void plan_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer_view *t,
-                      int dir, struct plan *p)
+                      int direction, struct plan *p)
 {
   uint64_t now = ecc_now_ns();
   memset(p, 0, sizeof(*p));
-  p->method = copy_policy_pick(&ce->policy, dir, t->desc.count, t->desc.bytes, now);
-  copy_policy_note(&ce->policy, dir, now);
+  p->method = copy_policy_pick(&ce->policy, direction, t->desc.count, t->desc.bytes, now);
+  copy_policy_note(&ce->policy, direction, now);
   if (p->method == METHOD_KERNEL && plan_kernel(ce, s, &t->desc, p) != 0) {
     log_msg(ce->log, ECC_LOG_WARN, "cuda: no pinned memory for a task list; using dma");
     p->method = METHOD_DMA;
@@ -315,10 +315,10 @@ static int debug_on(const struct cuda_engine *ce)
 /* Enqueue the copy. A failure is kept in the slot and reported by query,
  * after whatever part of the copy did start. */
 static void run_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer_view *t,
-                     int dir, const struct plan *p, cudaStream_t stream)
+                     int direction, const struct plan *p, cudaStream_t stream)
 {
   const struct desc_buf *d = &t->desc;
-  int to_host = dir == ECC_DIR_SAVE;
+  int to_host = direction == ECC_DIR_SAVE;
   const char *why = "";
   int rc;
   if (p->method == METHOD_KERNEL) {
@@ -354,7 +354,7 @@ static cudaStream_t host_stream_of(void *stream)
 /* Make `stream` wait for the host's stream and for the transfer submitted
  * before in the same direction (so copies of one direction run one after
  * another: the kernel keeps its SM bound and FIFO order holds). */
-static cudaError_t order_before(struct cuda_engine *ce, struct cuda_slot *s, int dir,
+static cudaError_t order_before(struct cuda_engine *ce, struct cuda_slot *s, int direction,
                                 cudaStream_t host, cudaStream_t stream)
 {
   cudaError_t rc = cudaEventRecord(s->gate, host);
@@ -363,9 +363,9 @@ static cudaError_t order_before(struct cuda_engine *ce, struct cuda_slot *s, int
   /* A slot used again since belongs to a later transfer, and the one we
    * knew has finished (its slot was released). On the same stream the
    * order holds already, and each call costs host time per step. */
-  struct cuda_slot *prev = ce->last[dir];
-  if (rc == cudaSuccess && prev != NULL && prev != s && prev->uses == ce->last_uses[dir] &&
-      ce->last_stream[dir] != stream)
+  struct cuda_slot *prev = ce->last[direction];
+  if (rc == cudaSuccess && prev != NULL && prev != s && prev->uses == ce->last_uses[direction] &&
+      ce->last_stream[direction] != stream)
     rc = cudaStreamWaitEvent(stream, prev->end, 0);
   return rc;
 }
@@ -413,11 +413,12 @@ static int cuda_submit(struct engine *e, struct transfer_view *t, void *host_str
     ctx_leave(ce, &g);
     return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot create events: %s", why);
   }
-  int dir = t->direction == ECC_DIR_SAVE ? ECC_DIR_SAVE : ECC_DIR_LOAD;
+  int direction = t->direction == ECC_DIR_SAVE ? ECC_DIR_SAVE : ECC_DIR_LOAD;
   struct plan p;
-  plan_copy(ce, s, t, dir, &p);
-  cudaStream_t stream = p.method == METHOD_KERNEL ? ce->kernel_stream[dir] : ce->dma_stream[dir];
-  cudaError_t rc = order_before(ce, s, dir, host_stream_of(host_stream), stream);
+  plan_copy(ce, s, t, direction, &p);
+  cudaStream_t stream =
+      p.method == METHOD_KERNEL ? ce->kernel_stream[direction] : ce->dma_stream[direction];
+  cudaError_t rc = order_before(ce, s, direction, host_stream_of(host_stream), stream);
   if (rc == cudaSuccess)
     rc = cudaEventRecord(s->start, stream);
   if (rc != cudaSuccess) {
@@ -435,7 +436,7 @@ static int cuda_submit(struct engine *e, struct transfer_view *t, void *host_str
                     why);
   }
   t->hold = s->hold;
-  run_copy(ce, s, t, dir, &p, stream);
+  run_copy(ce, s, t, direction, &p, stream);
   rc = cudaEventRecord(s->end, stream);
   if (rc != cudaSuccess) {
     /* Without the end event nothing could tell when the copy is over. */
@@ -446,9 +447,9 @@ static int cuda_submit(struct engine *e, struct transfer_view *t, void *host_str
     (void)cudaGetLastError();
     s->failed = ECC_ERR_DEVICE;
   } else {
-    ce->last[dir] = s;
-    ce->last_uses[dir] = s->uses;
-    ce->last_stream[dir] = stream;
+    ce->last[direction] = s;
+    ce->last_uses[direction] = s->uses;
+    ce->last_stream[direction] = stream;
   }
   t->engine_state = s;
   ctx_leave(ce, &g);
@@ -462,13 +463,13 @@ static int cuda_submit(struct engine *e, struct transfer_view *t, void *host_str
 static int cuda_order_after(struct engine *e, struct transfer_view *t, void *stream)
 {
   struct cuda_engine *ce = e->impl;
-  int dir = t->direction == ECC_DIR_SAVE ? ECC_DIR_SAVE : ECC_DIR_LOAD;
-  if (ce->last[dir] == NULL)
+  int direction = t->direction == ECC_DIR_SAVE ? ECC_DIR_SAVE : ECC_DIR_LOAD;
+  if (ce->last[direction] == NULL)
     return ECC_OK;
   struct ctx_guard g;
   if (ctx_enter(ce, &g) != 0)
     return log_fail(ce->log, ECC_ERR_DEVICE, "cuda: cannot make device %d current", ce->device);
-  cudaError_t rc = cudaStreamWaitEvent(host_stream_of(stream), ce->last[dir]->end, 0);
+  cudaError_t rc = cudaStreamWaitEvent(host_stream_of(stream), ce->last[direction]->end, 0);
   if (rc != cudaSuccess)
     (void)cudaGetLastError();
   ctx_leave(ce, &g);
@@ -507,7 +508,7 @@ static int cuda_query(struct engine *e, struct transfer_view *t, int *status, ui
     (void)cudaGetLastError();
     *status = ECC_ERR_DEVICE;
     log_msg(ce->log, ECC_LOG_ERROR, "cuda: a %s copy failed on device %d: %s",
-            ecc_dir_name(t->direction), ce->device, cudaGetErrorString(rc));
+            ecc_direction_name(t->direction), ce->device, cudaGetErrorString(rc));
   }
   ctx_leave(ce, &g);
   return 1;

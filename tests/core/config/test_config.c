@@ -31,10 +31,10 @@ Test(config, defaults_with_block_size)
   cr_expect_eq(c.region_size, 1ull << 30);
   cr_expect_eq(c.num_blocks, (1ull << 30) / 4096);
   cr_expect_str_eq(c.region_name, "default");
-  cr_expect_str_eq(c.region_dir, "", "the default directory is kept as empty");
+  cr_expect_str_eq(c.region_folder, "", "the default directory is kept as empty");
   char dir[64], want[64];
   snprintf(want, sizeof(want), "/dev/shm/ecc-%u", (unsigned)geteuid());
-  cr_expect_str_eq(config_region_dir(&c, dir, sizeof(dir)), want);
+  cr_expect_str_eq(config_region_folder(&c, dir, sizeof(dir)), want);
   cr_expect_eq(c.require_tmpfs, 1);
   cr_expect_eq(c.engine, ENGINE_AUTO);
   cr_expect_eq(c.pin, PIN_AUTO);
@@ -251,7 +251,7 @@ static void check_documented(const char *key, const char *def, void *arg)
   const char *uid = strstr(def, "<uid>");
   cr_assert_not_null(uid, "%s: the README's default '%s' is not the published ''", key, def);
   snprintf(want, sizeof(want), "%.*s%u%s", (int)(uid - def), def, (unsigned)geteuid(), uid + 5);
-  cr_expect_str_eq(config_region_dir(&c, dir, sizeof(dir)), want, "%s", key);
+  cr_expect_str_eq(config_region_folder(&c, dir, sizeof(dir)), want, "%s", key);
 }
 
 Test(config, published_defaults_are_the_documented_ones)

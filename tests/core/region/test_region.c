@@ -62,7 +62,7 @@ static struct region_params params(const char *name, uint64_t bs, uint64_t nb, i
                                    uint32_t timeout_ms)
 {
   struct region_params p = {
-      .dir = tdir,
+      .folder = tdir,
       .name = name,
       .block_size = bs,
       .num_blocks = nb,
@@ -790,7 +790,7 @@ Test(region, bad_names_and_paths_are_refused_before_touching_anything)
   dir[0] = '/';
   dir[sizeof(dir) - 1] = '\0';
   struct region_params p = params("fine", 64, 8, REGION_AUTO, 100);
-  p.dir = dir;
+  p.folder = dir;
   cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_CONFIG);
   cr_assert_not_null(strstr(th_log_last(&tlog), "too long"), "%s", th_log_last(&tlog));
   cr_assert_eq(th_count_entries(tdir), 0);
@@ -821,7 +821,7 @@ Test(region, missing_directory_fails_with_the_path_named)
   char dir[128];
   snprintf(dir, sizeof(dir), "%s/missing", tdir);
   struct region_params p = params(uniq(), 64, 8, REGION_AUTO, 100);
-  p.dir = dir;
+  p.folder = dir;
   struct region r;
   int fds = th_count_fds();
   cr_assert_eq(region_open(&p, &r, &tlog), ECC_ERR_SYSTEM, "%s", th_log_last(&tlog));

@@ -66,7 +66,7 @@ TestSuite(life, .init = setup, .fini = teardown, .timeout = 120);
 static struct region_params params(const char *dir, const char *name, int mode, uint32_t timeout_ms,
                                    int reap)
 {
-  struct region_params p = {.dir = dir,
+  struct region_params p = {.folder = dir,
                             .name = name,
                             .block_size = BS,
                             .num_blocks = NB,

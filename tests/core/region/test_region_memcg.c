@@ -205,7 +205,7 @@ static void build_in(const char *cg, const char *dir, uint64_t blocks, int out)
   close(fd);
   struct ecc_log log;
   log_init(&log, NULL);
-  struct region_params p = {.dir = dir,
+  struct region_params p = {.folder = dir,
                             .name = "memcg",
                             .block_size = BS,
                             .num_blocks = blocks,

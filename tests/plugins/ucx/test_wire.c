@@ -394,7 +394,10 @@ Test(wire_round_trip, max_bytes_per_type_and_none_outside_the_set)
 
 Test(wire_round_trip, type_names_come_from_the_map)
 {
-#define CHECK_NAME(name, value) cr_assert_str_eq(wire_type_name(value), #name);
+#define CHECK_NAME(name, value, text)            \
+  cr_assert_eq(name, value);                     \
+  cr_assert_str_eq(wire_type_name(value), text); \
+  cr_assert_str_eq("WIRE_" text, #name);
   WIRE_TYPE_MAP(CHECK_NAME)
 #undef CHECK_NAME
   cr_assert_str_eq(wire_type_name(0), "?");

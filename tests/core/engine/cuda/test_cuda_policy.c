@@ -26,10 +26,10 @@ static struct copy_policy auto_policy(void)
 
 /* The method for `count` descriptors averaging exactly `mean` bytes, or
  * mean - 1 when `short_by_one` (the total one byte short of count * mean). */
-static int pick_mean(const struct copy_policy *p, int dir, size_t count, uint64_t mean,
+static int pick_mean(const struct copy_policy *p, int direction, size_t count, uint64_t mean,
                      bool short_by_one, uint64_t now)
 {
-  return copy_policy_pick(p, dir, count, count * mean - (short_by_one ? 1 : 0), now);
+  return copy_policy_pick(p, direction, count, count * mean - (short_by_one ? 1 : 0), now);
 }
 
 Test(cuda_policy, thresholds_are_the_measured_ones)

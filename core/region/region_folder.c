@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * region_dir.c - the directory region files live in: the per-user default
+ * region_folder.c - the folder region files live in: the per-user default
  * under /dev/shm, the ownership rule (trust.h) and the filesystem check.
  */
-#include "core/region/region_dir.h"
+#include "core/region/region_folder.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,25 +22,25 @@
 #define DEFAULT_BASE "/dev/shm"
 #define DEFAULT_PREFIX "ecc-"
 
-void region_default_dir(char *buf, size_t cap)
+void region_default_folder(char *buf, size_t cap)
 {
   snprintf(buf, cap, DEFAULT_BASE "/" DEFAULT_PREFIX "%u", (unsigned)geteuid());
 }
 
-const char *region_dir_shown(const char *dir, char *buf, size_t cap)
+const char *region_folder_shown(const char *folder, char *buf, size_t cap)
 {
-  if (dir != NULL && dir[0] != '\0')
-    return dir;
-  region_default_dir(buf, cap);
+  if (folder != NULL && folder[0] != '\0')
+    return folder;
+  region_default_folder(buf, cap);
   return buf;
 }
 
 /* ---- opening ------------------------------------------------------------ */
 
-static int open_trusted(const char *dir, int *fd, char *canon, size_t cap, struct ecc_log *log)
+static int open_trusted(const char *folder, int *fd, char *canon, size_t cap, struct ecc_log *log)
 {
   char why[1024];
-  switch (trust_open(dir, TRUST_DIR, "region.dir", fd, canon, cap, why, sizeof(why))) {
+  switch (trust_open(folder, TRUST_FOLDER, "region.dir", fd, canon, cap, why, sizeof(why))) {
   case TRUST_OK:
     return ECC_OK;
   case TRUST_UNSAFE:
@@ -114,7 +114,7 @@ static int open_default(int *fd_out, char *canon, size_t cap, struct ecc_log *lo
 {
   char name[32], shown[64], base_canon[PATH_MAX];
   snprintf(name, sizeof(name), DEFAULT_PREFIX "%u", (unsigned)geteuid());
-  region_default_dir(shown, sizeof(shown));
+  region_default_folder(shown, sizeof(shown));
   int base = -1;
   int rc = open_trusted(DEFAULT_BASE, &base, base_canon, sizeof(base_canon), log);
   if (rc != ECC_OK)
@@ -167,13 +167,13 @@ static int check_filesystem(int fd, const char *canon, struct ecc_log *log)
                   canon, fs_name(type), type);
 }
 
-int region_dir_open(const char *dir, bool any_filesystem, int *fd_out, char *canon,
-                    size_t canon_cap, struct ecc_log *log)
+int region_folder_open(const char *folder, bool any_filesystem, int *fd_out, char *canon,
+                       size_t canon_cap, struct ecc_log *log)
 {
   *fd_out = -1;
   int fd = -1;
-  int rc = dir == NULL || dir[0] == '\0' ? open_default(&fd, canon, canon_cap, log)
-                                         : open_trusted(dir, &fd, canon, canon_cap, log);
+  int rc = folder == NULL || folder[0] == '\0' ? open_default(&fd, canon, canon_cap, log)
+                                               : open_trusted(folder, &fd, canon, canon_cap, log);
   if (rc == ECC_OK && !any_filesystem)
     rc = check_filesystem(fd, canon, log);
   if (rc != ECC_OK) {
