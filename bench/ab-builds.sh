@@ -6,14 +6,16 @@
 # made with `git archive REV`) against this one. Prints, per configuration,
 # the median GB/s of our path in each build and new/old.
 # ROUNDS (default 3) and BENCH_ARGS (default --quick) tune it; the builds
-# are BUILD_DIR-old and BUILD_DIR-new (default /tmp/ecc-ab).
+# are BUILD_DIR-old and BUILD_DIR-new (default /tmp/ecc-ab), each round's
+# output BUILD_DIR-runs/; OUT_DIR gets the build logs and summary.txt.
 set -euo pipefail
 old_src=$(cd "$1" && pwd)
 out=$2
 new_src=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-/tmp/ecc-ab}
 rounds=${ROUNDS:-3}
-mkdir -p "$out"
+runs=$build-runs
+mkdir -p "$out" "$runs"
 
 for side in old new; do
   src=$old_src
@@ -30,13 +32,13 @@ done
 for r in $(seq 1 "$rounds"); do
   for side in old new; do
     echo "== round $r: $side"
-    "$build-$side/bin/ecc-bench" ${BENCH_ARGS:---quick} --csv "$out/$side-$r.csv" \
-      > "$out/$side-$r.txt" 2> "$out/$side-$r.err"
-    grep -E "every byte" "$out/$side-$r.txt" || { tail -5 "$out/$side-$r.err"; exit 1; }
+    "$build-$side/bin/ecc-bench" ${BENCH_ARGS:---quick} --csv "$runs/$side-$r.csv" \
+      > "$runs/$side-$r.txt" 2> "$runs/$side-$r.err"
+    grep -E "every byte" "$runs/$side-$r.txt" || { tail -5 "$runs/$side-$r.err"; exit 1; }
   done
 done
 
-python3 - "$out" "$rounds" <<'EOF'
+python3 - "$runs" "$rounds" <<'EOF' | tee "$out/summary.txt"
 import csv, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 rates = {}
@@ -49,13 +51,15 @@ for side in ("old", "new"):
                 key = (int(row["block_bytes"]), row["layout"], row["direction"])
                 rates.setdefault(key, {}).setdefault(side, []).append(float(row["gbps"]))
 print(f"ecc-bench {rounds} rounds each, interleaved; GB/s of ours-auto, medians")
-print(f"{'block':>8} {'layout':<11} {'dir':<5} {'old':>7} {'new':>7} {'new/old':>8}")
+print(f"{'block':>8} {'layout':<11} {'dir':<5} {'old':>7} {'new':>7} {'new/old':>8}"
+      f"   old min-max   new min-max")
 ratios = []
 for key in sorted(rates):
-    o = statistics.median(rates[key]["old"])
-    n = statistics.median(rates[key]["new"])
+    old, new = rates[key]["old"], rates[key]["new"]
+    o, n = statistics.median(old), statistics.median(new)
     ratios.append(n / o)
-    print(f"{key[0] // 1024:>6}Ki {key[1]:<11} {key[2]:<5} {o:7.1f} {n:7.1f} {n / o:8.3f}")
+    print(f"{key[0] // 1024:>6}Ki {key[1]:<11} {key[2]:<5} {o:7.1f} {n:7.1f} {n / o:8.3f}"
+          f"   {min(old):5.1f}-{max(old):5.1f}   {min(new):5.1f}-{max(new):5.1f}")
 print(f"new/old over {len(ratios)} configurations: median {statistics.median(ratios):.3f}, "
       f"min {min(ratios):.3f}, max {max(ratios):.3f}")
 EOF
