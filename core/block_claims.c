@@ -19,7 +19,7 @@ int blocks_check_pinned(struct conn *c, size_t idx, const uint32_t *ids, uint32_
   if (rc == ECC_OK)
     return ECC_OK;
   if (rc != ECC_ERR_RANGE)
-    return log_fail(&c->log, conn_dir_code(rc), "load: entry %zu: the directory could not be read",
+    return log_fail(&c->log, directory_code(rc), "load: entry %zu: the directory could not be read",
                     idx);
   return log_fail(&c->log, ECC_ERR_RANGE,
                   "load: entry %zu: block %" PRIu32 " is not in a pinned entry; on a region with a "
@@ -221,7 +221,7 @@ static int claim_found(struct conn *c, struct transfer *t, const struct save_wal
       return log_fail(&c->log, ECC_ERR_RANGE,
                       "save: entry %zu: block %" PRIu32 " is not in a live reservation now (%s)",
                       idx, e[idx].block_ids[pos], why);
-    return log_fail(&c->log, conn_dir_code(rc), "save: entry %zu: block %" PRIu32 ": %s%s", idx,
+    return log_fail(&c->log, directory_code(rc), "save: entry %zu: block %" PRIu32 ": %s%s", idx,
                     e[idx].block_ids[pos], why,
                     rc == ECC_ERR_BUSY ? " (a copy in flight writes it: poll first)" : "");
   }
@@ -231,7 +231,8 @@ static int claim_found(struct conn *c, struct transfer *t, const struct save_wal
 int blocks_claim_saves(struct conn *c, struct transfer *t, const ecc_save_entry_v1_t *e, size_t n,
                        uint64_t blocks)
 {
-  int rc = conn_need_region(c); /* every call, not once per batch: the walk reads the directory */
+  int rc =
+      directory_need_region(c); /* every call, not once per batch: the walk reads the directory */
   if (rc == ECC_OK)
     rc = named_room(c, blocks);
   if (rc != ECC_OK)
@@ -241,7 +242,7 @@ int blocks_claim_saves(struct conn *c, struct transfer *t, const ecc_save_entry_
   w.self = c->dir.self;
   rc = dir_list(&c->dir, save_walk_one, &w);
   if (rc != ECC_OK)
-    return log_fail(&c->log, conn_dir_code(rc), "save: the directory could not be read");
+    return log_fail(&c->log, directory_code(rc), "save: the directory could not be read");
   rc = judge_walk(c, &w, e);
   if (rc == ECC_OK)
     rc = claim_found(c, t, &w, e);

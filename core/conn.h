@@ -36,7 +36,7 @@ int conn_poll(struct conn *c, ecc_completion_v1_t *out, size_t cap, size_t *n_ou
 /* describe and last_error fail only on their arguments (ECC_ERR_INVALID:
  * out NULL or its struct_size below 4; buf NULL with cap > 0); stats fails
  * so too, and on a region with a directory when the directory cannot be
- * read (conn_dir_stats). */
+ * read (directory_counters). */
 int conn_stats(struct conn *c, ecc_stats_v1_t *out);
 int conn_describe(struct conn *c, ecc_info_v1_t *out);
 int conn_last_error(struct conn *c, char *buf, size_t cap);

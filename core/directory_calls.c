@@ -95,7 +95,7 @@ int conn_reserve(struct conn *c, const char *key, uint64_t nbytes, ecc_entry_v1_
   if (rc == ECC_OK && nbytes == 0)
     rc = log_fail(&c->log, ECC_ERR_INVALID, "reserve: %s: 0 bytes", key);
   if (rc == ECC_OK)
-    rc = conn_need_region(c);
+    rc = directory_need_region(c);
   if (rc != ECC_OK)
     return rc;
   char why[256] = "";
@@ -104,7 +104,7 @@ int conn_reserve(struct conn *c, const char *key, uint64_t nbytes, ecc_entry_v1_
   rc = dir_reserve(&c->dir, key, nbytes, &outcome, &info, why, sizeof(why));
   if (rc != ECC_OK)
     return log_fail_at(&c->log, rc == ECC_ERR_BUSY ? ECC_LOG_DEBUG : ECC_LOG_ERROR,
-                       conn_dir_code(rc), "reserve %s (%" PRIu64 " bytes): %s", key, nbytes, why);
+                       directory_code(rc), "reserve %s (%" PRIu64 " bytes): %s", key, nbytes, why);
   if (outcome == DIR_RESERVED)
     entry_out(&info, ECC_ENTRY_RESERVED, token_of(TOKEN_RESERVATION, info.ref.slot, info.ref.gen),
               out);
@@ -124,7 +124,7 @@ static int end_reservation(struct conn *c, uint64_t token, const char *what,
   struct dir_ref ref;
   rc = token_ref(c, what, token, TOKEN_RESERVATION, &ref);
   if (rc == ECC_OK)
-    rc = conn_need_region(c);
+    rc = directory_need_region(c);
   if (rc != ECC_OK)
     return rc;
   char why[256] = "";
@@ -132,7 +132,7 @@ static int end_reservation(struct conn *c, uint64_t token, const char *what,
   if (rc == ECC_ERR_INVALID) /* published: no longer a reservation */
     rc = ECC_ERR_CLOSED;
   if (rc != ECC_OK)
-    return log_fail(&c->log, conn_dir_code(rc), "%s: token 0x%" PRIx64 ": %s", what, token, why);
+    return log_fail(&c->log, directory_code(rc), "%s: token 0x%" PRIx64 ": %s", what, token, why);
   return ECC_OK;
 }
 
@@ -173,7 +173,7 @@ static int lookup_all(struct conn *c, const char *const *keys, size_t n, uint32_
     if (rc != ECC_OK) {
       release_pins(c, out, done, ranks);
       return log_fail_at(&c->log, rc == ECC_ERR_BUSY ? ECC_LOG_DEBUG : ECC_LOG_ERROR,
-                         conn_dir_code(rc), "lookup: %s", why);
+                         directory_code(rc), "lookup: %s", why);
     }
     for (size_t i = 0; i < k; i++) {
       if (found[i])
@@ -202,7 +202,7 @@ static int lookup_checked(struct conn *c, int rc, const char *const *keys, size_
   for (size_t i = 0; rc == ECC_OK && i < n; i++)
     rc = check_key(c, "lookup", i, keys[i]);
   if (rc == ECC_OK && n > 0)
-    rc = conn_need_region(c);
+    rc = directory_need_region(c);
   if (rc != ECC_OK || n == 0)
     return rc;
   return lookup_all(c, keys, n, ranks, out);
@@ -227,7 +227,7 @@ int conn_unpin_ranks(struct conn *c, uint64_t token, uint32_t ranks)
   if (rc == ECC_OK)
     rc = token_ref(c, "unpin", token, TOKEN_PIN, &ref);
   if (rc == ECC_OK)
-    rc = conn_need_region(c);
+    rc = directory_need_region(c);
   if (rc != ECC_OK)
     return rc;
   char why[256] = "";
@@ -235,9 +235,9 @@ int conn_unpin_ranks(struct conn *c, uint64_t token, uint32_t ranks)
   if (rc == ECC_OK)
     return ECC_OK;
   if (ranks == 1)
-    return log_fail(&c->log, conn_dir_code(rc), "unpin: token 0x%" PRIx64 ": %s", token, why);
-  return log_fail(&c->log, conn_dir_code(rc), "unpin of %" PRIu32 " ranks: token 0x%" PRIx64 ": %s",
-                  ranks, token, why);
+    return log_fail(&c->log, directory_code(rc), "unpin: token 0x%" PRIx64 ": %s", token, why);
+  return log_fail(&c->log, directory_code(rc),
+                  "unpin of %" PRIu32 " ranks: token 0x%" PRIx64 ": %s", ranks, token, why);
 }
 
 int conn_unpin(struct conn *c, uint64_t token)
@@ -251,13 +251,13 @@ int conn_remove(struct conn *c, const char *key)
   if (rc == ECC_OK)
     rc = check_key(c, "remove", 0, key);
   if (rc == ECC_OK)
-    rc = conn_need_region(c);
+    rc = directory_need_region(c);
   if (rc != ECC_OK)
     return rc;
   char why[256] = "";
   rc = dir_remove(&c->dir, key, why, sizeof(why));
   if (rc != ECC_OK)
-    return log_fail(&c->log, conn_dir_code(rc), "remove %s: %s", key, why);
+    return log_fail(&c->log, directory_code(rc), "remove %s: %s", key, why);
   return ECC_OK;
 }
 
@@ -302,27 +302,27 @@ int conn_list(struct conn *c, uint64_t *cursor, ecc_listed_v1_t *out, size_t cap
                   : n_out == NULL ? "n_out"
                                   : "out");
   if (rc == ECC_OK)
-    rc = conn_need_region(c);
+    rc = directory_need_region(c);
   if (rc != ECC_OK)
     return rc;
   struct list_walk w = {*cursor, out, cap, 0, *cursor, ecc_now_ns()};
   rc = dir_list(&c->dir, list_one, &w);
   if (rc != ECC_OK)
-    return log_fail(&c->log, conn_dir_code(rc), "list: the directory could not be read");
+    return log_fail(&c->log, directory_code(rc), "list: the directory could not be read");
   *cursor = w.next;
   *n_out = w.n;
   return ECC_OK;
 }
 
-int conn_dir_stats(struct conn *c, ecc_directory_stats_v1_t *out)
+int directory_counters(struct conn *c, ecc_directory_stats_v1_t *out)
 {
   memset(out, 0, sizeof(*out));
   if (!c->has_dir)
     return ECC_OK;
-  int rc = conn_need_region(c);
+  int rc = directory_need_region(c);
   struct dir_counters k;
   if (rc == ECC_OK && (rc = dir_get_counters(&c->dir, &k)) != ECC_OK)
-    return log_fail(&c->log, conn_dir_code(rc),
+    return log_fail(&c->log, directory_code(rc),
                     "stats: the directory's counters could not be read");
   if (rc != ECC_OK)
     return rc;
@@ -407,7 +407,7 @@ static int add_saved(struct conn *c, struct transfer *t, const ecc_save_reserved
   char why[256] = "";
   int rc = dir_claim(&c->dir, ref, &info, why, sizeof(why));
   if (rc != ECC_OK)
-    return log_fail(&c->log, conn_dir_code(rc),
+    return log_fail(&c->log, directory_code(rc),
                     "save_reserved: entry %zu (token 0x%" PRIx64 "): %s", idx, e->token, why);
   size_t klen = strlen(info.key) + 1;
   if (e->nbytes != info.nbytes)
@@ -434,7 +434,7 @@ static int add_saved(struct conn *c, struct transfer *t, const ecc_save_reserved
 static int save_reserved_locked(struct conn *c, const ecc_save_reserved_v1_t *e, size_t n)
 {
   struct transfer *t = c->pending;
-  int rc = conn_need_region(c); /* every call: each claim reads the directory */
+  int rc = directory_need_region(c); /* every call: each claim reads the directory */
   if (rc == ECC_OK && t == NULL && (t = transfer_get(&c->pool)) == NULL)
     rc = log_fail(&c->log, ECC_ERR_NOMEM, "save_reserved: out of memory for a transfer");
   if (rc == ECC_OK && desc_reserve(&t->view.desc, (uint64_t)n * DIR_MAX_RUNS) != 0)
@@ -518,7 +518,7 @@ static int add_pinned(struct conn *c, struct transfer *t, const ecc_load_pinned_
   char why[256] = "";
   rc = dir_pinned(&c->dir, token_pin_ref(ref), &info, why, sizeof(why));
   if (rc != ECC_OK)
-    return log_fail(&c->log, conn_dir_code(rc), "%s: %s", what, why);
+    return log_fail(&c->log, directory_code(rc), "%s: %s", what, why);
   if ((rc = check_dst(c, "load_pinned", idx, e, &info)) != ECC_OK)
     return rc;
   add_runs(c, &t->view.desc, e->dst, &info, 0);
@@ -554,7 +554,7 @@ int conn_load_pinned(struct conn *c, const ecc_load_pinned_v1_t *e, size_t n, vo
   if (rc != ECC_OK)
     return rc;
   lock_mutex_lock(&c->step_lock);
-  rc = conn_need_region(c);
+  rc = directory_need_region(c);
   struct transfer *t = rc == ECC_OK ? transfer_get(&c->pool) : NULL;
   if (rc == ECC_OK && t == NULL)
     rc = log_fail(&c->log, ECC_ERR_NOMEM, "load_pinned: out of memory for a transfer");
@@ -578,7 +578,7 @@ static int add_held(struct conn *c, struct transfer *t, const ecc_load_pinned_v1
   char why[256] = "";
   int rc = dir_claim(&c->dir, ref, &info, why, sizeof(why));
   if (rc != ECC_OK)
-    return log_fail(&c->log, conn_dir_code(rc), "load (held, transfer %" PRIu64 "): %s",
+    return log_fail(&c->log, directory_code(rc), "load (held, transfer %" PRIu64 "): %s",
                     e->transfer_id, why);
   rc = check_dst(c, "load (held)", 0, e, &info);
   if (rc == ECC_OK && (desc_reserve(&t->view.desc, DIR_MAX_RUNS) != 0 ||
@@ -604,7 +604,7 @@ int conn_load_held(struct conn *c, const ecc_load_pinned_v1_t *e, void *stream, 
   if (rc != ECC_OK)
     return rc;
   lock_mutex_lock(&c->step_lock);
-  rc = conn_need_region(c);
+  rc = directory_need_region(c);
   struct transfer *t = rc == ECC_OK ? transfer_get(&c->pool) : NULL;
   if (rc == ECC_OK && t == NULL)
     rc = log_fail(&c->log, ECC_ERR_NOMEM, "load (held): out of memory for a transfer");

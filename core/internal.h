@@ -95,7 +95,7 @@ void inflight_count_finished(struct conn *c, struct transfer *t);
  * check's) error: an operating-system failure there (a lock whose memory
  * was overwritten, an fstat that fails) leaves a region nobody can trust,
  * which the ABI calls ECC_ERR_REGION. */
-static inline int conn_dir_code(int rc)
+static inline int directory_code(int rc)
 {
   return rc == ECC_ERR_SYSTEM ? ECC_ERR_REGION : rc;
 }
@@ -103,9 +103,9 @@ static inline int conn_dir_code(int rc)
 /* The directory's pages are read by the call: a region file cut short
  * under the mapping would raise SIGBUS there, so every call that touches
  * them checks the file first (one fstat), after its arguments. */
-static inline int conn_need_region(struct conn *c)
+static inline int directory_need_region(struct conn *c)
 {
-  return conn_dir_code(region_check(&c->region, &c->log));
+  return directory_code(region_check(&c->region, &c->log));
 }
 
 /* ---- block_claims.c: the directory's side of the block-id calls ---- */
@@ -124,7 +124,7 @@ int blocks_claim_saves(struct conn *c, struct transfer *t, const ecc_save_entry_
 /* The directory's counters; zeros without one. ECC_ERR_REGION when the
  * region's file was removed, replaced or truncated, or the directory's
  * error (its lock's timeout): nothing written but zeros. */
-int conn_dir_stats(struct conn *c, ecc_directory_stats_v1_t *out);
+int directory_counters(struct conn *c, ecc_directory_stats_v1_t *out);
 
 /* ---- poll.c ---- */
 

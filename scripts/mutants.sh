@@ -108,7 +108,7 @@ dir-load-keeps-its-pin @@ core/settle.c @@ : dir_unpin(d, token_pin_ref(ref), NU
 dir-block-save-holds-nothing @@ core/block_claims.c @@ rc = claim_found(c, t, &w, e); @@ rc = t != NULL ? ECC_OK : claim_found(c, t, &w, e);
 dir-block-save-any-owner @@ core/block_claims.c @@ bool writable = e->state == DIR_STATE_RESERVED && e->owner.pid == w->self.pid &&\n                  e->owner.start_ticks == w->self.start_ticks; @@ bool writable = e->state == DIR_STATE_RESERVED;
 dir-token-kind-ignored @@ core/tokens.h @@ return ((low & TOKEN_PIN_BIT) != 0) == (kind == TOKEN_PIN) ? TOKEN_NAMES : TOKEN_OTHER_KIND; @@ return TOKEN_NAMES;
-dir-region-unchecked @@ core/internal.h @@ return conn_dir_code(region_check(&c->region, &c->log)); @@ return conn_dir_code(ECC_OK);
+dir-region-unchecked @@ core/internal.h @@ return directory_code(region_check(&c->region, &c->log)); @@ return directory_code(ECC_OK);
 dir-settles-a-cut-directory @@ core/poll.c @@ c->inflight.dir_gone = !settle_reachable(&c->region); @@ c->inflight.dir_gone = false;
 dir-ranks-unbounded @@ core/directory_calls.c @@ if (rc == ECC_OK && ranks > ECC_RANKS_MAX) @@ if (false)
 dir-abort-published-invalid @@ core/directory_calls.c @@ if (rc == ECC_ERR_INVALID) /* published: no longer a reservation */ @@ if (false)
