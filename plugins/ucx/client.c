@@ -82,8 +82,10 @@ struct ucx_client {
   struct conn_region_view region; /* the local cache's, where pulls land */
   struct ecc_log *log;
   struct ucx_config cfg;
-  /* Calls read net; a reconnect, which replaces it, writes. Callbacks of
-   * the UCX layer take neither side (a reconnect waits for none). */
+  /* Calls read net; a reconnect, which replaces it, writes, and holds it
+   * while it ends the old layer's progress thread. That thread never waits
+   * for it: callbacks of the UCX layer take neither side, and the calls
+   * that take it are refused there (on_progress_thread). */
   struct ecc_rwlock net_lock;
   struct net *net;
   struct net_peer *peer;
@@ -276,6 +278,26 @@ static void on_peer_error(void *user, struct net_peer *p, int code, const char *
 
 /* ---- the link ----------------------------------------------------------- */
 
+/* Lookup, load_pinned and unpin wait for the network: an answer, the
+ * description of another process's token, or a reconnect, which ends the
+ * old layer's progress thread holding net_lock. Made on a progress thread
+ * of this plugin (the host's log callback runs there for what UCX's
+ * callbacks say), the answer could never come: it arrives through this
+ * client's own progress thread, and a server of this process answers
+ * through its own, each stopped in this call. Refused at once, before any
+ * lock; poll, stats and the local calls need no network and go on. */
+static bool on_progress_thread(struct ucx_client *cl, const char *call, int *rc)
+{
+  if (!net_on_a_progress_thread())
+    return false;
+  *rc = log_fail(cl->log, ECC_ERR_BUSY,
+                 "%s: called on a progress thread of the ucx plugin (from the host's log "
+                 "callback, for example), which is the thread its answer would come through; "
+                 "call %s from another thread",
+                 call, call);
+  return true;
+}
+
 /* The link's failure as this call's error (lock not held). */
 static int link_error(struct ucx_client *cl)
 {
@@ -382,7 +404,10 @@ static int connect_net(struct ucx_client *cl, uint32_t wait_ms, char *err, size_
 
 /* After the link failed and nothing of it is in flight: a new one, and the
  * pins of the old one forgotten (the server drops them itself, or it is a
- * new server that never had them). net_lock is held for writing. */
+ * new server that never had them). net_lock is held for writing: the old
+ * layer's callbacks read cl->net unlocked, so it is replaced only after
+ * their thread has ended, and that thread never waits for net_lock (the
+ * calls that take it are refused on a progress thread). */
 static int reconnect(struct ucx_client *cl)
 {
   uint64_t old_server = cl->server_id;
@@ -665,6 +690,9 @@ static int lookup_chunk(struct ucx_client *cl, const char *const *keys, uint32_t
 int ucx_client_lookup(struct ucx_client *cl, const char *const *keys, size_t n, uint32_t ranks,
                       ecc_entry_v1_t *out)
 {
+  int rc;
+  if (on_progress_thread(cl, "lookup", &rc))
+    return rc;
   if (n > 0 && (keys == NULL || out == NULL))
     return log_fail(cl->log, ECC_ERR_INVALID, "lookup: %s is NULL", keys == NULL ? "keys" : "out");
   if (ranks == 0)
@@ -680,7 +708,7 @@ int ucx_client_lookup(struct ucx_client *cl, const char *const *keys, size_t n, 
                       : len == 0      ? "empty"
                                       : "longer than 127 bytes");
   }
-  int rc = ensure_link(cl);
+  rc = ensure_link(cl);
   if (rc != ECC_OK)
     return rc;
   lock_rw_rdlock(&cl->net_lock);
@@ -775,7 +803,10 @@ static int borrow_unknown(struct ucx_client *cl, const uint64_t *tokens, size_t 
 
 int ucx_client_unpin(struct ucx_client *cl, uint64_t token)
 {
-  int rc = ensure_link(cl);
+  int rc;
+  if (on_progress_thread(cl, "unpin", &rc))
+    return rc;
+  rc = ensure_link(cl);
   if (rc != ECC_OK)
     return rc;
   uint64_t borrowed;
@@ -1115,6 +1146,9 @@ static int start_pull(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, cons
 int ucx_client_load_pinned(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, size_t n,
                            void *stream)
 {
+  int refused;
+  if (on_progress_thread(cl, "load_pinned", &refused))
+    return refused;
   if (n > 0 && e == NULL)
     return log_fail(cl->log, ECC_ERR_INVALID, "load_pinned: entries is NULL");
   if (stream != NULL && !conn_engine_is_cuda(cl->conn))

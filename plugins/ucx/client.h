@@ -32,6 +32,9 @@ struct ucx_client;
 int ucx_client_start(struct conn *conn, const struct ucx_config *cfg, char *err, size_t err_cap,
                      struct ucx_client **out);
 
+/* Lookup, load_pinned and unpin wait for the network: made on a progress
+ * thread of this plugin (from the host's log callback), through which
+ * their answers come, they return ECC_ERR_BUSY at once. */
 int ucx_client_lookup(struct ucx_client *cl, const char *const *keys, size_t n, uint32_t ranks,
                       ecc_entry_v1_t *out);
 int ucx_client_load_pinned(struct ucx_client *cl, const ecc_load_pinned_v1_t *e, size_t n,

@@ -190,6 +190,11 @@ static bool on_progress_thread(const struct net *n)
   return progress_of == n;
 }
 
+bool net_on_a_progress_thread(void)
+{
+  return progress_of != NULL;
+}
+
 static void read_lock(struct net *n)
 {
   if (!on_progress_thread(n))

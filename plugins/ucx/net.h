@@ -23,6 +23,7 @@
 #ifndef ECC_UCX_NET_H
 #define ECC_UCX_NET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -79,6 +80,13 @@ struct net_params {
  * A peer that sends no message within preface_ms of its endpoint is given
  * up (on_peer_error). */
 int net_create(const struct net_params *p, struct net **out, char *why, size_t why_cap);
+
+/* Whether the calling thread is the progress thread of a layer of this
+ * process, any of them: the host's log callback runs there for what the
+ * callbacks say. A call that waits for an answer must not be made there:
+ * a client's answers come through its own layer's thread, and a server of
+ * this process answers through its own. */
+bool net_on_a_progress_thread(void);
 
 /* The client's only peer (NULL for a server). */
 struct net_peer *net_server_peer(struct net *n);

@@ -6,8 +6,11 @@
  * message, and every call returns: the client's refused loads, a lost link
  * and its reconnect, the server's session handling (clients connected and
  * gone, refused lookups and pulls), and UCX's own lines routed to a log.
- * Each risky call runs under a watchdog, so a deadlock fails the test
- * instead of hanging the suite.
+ * A callback on one of the plugin's progress threads is refused at once
+ * the client's calls that wait for the network (their answers come through
+ * that thread), and a reconnect never waits for such a callback. Each risky
+ * call runs under a watchdog, so a deadlock fails the test instead of
+ * hanging the suite.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -34,8 +37,8 @@ TestSuite(ucx_log_reentry, .timeout = 90);
 struct reentry {
   ecc_connector_t *_Atomic c; /* the connector it calls back into; NULL: none */
   /* Lookups are made only on the thread under the watchdog, unless the
-   * connector answers them locally (a server): a client's lookup made on
-   * its own progress thread would wait for an answer that thread brings. */
+   * connector answers them locally (a server): a client's lookup made on a
+   * progress thread is refused (the tests at the end show it). */
   bool lookup_anywhere;
   const char *want[WANT_MAX]; /* messages the test waits for */
   atomic_int seen[WANT_MAX];
@@ -87,12 +90,18 @@ static const char *ucx_ini(const char *role, const char *region, uint16_t port, 
                      ECC_UCX_PLUGIN_PATH, region, BS, BS * 16384, role, port, extra ? extra : "");
 }
 
-static int open_with(const char *ini, struct reentry *r, ecc_connector_t **out)
+static int open_logged(const char *ini, void (*log)(void *, int, const char *), void *user,
+                       ecc_connector_t **out)
 {
   ecc_open_options_t opt = {
-      .struct_size = sizeof(opt), .log = calling_back, .log_user = r, .log_level = ECC_LOG_DEBUG};
+      .struct_size = sizeof(opt), .log = log, .log_user = user, .log_level = ECC_LOG_DEBUG};
   char err[512] = "";
   return ecc_open(ini, &opt, out, err, sizeof(err));
+}
+
+static int open_with(const char *ini, struct reentry *r, ecc_connector_t **out)
+{
+  return open_logged(ini, calling_back, r, out);
 }
 
 /* Opens ini, retrying while a restarted server's port is still taken. */
@@ -440,4 +449,247 @@ Test(ucx_log_reentry, ucx_s_own_lines_routed_to_a_callback_that_calls_back)
   if (o.rc == ECC_OK)
     close_within(&rw, o.c);
   close_within(&rc, cli);
+}
+
+/* ---- calls made on a progress thread ---- */
+
+/* A log callback that, on the first message naming `trigger` said on a
+ * thread other than the driver's (a progress thread of the plugin: the
+ * messages chosen are said only there), calls a client: the calls that
+ * wait for the network, then those that need none. */
+struct probe {
+  ecc_connector_t *_Atomic on; /* the client it calls; NULL: none yet */
+  const char *trigger;
+  bool load_only;       /* only lp, once the driver has begun a reconnect (go) */
+  ecc_load_pinned_t lp; /* that load */
+  uint64_t token;       /* a pin the client holds: the one unpinned */
+  const char *note[2];  /* messages counted on this log */
+  atomic_int noted[2];
+  atomic_bool fired, go, returned;
+  int unpin_rc, load_rc, lookup_rc;
+  char why[3][512];        /* the client's last error after each of the three */
+  atomic_int local_errors; /* calls needing no network that failed there */
+};
+
+static void note_last_error(struct probe *p, ecc_connector_t *c, char *why)
+{
+  if (ecc_last_error(c, why, sizeof(p->why[0])) != ECC_OK)
+    atomic_fetch_add(&p->local_errors, 1);
+}
+
+/* What needs no network works on a progress thread too. */
+static void local_calls(struct probe *p, ecc_connector_t *c)
+{
+  ecc_stats_t st = {.struct_size = sizeof(st)};
+  ecc_info_t info = {.struct_size = sizeof(info)};
+  size_t n = 0;
+  char text[256];
+  if (ecc_get_stats(c, &st) != ECC_OK || ecc_poll(c, NULL, 0, &n) != ECC_OK ||
+      ecc_describe(c, &info) != ECC_OK || ecc_last_error(c, text, sizeof(text)) != ECC_OK)
+    atomic_fetch_add(&p->local_errors, 1);
+}
+
+/* Unpin and an empty load first: before the fix they returned at once with
+ * the link up, and only the lookup waited (and then gave the link up). */
+static void probe_calls(struct probe *p, ecc_connector_t *c)
+{
+  const char *keys[] = {"probe-absent"};
+  ecc_entry_t e;
+  p->unpin_rc = ecc_unpin(c, p->token);
+  note_last_error(p, c, p->why[0]);
+  p->load_rc = ecc_load_pinned(c, NULL, 0, NULL);
+  note_last_error(p, c, p->why[1]);
+  p->lookup_rc = ecc_lookup(c, keys, 1, 1, &e);
+  note_last_error(p, c, p->why[2]);
+  local_calls(p, c);
+}
+
+/* Waits (at most 10 s) for flag: whether it was set. */
+static bool flag_set(atomic_bool *flag)
+{
+  for (int t = 0; t < 2000 && !atomic_load(flag); t++)
+    usleep(5000);
+  return atomic_load(flag);
+}
+
+/* On the old link's progress thread, told the link failed: the driver's
+ * lookup is let go, and once it is inside its reconnect (which joins this
+ * thread) the load is made. The pause only makes that order likely; no
+ * result depends on its length. */
+static void load_during_reconnect(struct probe *p, ecc_connector_t *c)
+{
+  if (!flag_set(&p->go))
+    return;
+  usleep(300000);
+  p->load_rc = ecc_load_pinned(c, &p->lp, 1, NULL);
+  note_last_error(p, c, p->why[1]);
+  local_calls(p, c);
+}
+
+static void probing(void *user, int level, const char *msg)
+{
+  (void)level;
+  struct probe *p = user;
+  for (int i = 0; i < 2; i++)
+    if (p->note[i] != NULL && strstr(msg, p->note[i]) != NULL)
+      atomic_fetch_add(&p->noted[i], 1);
+  ecc_connector_t *c = atomic_load(&p->on);
+  if (c == NULL || is_driver || in_callback || strstr(msg, p->trigger) == NULL ||
+      atomic_exchange(&p->fired, true))
+    return;
+  in_callback = 1;
+  if (p->load_only)
+    load_during_reconnect(p, c);
+  else
+    probe_calls(p, c);
+  in_callback = 0;
+  atomic_store(&p->returned, true);
+}
+
+static ecc_connector_t *open_probed(const char *ini, struct probe *p)
+{
+  ecc_connector_t *c = NULL;
+  int rc = open_logged(ini, probing, p, &c);
+  cr_assert_eq(rc, ECC_OK, "ecc_open(%s): %d", ini, rc);
+  return c;
+}
+
+/* The refusal says what was called, why, and what to do instead. */
+static void expect_refused(struct probe *p, int i, const char *call, int rc)
+{
+  cr_expect_eq(rc, ECC_ERR_BUSY, "%s on a progress thread said %d, not ECC_ERR_BUSY", call, rc);
+  const char *why = p->why[i];
+  cr_expect(strstr(why, call) != NULL && strstr(why, "progress thread") != NULL &&
+                strstr(why, "another thread") != NULL,
+            "%s's refusal does not say what, why and what to do: '%s'", call, why);
+}
+
+static void expect_all_refused(struct probe *p)
+{
+  cr_assert(flag_set(&p->returned), "the callback's calls never returned");
+  expect_refused(p, 0, "unpin", p->unpin_rc);
+  expect_refused(p, 1, "load_pinned", p->load_rc);
+  expect_refused(p, 2, "lookup", p->lookup_rc);
+  cr_expect_eq(atomic_load(&p->local_errors), 0, "%d calls needing no network failed there",
+               atomic_load(&p->local_errors));
+}
+
+/* The client's own progress thread says a load the server refused (its
+ * pulls past client_max_pulls): there the client's lookup, load and unpin
+ * are refused at once, and the link stays up. Before, the lookup waited its
+ * whole deadline for an answer only that thread could bring, then gave the
+ * link up. */
+Test(ucx_log_reentry, the_client_s_own_progress_thread_is_refused_what_waits_for_it)
+{
+  uint16_t port = th_free_port();
+  struct reentry rs = {.lookup_anywhere = true};
+  struct probe pc = {.trigger = "client_max_pulls", .note = {"the server at", "reconnected"}};
+  ecc_connector_t *srv =
+      open_calling_back(ucx_ini("server", th_region_name(), port, "client_max_pulls = 1\n"), &rs);
+  const char *const keys[] = {"a", "b", "c"};
+  for (int i = 0; i < 3; i++)
+    produce(srv, keys[i], PULL_BYTES);
+  ecc_connector_t *cli =
+      open_probed(ucx_ini("client", th_region_name(), port, "cache = false\n"), &pc);
+  uint8_t *dst = calloc(3, PULL_BYTES);
+  cr_assert_not_null(dst);
+  struct call l = {.c = cli, .keys = {"a", "b", "c"}, .n_keys = 3, .ranks = 2};
+  for (int t = 0; t < 10 && !atomic_load(&pc.fired); t++) {
+    within_watchdog("a lookup", do_lookup, &l);
+    cr_assert_eq(l.rc, ECC_OK);
+    if (t == 0)
+      pc.token = l.e[0].token; /* one release of it stays: the loads take one */
+    atomic_store(&pc.on, cli);
+    struct call k = {.c = cli, .n_loads = 3};
+    for (int i = 0; i < 3; i++)
+      k.lp[i] =
+          (ecc_load_pinned_t){(uint64_t)i, l.e[i].token,
+                              (uint64_t)(uintptr_t)(dst + (size_t)i * PULL_BYTES), PULL_BYTES};
+    within_watchdog("loads past the client's pulls", do_load, &k);
+    cr_assert_eq(k.rc, ECC_OK, "load said %d", k.rc);
+    cr_assert_eq(k.n_done, 3u, "the loads never completed");
+  }
+  cr_assert(atomic_load(&pc.fired), "no pull was refused in 10 rounds");
+  expect_all_refused(&pc);
+  l.n_keys = 1;
+  within_watchdog("a lookup after the refused calls", do_lookup, &l);
+  cr_expect_eq(l.rc, ECC_OK, "lookup said %d", l.rc);
+  cr_expect_eq(atomic_load(&pc.noted[0]), 0, "the client gave its link up");
+  cr_expect_eq(atomic_load(&pc.noted[1]), 0, "the client had to reconnect");
+  atomic_store(&pc.on, NULL);
+  struct call k = {.c = cli};
+  within_watchdog("ecc_close", do_close, &k);
+  close_within(&rs, srv);
+  free(dst);
+}
+
+/* The server's progress thread says a client connected, and its callback
+ * calls another client of this process, whose answers that very server
+ * must send: refused at once, and that client's link stays up. Before, the
+ * lookup waited its whole deadline and then gave the link up. */
+Test(ucx_log_reentry, a_server_s_progress_thread_is_refused_a_client_s_calls_that_wait)
+{
+  uint16_t port = th_free_port();
+  struct probe ps = {.trigger = "connected"};
+  struct reentry r1 = {0}, r2 = {0};
+  r1.want[0] = "the server at";
+  r1.want[1] = "reconnected";
+  ecc_connector_t *srv = open_probed(ucx_ini("server", th_region_name(), port, NULL), &ps);
+  produce(srv, "entry", BS);
+  ecc_connector_t *c1 = open_calling_back(ucx_ini("client", th_region_name(), port, NULL), &r1);
+  struct call l = {.c = c1, .keys = {"entry"}, .n_keys = 1, .ranks = 1};
+  within_watchdog("a lookup", do_lookup, &l);
+  cr_assert_eq(l.rc, ECC_OK);
+  cr_assert_eq(l.e[0].state, ECC_ENTRY_READY);
+  ps.token = l.e[0].token;
+  atomic_store(&ps.on, c1);
+  /* Its session's start is said on the server's progress thread. */
+  ecc_connector_t *c2 = open_calling_back(ucx_ini("client", th_region_name(), port, NULL), &r2);
+  expect_all_refused(&ps);
+  within_watchdog("a lookup after the refused calls", do_lookup, &l);
+  cr_expect_eq(l.rc, ECC_OK, "lookup said %d", l.rc);
+  cr_expect_eq(atomic_load(&r1.seen[0]), 0, "the client gave its link up");
+  cr_expect_eq(atomic_load(&r1.seen[1]), 0, "the client had to reconnect");
+  atomic_store(&ps.on, NULL);
+  close_within(&r2, c2);
+  close_within(&r1, c1);
+  struct call k = {.c = srv};
+  within_watchdog("ecc_close", do_close, &k);
+}
+
+/* The client's progress thread says the server failed, and its callback
+ * loads while another thread's lookup reconnects, which ends that thread:
+ * the load is refused at once and the reconnect goes on. Before, the load
+ * waited for the link's lock, which the reconnect held while it waited for
+ * the thread: neither returned. */
+Test(ucx_log_reentry, a_reconnect_does_not_wait_for_a_callback_calling_the_client)
+{
+  uint16_t port = th_free_port();
+  struct reentry rs = {.lookup_anywhere = true};
+  struct probe pc = {.trigger = "the server at", .load_only = true};
+  ecc_connector_t *srv = open_calling_back(ucx_ini("server", th_region_name(), port, NULL), &rs);
+  produce(srv, "entry", BS);
+  ecc_connector_t *cli = open_probed(
+      ucx_ini("client", th_region_name(), port, "deadline_ms = 500\nconnect_timeout_ms = 500\n"),
+      &pc);
+  struct call l = {.c = cli, .keys = {"entry"}, .n_keys = 1, .ranks = 1};
+  within_watchdog("a lookup", do_lookup, &l);
+  cr_assert_eq(l.rc, ECC_OK);
+  cr_assert_eq(l.e[0].state, ECC_ENTRY_READY);
+  uint8_t *dst = calloc(1, BS);
+  cr_assert_not_null(dst);
+  pc.lp = (ecc_load_pinned_t){1, l.e[0].token, (uint64_t)(uintptr_t)dst, BS};
+  atomic_store(&pc.on, cli);
+  close_within(&rs, srv);
+  cr_assert(flag_set(&pc.fired), "the client never said its server failed");
+  atomic_store(&pc.go, true);
+  within_watchdog("a lookup that reconnects while the old link's callback loads", do_lookup, &l);
+  cr_expect_eq(l.rc, ECC_ERR_TRANSFER, "lookup with no server said %d", l.rc);
+  cr_assert(flag_set(&pc.returned), "the callback's load never returned");
+  expect_refused(&pc, 1, "load_pinned", pc.load_rc);
+  cr_expect_eq(atomic_load(&pc.local_errors), 0, "calls needing no network failed there");
+  atomic_store(&pc.on, NULL);
+  struct call k = {.c = cli};
+  within_watchdog("ecc_close", do_close, &k);
+  free(dst);
 }
