@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -451,4 +452,66 @@ uint16_t th_free_port(void)
   cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
   close(fd);
   return ntohs(a.sin_port);
+}
+
+/* ---- the watchdog ---- */
+
+static __thread bool on_watchdog_thread;
+
+struct watched_job {
+  void (*fn)(void *arg);
+  void *arg;
+  pthread_mutex_t m;
+  pthread_cond_t cv;
+  bool done;
+};
+
+static void *watched_main(void *p)
+{
+  struct watched_job *j = p;
+  on_watchdog_thread = true;
+  j->fn(j->arg);
+  pthread_mutex_lock(&j->m);
+  j->done = true;
+  pthread_cond_signal(&j->cv);
+  pthread_mutex_unlock(&j->m);
+  return NULL;
+}
+
+bool th_on_watchdog_thread(void)
+{
+  return on_watchdog_thread;
+}
+
+void th_within_watchdog(int ms, const char *what, void (*fn)(void *), void *arg)
+{
+  struct watched_job *j = calloc(1, sizeof(*j));
+  cr_assert_not_null(j);
+  j->fn = fn;
+  j->arg = arg;
+  pthread_mutex_init(&j->m, NULL);
+  pthread_cond_init(&j->cv, NULL);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, watched_main, j), 0);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&j->m);
+  while (!j->done && pthread_cond_timedwait(&j->cv, &j->m, &ts) == 0)
+    ;
+  bool done = j->done;
+  pthread_mutex_unlock(&j->m);
+  if (!done)
+    cr_assert_fail("%s did not return within %d ms: the log callback's call back into the "
+                   "connector deadlocked (a plugin lock was held while the host's callback ran)",
+                   what, ms);
+  pthread_join(t, NULL);
+  pthread_cond_destroy(&j->cv);
+  pthread_mutex_destroy(&j->m);
+  free(j);
 }

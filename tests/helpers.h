@@ -135,4 +135,11 @@ int th_exists(const char *path);
 /* Fill buf with bytes derived from seed (never all zero). */
 void th_fill(void *buf, size_t n, uint64_t seed);
 
+/* Runs fn(arg) on a thread of its own and fails the test if it has not
+ * returned within ms (the thread is then left: it is stuck), naming `what`
+ * and saying that a call back from the log callback deadlocked. */
+void th_within_watchdog(int ms, const char *what, void (*fn)(void *), void *arg);
+/* Whether this thread is one th_within_watchdog started. */
+bool th_on_watchdog_thread(void);
+
 #endif

@@ -36,7 +36,6 @@ struct reentry {
 };
 
 static __thread int in_callback; /* one level of calling back: the nested calls log too */
-static __thread int is_driver;   /* this thread runs the call under the watchdog */
 
 static void call_back(struct reentry *r, ecc_connector_t *c)
 {
@@ -61,7 +60,7 @@ static void calling_back(void *user, int level, const char *msg)
   if (c == NULL || in_callback)
     return;
   in_callback = 1;
-  if (is_driver && r->want != NULL && strstr(msg, r->want) != NULL)
+  if (th_on_watchdog_thread() && r->want != NULL && strstr(msg, r->want) != NULL)
     atomic_fetch_add(&r->seen_on_driver, 1);
   call_back(r, c);
   in_callback = 0;
@@ -82,59 +81,6 @@ static ecc_connector_t *open_calling_back(struct reentry *r, const char *region,
   cr_assert_eq(rc, ECC_OK, "ecc_open: %d %s", rc, err);
   atomic_store(&r->c, c);
   return c;
-}
-
-/* ---- the watchdog ---- */
-
-struct job {
-  void (*fn)(void *arg);
-  void *arg;
-  pthread_mutex_t m;
-  pthread_cond_t cv;
-  bool done;
-};
-
-static void *job_main(void *p)
-{
-  struct job *j = p;
-  is_driver = 1;
-  j->fn(j->arg);
-  pthread_mutex_lock(&j->m);
-  j->done = true;
-  pthread_cond_signal(&j->cv);
-  pthread_mutex_unlock(&j->m);
-  return NULL;
-}
-
-/* Runs fn(arg) on a thread of its own and fails the test if it has not
- * returned within WATCHDOG_MS (the thread and the job are then left: they
- * are stuck). */
-static void within_watchdog(const char *what, void (*fn)(void *), void *arg)
-{
-  struct job *j = calloc(1, sizeof(*j));
-  cr_assert_not_null(j);
-  j->fn = fn;
-  j->arg = arg;
-  pthread_mutex_init(&j->m, NULL);
-  pthread_cond_init(&j->cv, NULL);
-  pthread_t t;
-  cr_assert_eq(pthread_create(&t, NULL, job_main, j), 0);
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += WATCHDOG_MS / 1000;
-  pthread_mutex_lock(&j->m);
-  while (!j->done && pthread_cond_timedwait(&j->cv, &j->m, &ts) == 0)
-    ;
-  bool done = j->done;
-  pthread_mutex_unlock(&j->m);
-  if (!done)
-    cr_assert_fail("%s did not return within %d ms: the log callback's call back into the "
-                   "connector deadlocked (a plugin lock was held while the host's callback ran)",
-                   what, WATCHDOG_MS);
-  pthread_join(t, NULL);
-  pthread_cond_destroy(&j->cv);
-  pthread_mutex_destroy(&j->m);
-  free(j);
 }
 
 /* ---- the calls that log under a lock ---- */
@@ -176,11 +122,11 @@ Test(log_reentry, a_busy_refusal_made_under_the_step_lock)
   ecc_connector_t *c = open_calling_back(&r, th_region_name(), over, 1);
   struct save_call s = {.c = c, .block = 1};
   th_fill(s.src, sizeof(s.src), 7);
-  within_watchdog("the first flush", save_and_flush, &s);
+  th_within_watchdog(WATCHDOG_MS, "the first flush", save_and_flush, &s);
   cr_assert_eq(s.save_rc, ECC_OK);
   cr_assert_eq(s.flush_rc, ECC_OK);
   s.block = 2;
-  within_watchdog("a flush refused for want of room", save_and_flush, &s);
+  th_within_watchdog(WATCHDOG_MS, "a flush refused for want of room", save_and_flush, &s);
   cr_expect_eq(s.flush_rc, ECC_ERR_BUSY, "flush said %d", s.flush_rc);
   expect_called_back(&r, "busy flush");
   ecc_completion_t done[2];
@@ -210,7 +156,7 @@ Test(log_reentry, a_refused_load_made_under_the_step_lock)
   struct reentry r = {.want = "out of range"};
   ecc_connector_t *c = open_calling_back(&r, th_region_name(), NULL, 0);
   struct load_call l = {.c = c};
-  within_watchdog("a refused load", refused_load, &l);
+  th_within_watchdog(WATCHDOG_MS, "a refused load", refused_load, &l);
   cr_expect_eq(l.rc, ECC_ERR_RANGE, "load said %d", l.rc);
   expect_called_back(&r, "refused load");
   atomic_store(&r.c, NULL);
@@ -244,11 +190,11 @@ Test(log_reentry, a_failed_poll_made_under_the_completions_lock)
   ecc_connector_t *c = open_calling_back(&r, name, NULL, 0);
   struct save_call s = {.c = c, .block = 3};
   th_fill(s.src, sizeof(s.src), 9);
-  within_watchdog("a save", save_and_flush, &s);
+  th_within_watchdog(WATCHDOG_MS, "a save", save_and_flush, &s);
   cr_assert_eq(s.flush_rc, ECC_OK);
   cr_assert_eq(unlink(th_region_path(th_default_dir(), name)), 0);
   struct poll_call p = {.c = c};
-  within_watchdog("a poll that finds its region removed", poll_once, &p);
+  th_within_watchdog(WATCHDOG_MS, "a poll that finds its region removed", poll_once, &p);
   cr_assert_eq(p.rc, ECC_OK);
   cr_assert_eq(p.n, 1u, "the save was never reported");
   cr_expect_eq(p.done[0].status, ECC_ERR_REGION, "the save said %d", p.done[0].status);

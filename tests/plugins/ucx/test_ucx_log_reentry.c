@@ -47,7 +47,6 @@ struct reentry {
 };
 
 static __thread int in_callback; /* one level of calling back: the nested calls log too */
-static __thread int is_driver;   /* this thread runs the call under the watchdog */
 
 static void call_back(struct reentry *r, ecc_connector_t *c)
 {
@@ -58,7 +57,7 @@ static void call_back(struct reentry *r, ecc_connector_t *c)
   /* cap 0: takes the poll's locks, takes no completion the test waits for */
   if (ecc_poll(c, NULL, 0, &n) != ECC_OK)
     atomic_fetch_add(&r->nested_errors, 1);
-  if (is_driver || r->lookup_anywhere) {
+  if (th_on_watchdog_thread() || r->lookup_anywhere) {
     const char *keys[] = {"reentry-absent"};
     ecc_entry_t e;
     (void)ecc_lookup(c, keys, 1, 1, &e); /* ECC_ERR_TRANSFER with no server is fine */
@@ -132,59 +131,6 @@ static void expect_called_back(struct reentry *r, const char *what)
                atomic_load(&r->nested_errors));
 }
 
-/* ---- the watchdog ---- */
-
-struct job {
-  void (*fn)(void *arg);
-  void *arg;
-  pthread_mutex_t m;
-  pthread_cond_t cv;
-  bool done;
-};
-
-static void *job_main(void *p)
-{
-  struct job *j = p;
-  is_driver = 1;
-  j->fn(j->arg);
-  pthread_mutex_lock(&j->m);
-  j->done = true;
-  pthread_cond_signal(&j->cv);
-  pthread_mutex_unlock(&j->m);
-  return NULL;
-}
-
-/* Runs fn(arg) on a thread of its own and fails the test if it has not
- * returned within WATCHDOG_MS (the thread and the job are then left: they
- * are stuck). */
-static void within_watchdog(const char *what, void (*fn)(void *), void *arg)
-{
-  struct job *j = calloc(1, sizeof(*j));
-  cr_assert_not_null(j);
-  j->fn = fn;
-  j->arg = arg;
-  pthread_mutex_init(&j->m, NULL);
-  pthread_cond_init(&j->cv, NULL);
-  pthread_t t;
-  cr_assert_eq(pthread_create(&t, NULL, job_main, j), 0);
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += WATCHDOG_MS / 1000;
-  pthread_mutex_lock(&j->m);
-  while (!j->done && pthread_cond_timedwait(&j->cv, &j->m, &ts) == 0)
-    ;
-  bool done = j->done;
-  pthread_mutex_unlock(&j->m);
-  if (!done)
-    cr_assert_fail("%s did not return within %d ms: the log callback's call back into the "
-                   "connector deadlocked (a plugin lock was held while the host's callback ran)",
-                   what, WATCHDOG_MS);
-  pthread_join(t, NULL);
-  pthread_cond_destroy(&j->cv);
-  pthread_mutex_destroy(&j->m);
-  free(j);
-}
-
 /* ---- calls run under the watchdog ---- */
 
 /* The producer's side: reserve, save from host memory, wait for the save. */
@@ -244,7 +190,7 @@ static void close_within(struct reentry *r, ecc_connector_t *c)
 {
   atomic_store(&r->c, NULL);
   struct call k = {.c = c};
-  within_watchdog("ecc_close", do_close, &k);
+  th_within_watchdog(WATCHDOG_MS, "ecc_close", do_close, &k);
   cr_expect_eq(k.rc, ECC_OK);
 }
 
@@ -264,16 +210,16 @@ Test(ucx_log_reentry, the_client_s_refused_loads)
   uint8_t *dst = calloc(1, 4 * BS);
   struct call k = {.c = cli, .n_loads = 1};
   k.lp[0] = (ecc_load_pinned_t){1, 0x5eed5eed5eedull, (uint64_t)(uintptr_t)dst, 4 * BS};
-  within_watchdog("a load of a token of no pin", do_load, &k);
+  th_within_watchdog(WATCHDOG_MS, "a load of a token of no pin", do_load, &k);
   cr_expect_eq(k.rc, ECC_ERR_CLOSED, "load said %d", k.rc);
   cr_expect(saw(&rc, 0), "'%s' never reached the callback", rc.want[0]);
 
   struct call l = {.c = cli, .keys = {"entry"}, .n_keys = 1, .ranks = 1};
-  within_watchdog("a lookup", do_lookup, &l);
+  th_within_watchdog(WATCHDOG_MS, "a lookup", do_lookup, &l);
   cr_assert_eq(l.rc, ECC_OK);
   cr_assert_eq(l.e[0].state, ECC_ENTRY_READY);
   k.lp[0] = (ecc_load_pinned_t){2, l.e[0].token, (uint64_t)(uintptr_t)dst, BS};
-  within_watchdog("a load into too small a destination", do_load, &k);
+  th_within_watchdog(WATCHDOG_MS, "a load into too small a destination", do_load, &k);
   cr_expect_eq(k.rc, ECC_ERR_INVALID, "load said %d", k.rc);
   cr_expect(saw(&rc, 1), "'%s' never reached the callback", rc.want[1]);
   expect_called_back(&rc, "client");
@@ -301,7 +247,7 @@ Test(ucx_log_reentry, a_lost_link_and_its_reconnect)
       ucx_ini("client", th_region_name(), port, "deadline_ms = 500\nconnect_timeout_ms = 500\n"),
       &rc);
   struct call l = {.c = cli, .keys = {"entry"}, .n_keys = 1, .ranks = 1};
-  within_watchdog("a lookup", do_lookup, &l);
+  th_within_watchdog(WATCHDOG_MS, "a lookup", do_lookup, &l);
   cr_assert_eq(l.rc, ECC_OK);
   cr_assert_eq(l.e[0].state, ECC_ENTRY_READY);
 
@@ -310,7 +256,7 @@ Test(ucx_log_reentry, a_lost_link_and_its_reconnect)
   uint8_t *dst = calloc(1, 8 * BS);
   struct call k = {.c = cli, .n_loads = 1};
   k.lp[0] = (ecc_load_pinned_t){1, l.e[0].token, (uint64_t)(uintptr_t)dst, 8 * BS};
-  within_watchdog("a load over a lost link", do_load, &k);
+  th_within_watchdog(WATCHDOG_MS, "a load over a lost link", do_load, &k);
   cr_expect_eq(k.rc, ECC_ERR_TRANSFER, "load said %d", k.rc);
 
   struct reentry rs2 = {.lookup_anywhere = true};
@@ -318,7 +264,7 @@ Test(ucx_log_reentry, a_lost_link_and_its_reconnect)
   produce(srv, "again", 5 * BS);
   l.keys[0] = "again";
   for (int t = 0; t < 3; t++) { /* the first call after the death may only learn of it */
-    within_watchdog("a lookup that reconnects", do_lookup, &l);
+    th_within_watchdog(WATCHDOG_MS, "a lookup that reconnects", do_lookup, &l);
     if (l.rc == ECC_OK)
       break;
   }
@@ -326,7 +272,7 @@ Test(ucx_log_reentry, a_lost_link_and_its_reconnect)
   cr_expect(saw(&rc, 1), "the reconnect was never said");
   cr_assert_eq(l.e[0].state, ECC_ENTRY_READY);
   k.lp[0] = (ecc_load_pinned_t){2, l.e[0].token, (uint64_t)(uintptr_t)dst, 8 * BS};
-  within_watchdog("a load after the reconnect", do_load, &k);
+  th_within_watchdog(WATCHDOG_MS, "a load after the reconnect", do_load, &k);
   cr_expect_eq(k.rc, ECC_OK, "load said %d", k.rc);
   cr_expect_eq(k.n_done, 1u, "the load never completed");
   cr_expect_eq(k.done[0].status, ECC_OK);
@@ -366,7 +312,7 @@ Test(ucx_log_reentry, the_server_s_session_messages)
   cr_expect(saw(&rs, 0), "the server never said a client connected");
 
   struct call l = {.c = c1, .keys = {"a", "b", "c", "d"}, .n_keys = 4, .ranks = 1};
-  within_watchdog("a lookup past the client's pins", do_lookup, &l);
+  th_within_watchdog(WATCHDOG_MS, "a lookup past the client's pins", do_lookup, &l);
   cr_expect_eq(l.rc, ECC_ERR_BUSY, "lookup said %d", l.rc);
   cr_expect(saw(&rs, 1), "the refused lookup was never said");
 
@@ -377,14 +323,14 @@ Test(ucx_log_reentry, the_server_s_session_messages)
   cr_assert_not_null(dst);
   for (int t = 0; t < 10 && atomic_load(&rs.seen[2]) == 0; t++) {
     l.n_keys = 3;
-    within_watchdog("a lookup", do_lookup, &l);
+    th_within_watchdog(WATCHDOG_MS, "a lookup", do_lookup, &l);
     cr_assert_eq(l.rc, ECC_OK);
     struct call k = {.c = c1, .n_loads = 3};
     for (int i = 0; i < 3; i++)
       k.lp[i] =
           (ecc_load_pinned_t){(uint64_t)i, l.e[i].token,
                               (uint64_t)(uintptr_t)(dst + (size_t)i * PULL_BYTES), PULL_BYTES};
-    within_watchdog("loads past the client's pulls", do_load, &k);
+    th_within_watchdog(WATCHDOG_MS, "loads past the client's pulls", do_load, &k);
     cr_assert_eq(k.rc, ECC_OK, "load said %d", k.rc);
     cr_assert_eq(k.n_done, 3u, "the loads never completed");
   }
@@ -394,7 +340,7 @@ Test(ucx_log_reentry, the_server_s_session_messages)
    * it to the first; then the first goes holding it, and it is dropped. */
   ecc_connector_t *c2 = open_calling_back(ucx_ini("client", region, port, NULL), &rc2);
   struct call l2 = {.c = c2, .keys = {"d"}, .n_keys = 1, .ranks = 1};
-  within_watchdog("a lookup", do_lookup, &l2);
+  th_within_watchdog(WATCHDOG_MS, "a lookup", do_lookup, &l2);
   cr_assert_eq(l2.rc, ECC_OK);
   cr_assert_eq(l2.e[0].state, ECC_ENTRY_READY);
   close_within(&rc2, c2);
@@ -442,7 +388,7 @@ Test(ucx_log_reentry, ucx_s_own_lines_routed_to_a_callback_that_calls_back)
   struct route_call o = {.ini = ucx_ini("server", th_region_name(), th_free_port(),
                                         "net_devices = lo,ecc_no_such_dev\n"),
                          .r = &rw};
-  within_watchdog("an open whose UCX warns", do_open, &o);
+  th_within_watchdog(WATCHDOG_MS, "an open whose UCX warns", do_open, &o);
   cr_expect(atomic_load(&rw.seen[0]) > 0, "UCX's warning never reached the callback");
   cr_expect_gt(atomic_load(&rw.called_back), 0, "the callback never called back");
   atomic_store(&rw.c, o.rc == ECC_OK ? o.c : NULL);
@@ -534,7 +480,7 @@ static void probing(void *user, int level, const char *msg)
     if (p->note[i] != NULL && strstr(msg, p->note[i]) != NULL)
       atomic_fetch_add(&p->noted[i], 1);
   ecc_connector_t *c = atomic_load(&p->on);
-  if (c == NULL || is_driver || in_callback || strstr(msg, p->trigger) == NULL ||
+  if (c == NULL || th_on_watchdog_thread() || in_callback || strstr(msg, p->trigger) == NULL ||
       atomic_exchange(&p->fired, true))
     return;
   in_callback = 1;
@@ -595,7 +541,7 @@ Test(ucx_log_reentry, the_client_s_own_progress_thread_is_refused_what_waits_for
   cr_assert_not_null(dst);
   struct call l = {.c = cli, .keys = {"a", "b", "c"}, .n_keys = 3, .ranks = 2};
   for (int t = 0; t < 10 && !atomic_load(&pc.fired); t++) {
-    within_watchdog("a lookup", do_lookup, &l);
+    th_within_watchdog(WATCHDOG_MS, "a lookup", do_lookup, &l);
     cr_assert_eq(l.rc, ECC_OK);
     if (t == 0)
       pc.token = l.e[0].token; /* one release of it stays: the loads take one */
@@ -605,20 +551,20 @@ Test(ucx_log_reentry, the_client_s_own_progress_thread_is_refused_what_waits_for
       k.lp[i] =
           (ecc_load_pinned_t){(uint64_t)i, l.e[i].token,
                               (uint64_t)(uintptr_t)(dst + (size_t)i * PULL_BYTES), PULL_BYTES};
-    within_watchdog("loads past the client's pulls", do_load, &k);
+    th_within_watchdog(WATCHDOG_MS, "loads past the client's pulls", do_load, &k);
     cr_assert_eq(k.rc, ECC_OK, "load said %d", k.rc);
     cr_assert_eq(k.n_done, 3u, "the loads never completed");
   }
   cr_assert(atomic_load(&pc.fired), "no pull was refused in 10 rounds");
   expect_all_refused(&pc);
   l.n_keys = 1;
-  within_watchdog("a lookup after the refused calls", do_lookup, &l);
+  th_within_watchdog(WATCHDOG_MS, "a lookup after the refused calls", do_lookup, &l);
   cr_expect_eq(l.rc, ECC_OK, "lookup said %d", l.rc);
   cr_expect_eq(atomic_load(&pc.noted[0]), 0, "the client gave its link up");
   cr_expect_eq(atomic_load(&pc.noted[1]), 0, "the client had to reconnect");
   atomic_store(&pc.on, NULL);
   struct call k = {.c = cli};
-  within_watchdog("ecc_close", do_close, &k);
+  th_within_watchdog(WATCHDOG_MS, "ecc_close", do_close, &k);
   close_within(&rs, srv);
   free(dst);
 }
@@ -638,7 +584,7 @@ Test(ucx_log_reentry, a_server_s_progress_thread_is_refused_a_client_s_calls_tha
   produce(srv, "entry", BS);
   ecc_connector_t *c1 = open_calling_back(ucx_ini("client", th_region_name(), port, NULL), &r1);
   struct call l = {.c = c1, .keys = {"entry"}, .n_keys = 1, .ranks = 1};
-  within_watchdog("a lookup", do_lookup, &l);
+  th_within_watchdog(WATCHDOG_MS, "a lookup", do_lookup, &l);
   cr_assert_eq(l.rc, ECC_OK);
   cr_assert_eq(l.e[0].state, ECC_ENTRY_READY);
   ps.token = l.e[0].token;
@@ -646,7 +592,7 @@ Test(ucx_log_reentry, a_server_s_progress_thread_is_refused_a_client_s_calls_tha
   /* Its session's start is said on the server's progress thread. */
   ecc_connector_t *c2 = open_calling_back(ucx_ini("client", th_region_name(), port, NULL), &r2);
   expect_all_refused(&ps);
-  within_watchdog("a lookup after the refused calls", do_lookup, &l);
+  th_within_watchdog(WATCHDOG_MS, "a lookup after the refused calls", do_lookup, &l);
   cr_expect_eq(l.rc, ECC_OK, "lookup said %d", l.rc);
   cr_expect_eq(atomic_load(&r1.seen[0]), 0, "the client gave its link up");
   cr_expect_eq(atomic_load(&r1.seen[1]), 0, "the client had to reconnect");
@@ -654,7 +600,7 @@ Test(ucx_log_reentry, a_server_s_progress_thread_is_refused_a_client_s_calls_tha
   close_within(&r2, c2);
   close_within(&r1, c1);
   struct call k = {.c = srv};
-  within_watchdog("ecc_close", do_close, &k);
+  th_within_watchdog(WATCHDOG_MS, "ecc_close", do_close, &k);
 }
 
 /* The client's progress thread says the server failed, and its callback
@@ -673,7 +619,7 @@ Test(ucx_log_reentry, a_reconnect_does_not_wait_for_a_callback_calling_the_clien
       ucx_ini("client", th_region_name(), port, "deadline_ms = 500\nconnect_timeout_ms = 500\n"),
       &pc);
   struct call l = {.c = cli, .keys = {"entry"}, .n_keys = 1, .ranks = 1};
-  within_watchdog("a lookup", do_lookup, &l);
+  th_within_watchdog(WATCHDOG_MS, "a lookup", do_lookup, &l);
   cr_assert_eq(l.rc, ECC_OK);
   cr_assert_eq(l.e[0].state, ECC_ENTRY_READY);
   uint8_t *dst = calloc(1, BS);
@@ -683,13 +629,14 @@ Test(ucx_log_reentry, a_reconnect_does_not_wait_for_a_callback_calling_the_clien
   close_within(&rs, srv);
   cr_assert(flag_set(&pc.fired), "the client never said its server failed");
   atomic_store(&pc.go, true);
-  within_watchdog("a lookup that reconnects while the old link's callback loads", do_lookup, &l);
+  th_within_watchdog(WATCHDOG_MS, "a lookup that reconnects while the old link's callback loads",
+                     do_lookup, &l);
   cr_expect_eq(l.rc, ECC_ERR_TRANSFER, "lookup with no server said %d", l.rc);
   cr_assert(flag_set(&pc.returned), "the callback's load never returned");
   expect_refused(&pc, 1, "load_pinned", pc.load_rc);
   cr_expect_eq(atomic_load(&pc.local_errors), 0, "calls needing no network failed there");
   atomic_store(&pc.on, NULL);
   struct call k = {.c = cli};
-  within_watchdog("ecc_close", do_close, &k);
+  th_within_watchdog(WATCHDOG_MS, "ecc_close", do_close, &k);
   free(dst);
 }
