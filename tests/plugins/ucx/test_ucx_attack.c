@@ -29,51 +29,11 @@
 #include "plugins/ucx/net.h"
 #include "plugins/ucx/wire.h"
 #include "tests/helpers.h"
+#include "tests/plugins/ucx/ucx_helpers.h"
 
 TestSuite(ucx_attack, .timeout = 120);
 
 #define BS 4096u
-
-static const char *ucx_ini(const char *role, const char *region, uint16_t port, const char *extra)
-{
-  return th_ini_text("[plugin]\npath = %s\nlog_level = error\n\n"
-                     "[region]\nname = %s\nblock_size = %u\nsize = %u\n\n"
-                     "[engine]\ntype = host\n\n[directory]\nenabled = true\n\n"
-                     "[ucx]\nrole = %s\naddress = 127.0.0.1:%u\n%s",
-                     ECC_UCX_PLUGIN_PATH, region, BS, BS * 2048, role, port, extra ? extra : "");
-}
-
-static ecc_connector_t *open_ok(const char *ini)
-{
-  char err[512] = "";
-  ecc_connector_t *c = NULL;
-  int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
-  cr_assert_eq(rc, ECC_OK, "ecc_open(%s): %d %s", ini, rc, err);
-  return c;
-}
-
-static uint8_t pattern(const char *key, uint64_t i)
-{
-  return (uint8_t)(key[0] * 7 + key[strlen(key) - 1] * 13 + i * 31 + (i >> 9));
-}
-
-static void produce(ecc_connector_t *srv, const char *key, uint64_t nbytes)
-{
-  uint8_t *src = malloc(nbytes);
-  cr_assert_not_null(src);
-  for (uint64_t i = 0; i < nbytes; i++)
-    src[i] = pattern(key, i);
-  ecc_entry_t e;
-  cr_assert_eq(ecc_reserve(srv, key, nbytes, &e), ECC_OK);
-  cr_assert_eq(e.state, ECC_ENTRY_RESERVED);
-  ecc_save_reserved_t s = {e.token, (uint64_t)(uintptr_t)src, nbytes};
-  cr_assert_eq(ecc_save_reserved(srv, &s, 1), ECC_OK);
-  cr_assert_eq(ecc_flush(srv, NULL), ECC_OK);
-  ecc_completion_t done;
-  cr_assert_eq(th_poll_until(srv, &done, 1, 10000), 1u, "%s: no save completion", key);
-  cr_assert_eq(done.status, ECC_OK);
-  free(src);
-}
 
 /* One lookup and load of key, every byte checked: the load's status, or
  * the lookup's error; ECC_ERR_CLOSED if absent. */
@@ -96,7 +56,7 @@ static int fetch(ecc_connector_t *cli, const char *key, uint64_t nbytes)
     rc = done.status;
   }
   for (uint64_t i = 0; rc == ECC_OK && i < nbytes; i++)
-    if (dst[i] != pattern(key, i))
+    if (dst[i] != th_pattern(key, i))
       rc = ECC_ERR_RANGE;
   free(dst);
   return rc;
@@ -206,8 +166,9 @@ Test(ucx_attack, a_server_that_never_answers_is_a_transfer_error_after_the_timeo
   char err[512] = "";
   ecc_connector_t *cli = NULL;
   uint64_t t0 = th_now_ns();
-  int rc = ecc_open(ucx_ini("client", th_region_name(), f.port, "connect_timeout_ms = 400\n"), NULL,
-                    &cli, err, sizeof(err));
+  int rc =
+      ecc_open(th_ucx_ini("client", th_region_name(), BS, f.port, "connect_timeout_ms = 400\n"),
+               NULL, &cli, err, sizeof(err));
   double ms = (double)(th_now_ns() - t0) / 1e6;
   cr_expect_eq(rc, ECC_ERR_TRANSFER, "%d: %s", rc, err);
   cr_expect_null(cli);
@@ -223,14 +184,14 @@ Test(ucx_attack, a_server_that_never_answers_is_a_transfer_error_after_the_timeo
 Test(ucx_attack, the_80_byte_packet_to_the_server_s_port_leaves_it_serving)
 {
   uint16_t port = th_free_port();
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), port, NULL));
-  produce(srv, "kept", 5 * BS + 3);
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  th_produce(srv, "kept", 5 * BS + 3);
   uint8_t pkt[80];
   packet_80(pkt);
   for (int i = 0; i < 3; i++)
     cr_assert_eq(send_raw(port, pkt, sizeof(pkt)), 0, "cannot reach the server's port");
   usleep(200000); /* the server has read them by now (it aborted here before) */
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), port, NULL));
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   for (int i = 0; i < 20; i++)
     cr_assert_eq(fetch(cli, "kept", 5 * BS + 3), ECC_OK, "load %d after the packet", i);
   cr_assert_eq(ecc_close(cli), ECC_OK);
@@ -245,8 +206,9 @@ Test(ucx_attack, the_80_byte_packet_from_a_fake_server_is_a_transfer_error)
   fake_start(&f, pkt, sizeof(pkt));
   char err[512] = "";
   ecc_connector_t *cli = NULL;
-  int rc = ecc_open(ucx_ini("client", th_region_name(), f.port, "connect_timeout_ms = 2000\n"),
-                    NULL, &cli, err, sizeof(err));
+  int rc =
+      ecc_open(th_ucx_ini("client", th_region_name(), BS, f.port, "connect_timeout_ms = 2000\n"),
+               NULL, &cli, err, sizeof(err));
   cr_expect_eq(rc, ECC_ERR_TRANSFER, "%d: %s", rc, err);
   cr_expect_null(cli);
   cr_expect(strstr(err, "not an ecc server") != NULL, "the error: %s", err);
@@ -294,7 +256,7 @@ static ssize_t exchange(uint16_t port, const void *buf, size_t len, uint8_t *out
 Test(ucx_attack, another_wire_version_is_refused_by_name_on_both_sides)
 {
   uint16_t port = th_free_port();
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), port, NULL));
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
   /* An OPEN of version 2: nonce and flags, 36 bytes. */
   uint8_t open[12 + 36] = {0};
   frame_header(open, 2, 1, 36);
@@ -314,8 +276,9 @@ Test(ucx_attack, another_wire_version_is_refused_by_name_on_both_sides)
   fake_start(&f, challenge, sizeof(challenge));
   char err[512] = "";
   ecc_connector_t *cli = NULL;
-  int rc = ecc_open(ucx_ini("client", th_region_name(), f.port, "connect_timeout_ms = 2000\n"),
-                    NULL, &cli, err, sizeof(err));
+  int rc =
+      ecc_open(th_ucx_ini("client", th_region_name(), BS, f.port, "connect_timeout_ms = 2000\n"),
+               NULL, &cli, err, sizeof(err));
   cr_expect_eq(rc, ECC_ERR_INCOMPATIBLE, "%d: %s", rc, err);
   cr_expect(strstr(err, "wire version 4, this side speaks version 3") != NULL, "%s", err);
   fake_stop(&f);
@@ -344,28 +307,30 @@ Test(ucx_attack, a_client_without_the_secret_is_refused_by_name)
   uint16_t port = th_free_port();
   const char *right = secret_file("a secret shared by both hosts, 1\n");
   const char *wrong = secret_file("another secret, of another site!\n");
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), port, with_secret(right)));
-  produce(srv, "kept", 3 * BS + 1);
+  ecc_connector_t *srv =
+      th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, with_secret(right)));
+  th_produce(srv, "kept", 3 * BS + 1);
   char err[512];
   ecc_connector_t *cli = NULL;
-  int rc = ecc_open(ucx_ini("client", th_region_name(), port, with_secret(wrong)), NULL, &cli, err,
-                    sizeof(err));
+  int rc = ecc_open(th_ucx_ini("client", th_region_name(), BS, port, with_secret(wrong)), NULL,
+                    &cli, err, sizeof(err));
   cr_expect_eq(rc, ECC_ERR_CONFIG, "%d: %s", rc, err);
   cr_expect(strstr(err, "wrong shared secret") != NULL, "the wrong secret's error: %s", err);
   cr_expect_null(cli);
-  rc = ecc_open(ucx_ini("client", th_region_name(), port, NULL), NULL, &cli, err, sizeof(err));
+  rc = ecc_open(th_ucx_ini("client", th_region_name(), BS, port, NULL), NULL, &cli, err,
+                sizeof(err));
   cr_expect_eq(rc, ECC_ERR_CONFIG, "%d: %s", rc, err);
   cr_expect(strstr(err, "requires the shared secret") != NULL, "no secret's error: %s", err);
   /* The same secret: served. */
-  cli = open_ok(ucx_ini("client", th_region_name(), port, with_secret(right)));
+  cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, with_secret(right)));
   cr_expect_eq(fetch(cli, "kept", 3 * BS + 1), ECC_OK);
   cr_assert_eq(ecc_close(cli), ECC_OK);
   cr_assert_eq(ecc_close(srv), ECC_OK);
   /* A client with a secret and a server without one. */
   port = th_free_port();
-  srv = open_ok(ucx_ini("server", th_region_name(), port, NULL));
-  rc = ecc_open(ucx_ini("client", th_region_name(), port, with_secret(right)), NULL, &cli, err,
-                sizeof(err));
+  srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  rc = ecc_open(th_ucx_ini("client", th_region_name(), BS, port, with_secret(right)), NULL, &cli,
+                err, sizeof(err));
   cr_expect_eq(rc, ECC_ERR_CONFIG, "%d: %s", rc, err);
   cr_expect(strstr(err, "this server has none") != NULL, "%s", err);
   cr_assert_eq(ecc_close(srv), ECC_OK);
@@ -377,13 +342,13 @@ Test(ucx_attack, a_secret_file_others_can_read_is_refused_at_create)
   cr_assert_eq(chmod(path, 0644), 0);
   char err[512];
   ecc_connector_t *srv = NULL;
-  int rc = ecc_open(ucx_ini("server", th_region_name(), th_free_port(), with_secret(path)), NULL,
-                    &srv, err, sizeof(err));
+  int rc = ecc_open(th_ucx_ini("server", th_region_name(), BS, th_free_port(), with_secret(path)),
+                    NULL, &srv, err, sizeof(err));
   cr_expect_eq(rc, ECC_ERR_CONFIG, "%d: %s", rc, err);
   cr_expect(strstr(err, "chmod 600") != NULL && strstr(err, "0644") != NULL, "%s", err);
   path = secret_file("short\n");
-  rc = ecc_open(ucx_ini("server", th_region_name(), th_free_port(), with_secret(path)), NULL, &srv,
-                err, sizeof(err));
+  rc = ecc_open(th_ucx_ini("server", th_region_name(), BS, th_free_port(), with_secret(path)), NULL,
+                &srv, err, sizeof(err));
   cr_expect_eq(rc, ECC_ERR_CONFIG, "%d: %s", rc, err);
   cr_expect(strstr(err, "holds 6 bytes") != NULL, "%s", err);
 }
@@ -420,9 +385,9 @@ static bool fds_back_to(int want, int ms)
 Test(ucx_attack, garbage_connections_are_closed_and_cost_nothing_after)
 {
   uint16_t port = th_free_port();
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), port, NULL));
-  produce(srv, "kept", 2 * BS + 5);
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), port, NULL));
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  th_produce(srv, "kept", 2 * BS + 5);
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   unsigned before = loads_in(cli, 500);
   int fds = th_count_fds();
   srand(17);
@@ -463,9 +428,9 @@ Test(ucx_attack, silent_and_slow_prefaces_are_closed_after_their_deadline)
 {
   uint16_t port = th_free_port();
   ecc_connector_t *srv =
-      open_ok(ucx_ini("server", th_region_name(), port, "connect_timeout_ms = 300\n"));
-  produce(srv, "kept", 2 * BS + 5);
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), port, NULL));
+      th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, "connect_timeout_ms = 300\n"));
+  th_produce(srv, "kept", 2 * BS + 5);
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   cr_expect_eq(fetch(cli, "kept", 2 * BS + 5), ECC_OK);
   int fds = th_count_fds();
   int held[3];
@@ -498,11 +463,11 @@ Test(ucx_attack, silent_and_slow_prefaces_are_closed_after_their_deadline)
 Test(ucx_attack, clients_that_came_and_went_leave_room_for_the_next)
 {
   uint16_t port = th_free_port();
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), port, NULL));
-  produce(srv, "kept", 2 * BS + 5);
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  th_produce(srv, "kept", 2 * BS + 5);
   int fds = -1;
   for (int i = 0; i < 80; i++) {
-    ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), port, NULL));
+    ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
     cr_assert_eq(fetch(cli, "kept", 2 * BS + 5), ECC_OK, "client %d", i);
     cr_assert_eq(ecc_close(cli), ECC_OK);
     if (i == 9)
@@ -678,12 +643,12 @@ Test(ucx_attack, a_client_flooding_pulls_and_pins_is_bounded_and_freed_when_it_g
       .struct_size = sizeof(opt), .log = th_capture, .log_level = ECC_LOG_WARN};
   char err[512];
   ecc_connector_t *srv = NULL;
-  cr_assert_eq(ecc_open(ucx_ini("server", th_region_name(), port, "client_max_pins = 16\n"), &opt,
-                        &srv, err, sizeof(err)),
+  cr_assert_eq(ecc_open(th_ucx_ini("server", th_region_name(), BS, port, "client_max_pins = 16\n"),
+                        &opt, &srv, err, sizeof(err)),
                ECC_OK, "%s", err);
-  produce(srv, "kept", 200 * 1024);
-  produce(srv, "other", 3 * BS);
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), port, NULL));
+  th_produce(srv, "kept", 200 * 1024);
+  th_produce(srv, "other", 3 * BS);
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   cr_assert_eq(fetch(cli, "other", 3 * BS), ECC_OK);
   long rss0 = rss_kib();
   int from[2];
@@ -728,14 +693,14 @@ Test(ucx_attack, ranks_past_the_bound_are_refused_and_the_bound_costs_one_call)
       .struct_size = sizeof(opt), .log = th_capture, .log_level = ECC_LOG_WARN};
   char err[512];
   ecc_connector_t *srv = NULL;
-  cr_assert_eq(ecc_open(ucx_ini("server", th_region_name(), port,
-                                "client_max_pins = 64\n[directory]\nmax_entries = 128\n"),
+  cr_assert_eq(ecc_open(th_ucx_ini("server", th_region_name(), BS, port,
+                                   "client_max_pins = 64\n[directory]\nmax_entries = 128\n"),
                         &opt, &srv, err, sizeof(err)),
                ECC_OK, "%s", err);
   char key[32];
   for (int i = 0; i < 64; i++) {
     snprintf(key, sizeof(key), "r-%d", i);
-    produce(srv, key, 100 + (uint64_t)i);
+    th_produce(srv, key, 100 + (uint64_t)i);
   }
   /* On the wire: 2^32-1 ranks is refused by name, and pins nothing. */
   static struct raw r;
@@ -745,7 +710,7 @@ Test(ucx_attack, ranks_past_the_bound_are_refused_and_the_bound_costs_one_call)
   net_destroy(r.net);
   log_destroy(&r.log);
   /* Through the API: refused before anything is sent. */
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), port, NULL));
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   const char *one[] = {"r-0"};
   ecc_entry_t e;
   cr_expect_eq(ecc_lookup(cli, one, 1, (uint32_t)ECC_RANKS_MAX + 1, &e), ECC_ERR_INVALID);
@@ -763,7 +728,7 @@ Test(ucx_attack, ranks_past_the_bound_are_refused_and_the_bound_costs_one_call)
   cr_expect_eq(pins_on(srv, "r-63"), 1u);
   cr_assert_eq(ecc_close(cli), ECC_OK);
   uint64_t t0 = th_now_ns();
-  cli = open_ok(ucx_ini("client", th_region_name(), port, NULL));
+  cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   double ms = (double)(th_now_ns() - t0) / 1e6;
   cr_expect_lt(ms, 1000.0, "the next handshake took %.0f ms", ms);
   for (int t = 0; t < 200 && pins_on(srv, "r-63") != 0; t++)
@@ -782,8 +747,8 @@ Test(ucx_attack, ranks_past_the_bound_are_refused_and_the_bound_costs_one_call)
 Test(ucx_attack, a_worker_address_of_another_kind_is_refused_by_name)
 {
   uint16_t port = th_free_port();
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), port, NULL));
-  produce(srv, "kept", 2 * BS + 5);
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  th_produce(srv, "kept", 2 * BS + 5);
   uint8_t fake[80];
   for (size_t i = 0; i < sizeof(fake); i++)
     fake[i] = (uint8_t)(i * 37 + 13);
@@ -799,7 +764,7 @@ Test(ucx_attack, a_worker_address_of_another_kind_is_refused_by_name)
   free(peer);
   if (sock >= 0)
     close(sock);
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), port, NULL));
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   cr_expect_eq(fetch(cli, "kept", 2 * BS + 5), ECC_OK);
   cr_assert_eq(ecc_close(cli), ECC_OK);
   cr_assert_eq(ecc_close(srv), ECC_OK);
@@ -907,8 +872,8 @@ Test(ucx_attack, a_server_whose_ucx_never_answers_is_a_transfer_error_after_the_
   char err[512] = "";
   ecc_connector_t *cli = NULL;
   uint64_t t0 = th_now_ns();
-  int rc = ecc_open(ucx_ini("client", th_region_name(), port, "connect_timeout_ms = 400\n"), NULL,
-                    &cli, err, sizeof(err));
+  int rc = ecc_open(th_ucx_ini("client", th_region_name(), BS, port, "connect_timeout_ms = 400\n"),
+                    NULL, &cli, err, sizeof(err));
   double ms = (double)(th_now_ns() - t0) / 1e6;
   cr_expect_eq(rc, ECC_ERR_TRANSFER, "%d: %s", rc, err);
   cr_expect_null(cli);

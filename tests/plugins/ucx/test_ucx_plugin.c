@@ -23,54 +23,11 @@
 #include "plugins/ucx/net.h"
 #include "plugins/ucx/wire.h"
 #include "tests/helpers.h"
+#include "tests/plugins/ucx/ucx_helpers.h"
 
 TestSuite(ucx_plugin, .timeout = 120);
 
 #define BS 4096u
-
-static const char *ucx_ini(const char *role, const char *region, uint64_t block_size, uint16_t port,
-                           const char *extra)
-{
-  return th_ini_text("[plugin]\npath = %s\nlog_level = error\n\n"
-                     "[region]\nname = %s\nblock_size = %llu\nsize = %llu\n\n"
-                     "[engine]\ntype = host\n\n[directory]\nenabled = true\n\n"
-                     "[ucx]\nrole = %s\naddress = 127.0.0.1:%u\n%s",
-                     ECC_UCX_PLUGIN_PATH, region, (unsigned long long)block_size,
-                     (unsigned long long)block_size * 2048, role, port, extra ? extra : "");
-}
-
-static ecc_connector_t *open_ok(const char *ini)
-{
-  char err[512] = "";
-  ecc_connector_t *c = NULL;
-  int rc = ecc_open(ini, NULL, &c, err, sizeof(err));
-  cr_assert_eq(rc, ECC_OK, "ecc_open(%s): %d %s", ini, rc, err);
-  return c;
-}
-
-static uint8_t pattern(const char *key, uint64_t i)
-{
-  return (uint8_t)(key[0] * 7 + key[strlen(key) - 1] * 13 + i * 31 + (i >> 9));
-}
-
-/* The producer's side: reserve, save from host memory, wait for the save. */
-static void produce(ecc_connector_t *srv, const char *key, uint64_t nbytes)
-{
-  uint8_t *src = malloc(nbytes);
-  cr_assert_not_null(src);
-  for (uint64_t i = 0; i < nbytes; i++)
-    src[i] = pattern(key, i);
-  ecc_entry_t e;
-  cr_assert_eq(ecc_reserve(srv, key, nbytes, &e), ECC_OK);
-  cr_assert_eq(e.state, ECC_ENTRY_RESERVED, "%s: state %d", key, e.state);
-  ecc_save_reserved_t s = {e.token, (uint64_t)(uintptr_t)src, nbytes};
-  cr_assert_eq(ecc_save_reserved(srv, &s, 1), ECC_OK);
-  cr_assert_eq(ecc_flush(srv, NULL), ECC_OK);
-  ecc_completion_t done;
-  cr_assert_eq(th_poll_until(srv, &done, 1, 10000), 1u, "%s: no save completion", key);
-  cr_assert_eq(done.status, ECC_OK);
-  free(src);
-}
 
 /* The consumer's side: one entry looked up and loaded; 0 if absent. */
 static int consume(ecc_connector_t *cli, const char *key, uint64_t nbytes, int *status)
@@ -99,7 +56,7 @@ static int consume(ecc_connector_t *cli, const char *key, uint64_t nbytes, int *
   if (done.status == ECC_OK) {
     uint64_t bad = 0;
     for (uint64_t i = 0; i < nbytes; i++)
-      bad += dst[i] != pattern(key, i);
+      bad += dst[i] != th_pattern(key, i);
     cr_expect_eq(bad, 0u, "%s: %llu of %llu bytes wrong", key, (unsigned long long)bad,
                  (unsigned long long)nbytes);
     cr_expect_eq(dst[nbytes], 0xEE, "%s: written past its bytes", key);
@@ -126,13 +83,13 @@ static uint32_t pins_on(ecc_connector_t *c, const char *key)
 Test(ucx_plugin, entries_of_every_size_cross_and_their_pins_are_released)
 {
   uint16_t port = th_free_port();
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   const uint64_t sizes[] = {1, BS - 1, BS, BS + 1, 16 * BS + 7, 1u << 20, 3u << 20};
   char key[32];
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
     snprintf(key, sizeof(key), "img-%zu", i);
-    produce(srv, key, sizes[i]);
+    th_produce(srv, key, sizes[i]);
   }
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
     snprintf(key, sizeof(key), "img-%zu", i);
@@ -162,9 +119,9 @@ Test(ucx_plugin, entries_of_every_size_cross_and_their_pins_are_released)
 Test(ucx_plugin, an_unpinned_lookup_releases_the_server_pin)
 {
   uint16_t port = th_free_port();
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
-  produce(srv, "k", 5 * BS);
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
+  th_produce(srv, "k", 5 * BS);
   const char *keys[] = {"k"};
   ecc_entry_t e;
   cr_assert_eq(ecc_lookup(cli, keys, 1, 2, &e), ECC_OK);
@@ -189,13 +146,13 @@ Test(ucx_plugin, an_unpinned_lookup_releases_the_server_pin)
 Test(ucx_plugin, another_block_size_is_refused_by_name_on_both_sides)
 {
   uint16_t port = th_free_port();
-  const char *srv_ini = ucx_ini("server", th_region_name(), BS, port, NULL);
+  const char *srv_ini = th_ucx_ini("server", th_region_name(), BS, port, NULL);
   char err[512] = "";
   ecc_connector_t *srv = NULL, *cli = NULL;
   ecc_open_options_t opt = {
       .struct_size = sizeof(opt), .log = th_capture, .log_level = ECC_LOG_WARN};
   cr_assert_eq(ecc_open(srv_ini, &opt, &srv, err, sizeof(err)), ECC_OK, "%s", err);
-  int rc = ecc_open(ucx_ini("client", th_region_name(), 2 * BS, port, NULL), NULL, &cli, err,
+  int rc = ecc_open(th_ucx_ini("client", th_region_name(), 2 * BS, port, NULL), NULL, &cli, err,
                     sizeof(err));
   cr_expect_eq(rc, ECC_ERR_INCOMPATIBLE, "%d: %s", rc, err);
   cr_expect(strstr(err, "block_size is 4096") != NULL, "the client's error: %s", err);
@@ -209,7 +166,7 @@ Test(ucx_plugin, no_server_is_a_clear_error)
   char err[512] = "";
   ecc_connector_t *cli = NULL;
   uint16_t port = th_free_port();
-  int rc = ecc_open(ucx_ini("client", th_region_name(), BS, port, "connect_timeout_ms = 500\n"),
+  int rc = ecc_open(th_ucx_ini("client", th_region_name(), BS, port, "connect_timeout_ms = 500\n"),
                     NULL, &cli, err, sizeof(err));
   cr_expect_eq(rc, ECC_ERR_TRANSFER, "%d: %s", rc, err);
   cr_expect(strstr(err, "127.0.0.1") != NULL, "%s", err);
@@ -233,7 +190,7 @@ __attribute__((constructor)) static void server_entry(void)
       usleep(100000);
   if (rc != ECC_OK)
     _exit(2);
-  produce(srv, "big", 8u << 20);
+  th_produce(srv, "big", 8u << 20);
   if (write(ready, "r", 1) != 1)
     _exit(3);
   for (;;)
@@ -266,9 +223,9 @@ static int load_status(ecc_connector_t *cli, uint64_t token, uint64_t nbytes, ui
 Test(ucx_plugin, a_stopped_server_is_given_up_after_the_deadline_and_reconnected)
 {
   uint16_t port = th_free_port();
-  pid_t pid = start_server(ucx_ini("server", th_region_name(), BS, port, NULL));
+  pid_t pid = start_server(th_ucx_ini("server", th_region_name(), BS, port, NULL));
   ecc_connector_t *cli =
-      open_ok(ucx_ini("client", th_region_name(), BS, port, "deadline_ms = 300\n"));
+      th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, "deadline_ms = 300\n"));
   const char *keys[] = {"big"};
   ecc_entry_t e;
   cr_assert_eq(ecc_lookup(cli, keys, 1, 1, &e), ECC_OK);
@@ -297,14 +254,14 @@ Test(ucx_plugin, a_stopped_server_is_given_up_after_the_deadline_and_reconnected
 Test(ucx_plugin, a_restarted_server_is_reconnected_and_old_tokens_refused)
 {
   uint16_t port = th_free_port();
-  pid_t pid = start_server(ucx_ini("server", th_region_name(), BS, port, NULL));
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  pid_t pid = start_server(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   const char *keys[] = {"big"};
   ecc_entry_t old, e;
   cr_assert_eq(ecc_lookup(cli, keys, 1, 1, &old), ECC_OK);
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
-  pid = start_server(ucx_ini("server", th_region_name(), BS, port, NULL));
+  pid = start_server(th_ucx_ini("server", th_region_name(), BS, port, NULL));
   /* The first call after the death may only learn of it. */
   int rc = ecc_lookup(cli, keys, 1, 1, &e);
   if (rc != ECC_OK)
@@ -324,8 +281,8 @@ Test(ucx_plugin, a_restarted_server_is_reconnected_and_old_tokens_refused)
 Test(ucx_plugin, a_killed_server_fails_loads_and_lookups_within_a_second)
 {
   uint16_t port = th_free_port();
-  pid_t pid = start_server(ucx_ini("server", th_region_name(), BS, port, NULL));
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  pid_t pid = start_server(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   const char *keys[] = {"big"};
   ecc_entry_t e;
   cr_assert_eq(ecc_lookup(cli, keys, 1, 1, &e), ECC_OK);
@@ -380,10 +337,10 @@ static bool raw_wait(atomic_int *v, int want)
 Test(ucx_plugin, hostile_messages_are_refused_and_the_server_serves_on)
 {
   uint16_t port = th_free_port();
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
-  produce(srv, "kept", 3 * BS);
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  th_produce(srv, "kept", 3 * BS);
   /* A proper client holds a pin on it, whose token the hostile one guesses. */
-  ecc_connector_t *holder = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  ecc_connector_t *holder = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   const char *held_keys[] = {"kept"};
   ecc_entry_t held;
   cr_assert_eq(ecc_lookup(holder, held_keys, 1, 1, &held), ECC_OK);
@@ -432,7 +389,7 @@ Test(ucx_plugin, hostile_messages_are_refused_and_the_server_serves_on)
   cr_expect_eq(pins_on(srv, "kept"), 1u, "a client released a pin another holds");
   cr_assert_eq(ecc_close(holder), ECC_OK);
   /* The server still serves a proper client, and nothing of it was pinned. */
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   int status = -1;
   cr_expect_eq(consume(cli, "kept", 3 * BS, &status), 1);
   cr_expect_eq(status, ECC_OK);
@@ -470,12 +427,12 @@ __attribute__((constructor)) static void holder_entry(void)
 Test(ucx_plugin, a_client_killed_holding_pins_loses_them)
 {
   uint16_t port = th_free_port();
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
-  produce(srv, "k", 2 * BS);
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  th_produce(srv, "k", 2 * BS);
   int ready[2];
   cr_assert_eq(pipe2(ready, O_CLOEXEC), 0);
-  pid_t pid = th_spawn_self("ucx-holder", ucx_ini("client", th_region_name(), BS, port, NULL), -1,
-                            ready[1]);
+  pid_t pid = th_spawn_self("ucx-holder", th_ucx_ini("client", th_region_name(), BS, port, NULL),
+                            -1, ready[1]);
   close(ready[1]);
   char c;
   cr_assert_eq(read(ready[0], &c, 1), 1, "the client did not start");
@@ -494,8 +451,8 @@ Test(ucx_plugin, a_lookup_of_more_keys_than_one_message_holds)
   uint16_t port = th_free_port();
   /* Entry slots for all of them (the default is a sixteenth of the blocks). */
   const char *slots = "[directory]\nmax_entries = 1024\n";
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, slots));
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, slots));
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   enum { N = WIRE_MAX_KEYS + 44 };
   static char names[N][16];
   static const char *keys[N];
@@ -504,7 +461,7 @@ Test(ucx_plugin, a_lookup_of_more_keys_than_one_message_holds)
     snprintf(names[i], sizeof(names[i]), "many-%d", i);
     keys[i] = names[i];
     if (i % 3 != 2)
-      produce(srv, names[i], 100 + (uint64_t)i);
+      th_produce(srv, names[i], 100 + (uint64_t)i);
   }
   cr_assert_eq(ecc_lookup(cli, keys, N, 1, out), ECC_OK);
   for (int i = 0; i < N; i++) {
@@ -528,13 +485,14 @@ Test(ucx_plugin, a_lookup_of_more_keys_than_one_message_holds)
 Test(ucx_plugin, without_the_cache_entries_land_in_the_destination)
 {
   uint16_t port = th_free_port();
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, "cache = false\n"));
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli =
+      th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, "cache = false\n"));
   const uint64_t sizes[] = {1, BS + 1, 3u << 20};
   char key[32];
   for (size_t i = 0; i < 3; i++) {
     snprintf(key, sizeof(key), "direct-%zu", i);
-    produce(srv, key, sizes[i]);
+    th_produce(srv, key, sizes[i]);
   }
   uint64_t bytes = 0;
   for (int pass = 0; pass < 2; pass++)
@@ -561,18 +519,18 @@ Test(ucx_plugin, the_kept_copy_holds_the_entry_byte_for_byte)
   uint16_t port = th_free_port();
   char region[64];
   snprintf(region, sizeof(region), "%s", th_region_name());
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
-  ecc_connector_t *cli = open_ok(ucx_ini("client", region, BS, port, NULL));
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", region, BS, port, NULL));
   const uint64_t nbytes = (3u << 20) + 5; /* chunks of 256 KiB, the last one short */
   int status = -1;
-  produce(srv, "kept", nbytes);
+  th_produce(srv, "kept", nbytes);
   cr_assert_eq(consume(cli, "kept", nbytes, &status), 1);
   cr_assert_eq(status, ECC_OK);
   ecc_connector_t *local =
-      open_ok(th_ini_text("[plugin]\npath = %s\nlog_level = error\n\n"
-                          "[region]\nname = %s\nblock_size = %u\nsize = %llu\n\n"
-                          "[engine]\ntype = host\n\n[directory]\nenabled = true\n",
-                          ECC_PLUGIN_PATH, region, BS, (unsigned long long)BS * 2048));
+      th_open_ok(th_ini_text("[plugin]\npath = %s\nlog_level = error\n\n"
+                             "[region]\nname = %s\nblock_size = %u\nsize = %llu\n\n"
+                             "[engine]\ntype = host\n\n[directory]\nenabled = true\n",
+                             ECC_PLUGIN_PATH, region, BS, (unsigned long long)BS * 2048));
   int rc = consume(local, "kept", nbytes, &status);
   cr_expect_eq(rc, 1, "the client kept no copy (%d)", rc);
   cr_expect_eq(status, ECC_OK);
@@ -614,7 +572,7 @@ __attribute__((constructor)) static void worker_child(void)
     if (rc == ECC_OK)
       rc = n == 1 ? done.status : ECC_ERR_TRANSFER;
     for (uint64_t i = 0; rc == ECC_OK && i < SHARED_BYTES; i++)
-      if (dst[i] != pattern("shared", i))
+      if (dst[i] != th_pattern("shared", i))
         rc = ECC_ERR_RANGE; /* wrong bytes */
     uint8_t status = (uint8_t)-rc;
     if (write(out, &status, 1) != 1)
@@ -668,12 +626,12 @@ static void worker_stop(struct worker *w)
 Test(ucx_plugin, a_token_looked_up_in_one_process_is_loaded_by_the_others_of_its_host)
 {
   uint16_t port = th_free_port();
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
-  produce(srv, "shared", SHARED_BYTES);
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  th_produce(srv, "shared", SHARED_BYTES);
   char region[64];
   snprintf(region, sizeof(region), "%s", th_region_name());
-  const char *host_ini = ucx_ini("client", region, BS, port, NULL);
-  ecc_connector_t *sched = open_ok(host_ini);
+  const char *host_ini = th_ucx_ini("client", region, BS, port, NULL);
+  ecc_connector_t *sched = th_open_ok(host_ini);
   struct worker w1, w2;
   worker_start(&w1, host_ini);
   worker_start(&w2, host_ini);
@@ -684,7 +642,7 @@ Test(ucx_plugin, a_token_looked_up_in_one_process_is_loaded_by_the_others_of_its
   cr_assert_eq(e.state, ECC_ENTRY_READY);
   cr_assert_eq(pins_on(srv, "shared"), 1u, "one pin, of two ranks");
 
-  ecc_connector_t *other = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  ecc_connector_t *other = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   uint8_t *dst = malloc(SHARED_BYTES);
   ecc_load_pinned_t lp = {1, e.token, (uint64_t)(uintptr_t)dst, SHARED_BYTES};
   cr_expect_eq(ecc_load_pinned(other, &lp, 1, NULL), ECC_ERR_CLOSED, "another group's token");
@@ -719,11 +677,11 @@ Test(ucx_plugin, a_token_looked_up_in_one_process_is_loaded_by_the_others_of_its
 Test(ucx_plugin, a_closed_client_s_pins_are_dropped_by_the_server)
 {
   uint16_t port = th_free_port();
-  ecc_connector_t *srv = open_ok(ucx_ini("server", th_region_name(), BS, port, NULL));
-  produce(srv, "left", 3 * BS);
-  ecc_connector_t *cli = open_ok(ucx_ini("client", th_region_name(), BS, port, NULL));
+  ecc_connector_t *srv = th_open_ok(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  th_produce(srv, "left", 3 * BS);
+  ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   struct worker other; /* another client, in another process, stays connected */
-  worker_start(&other, ucx_ini("client", th_region_name(), BS, port, NULL));
+  worker_start(&other, th_ucx_ini("client", th_region_name(), BS, port, NULL));
   const char *keys[] = {"left"};
   ecc_entry_t e;
   cr_assert_eq(ecc_lookup(cli, keys, 1, 4, &e), ECC_OK);
