@@ -10,7 +10,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${1:-60}"
 dir="${2:-$root/build-fuzz}"
 # FUZZ_TARGETS (space-separated) picks some of them.
-targets=(${FUZZ_TARGETS:-fuzz_open fuzz_abi fuzz_region fuzz_probe fuzz_directory fuzz_wire})
+targets=(${FUZZ_TARGETS:-fuzz_open fuzz_abi fuzz_region fuzz_probe fuzz_directory fuzz_wire fuzz_preface})
 
 "$root/scripts/deps.sh" clang libclang-rt-14-dev
 CC=clang cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DECC_FUZZ=ON \
