@@ -88,8 +88,8 @@ static uint64_t load_bytes(const struct conn *c, const ecc_load_entry_v1_t *e)
 
 /* On success adds the entry's block count to *descs (at most one
  * descriptor per block), so the entries are not walked again for it. */
-static int check_load_entry(struct conn *c, const ecc_load_entry_v1_t *e, size_t idx,
-                            uint64_t *descs)
+static int check_load_entry(struct conn *c, struct transfer *t, const ecc_load_entry_v1_t *e,
+                            size_t idx, uint64_t *descs)
 {
   if (e->dst == 0)
     return log_fail(&c->log, ECC_ERR_INVALID,
@@ -99,9 +99,10 @@ static int check_load_entry(struct conn *c, const ecc_load_entry_v1_t *e, size_t
     return log_fail(&c->log, ECC_ERR_INVALID,
                     "load: entry %zu (transfer %" PRIu64 ") has a destination capacity of 0", idx,
                     e->transfer_id);
+  /* What it holds is let go by the caller if this or a later entry fails. */
   int rc = check_blocks(c, "load", idx, e->block_ids, e->n_blocks);
   if (rc == ECC_OK && c->has_dir)
-    rc = blocks_check_pinned(c, idx, e->block_ids, e->n_blocks);
+    rc = blocks_hold_loads(c, t, idx, e->block_ids, e->n_blocks);
   if (rc != ECC_OK)
     return rc;
   if (e->dst > UINT64_MAX - load_bytes(c, e))
@@ -277,7 +278,7 @@ static int check_loads(struct conn *c, struct transfer *t, const ecc_load_entry_
   uint64_t *keys = c->order;
   pass->descs = 0;
   for (size_t i = 0; i < n; i++) {
-    int rc = check_load_entry(c, &e[i], i, &pass->descs);
+    int rc = check_load_entry(c, t, &e[i], i, &pass->descs);
     if (rc != ECC_OK)
       return rc;
     uint64_t bytes = load_bytes(c, &e[i]);
@@ -348,6 +349,8 @@ static int load_locked(struct conn *c, const ecc_load_entry_v1_t *e, size_t n, v
     return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for a transfer");
   rc = start_load(c, t, e, n, stream);
   if (rc != ECC_OK) {
+    /* No copy started: the entries it would have read are let go. */
+    (void)settle_release_holds(&c->dir, t);
     transfer_put(&c->pool, t);
     return rc;
   }

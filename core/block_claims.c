@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * block_claims.c - the directory's side of saves and loads by block ids on
- * a region with one: a load's blocks must lie in pinned entries, a save's
- * in reservations of this process, which its copy claims until it ends.
+ * a region with one: a load's blocks must lie in pinned entries, which its
+ * copy holds until it ends; a save's in reservations of this process, which
+ * its copy claims until it ends.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -11,20 +12,35 @@
 #include "core/internal.h"
 #include "core/settle.h"
 
-/* A load's blocks must lie in pinned entries. */
-int blocks_check_pinned(struct conn *c, size_t idx, const uint32_t *ids, uint32_t n)
+/* A load's blocks must lie in pinned entries, and those entries are held
+ * (pinned once more, by this process) until its copy has completed: a
+ * check alone, at submit, would let the host's pin be released (by any
+ * process holding its token, or by a pin timeout) and the entry be evicted
+ * and its blocks rewritten while the copy reads them. */
+int blocks_hold_loads(struct conn *c, struct transfer *t, size_t idx, const uint32_t *ids,
+                      uint32_t n)
 {
-  uint32_t bad = 0;
-  int rc = dir_blocks_held(&c->dir, ids, n, true, &bad);
+  if (transfer_reserve_holds(t, n) != 0)
+    return log_fail(&c->log, ECC_ERR_NOMEM, "load: entry %zu: out of memory for %" PRIu32 " holds",
+                    idx, n);
+  uint32_t bad = 0, got = 0;
+  char why[256] = "";
+  int rc = dir_hold_blocks(&c->dir, ids, n, t->holds + t->n_holds, &got, &bad, why, sizeof(why));
+  t->n_holds += got;
   if (rc == ECC_OK)
     return ECC_OK;
-  if (rc != ECC_ERR_RANGE)
-    return log_fail(&c->log, directory_code(rc), "load: entry %zu: the directory could not be read",
-                    idx);
-  return log_fail(&c->log, ECC_ERR_RANGE,
-                  "load: entry %zu: block %" PRIu32 " is not in a pinned entry; on a region with a "
-                  "directory only those blocks may be named",
-                  idx, bad);
+  if (rc == ECC_ERR_RANGE)
+    return log_fail(&c->log, ECC_ERR_RANGE,
+                    "load: entry %zu: block %" PRIu32 " is not in a pinned entry; on a region "
+                    "with a directory only those blocks may be named",
+                    idx, bad);
+  if (rc == ECC_ERR_BUSY)
+    return log_fail(&c->log, ECC_ERR_BUSY,
+                    "load: entry %zu: the entries it reads cannot be held until its copy ends: "
+                    "%s (poll or unpin first, or raise directory.max_pins)",
+                    idx, why);
+  return log_fail(&c->log, directory_code(rc),
+                  "load: entry %zu: the directory could not be read: %s", idx, why);
 }
 
 /* A save's blocks are checked and held where its copy is made: a check

@@ -110,9 +110,13 @@ static inline int directory_need_region(struct conn *c)
 
 /* ---- block_claims.c: the directory's side of the block-id calls ---- */
 
-/* A load by block ids: ECC_OK when every block of entry idx lies in a
- * pinned entry, else ECC_ERR_RANGE naming the first that does not. */
-int blocks_check_pinned(struct conn *c, size_t idx, const uint32_t *ids, uint32_t n);
+/* A load by block ids: every block of entry idx must lie in a pinned entry
+ * (else ECC_ERR_RANGE naming the first that does not), and each entry they
+ * lie in is held for t's copy (pins appended to t->holds, released once
+ * the copy has completed); ECC_ERR_BUSY, holding nothing more, if the pin
+ * table has no room for them (step_lock held). */
+int blocks_hold_loads(struct conn *c, struct transfer *t, size_t idx, const uint32_t *ids,
+                      uint32_t n);
 /* Saves by block ids (n entries, `blocks` ids in all): every block must lie
  * in a live reservation of this process, and each reservation they lie in
  * is claimed for t's copy (appended to t->claims) unless t holds it

@@ -29,6 +29,22 @@ static bool dir_reachable(struct conn *c, struct poll_pass *p)
   return !c->inflight.dir_gone;
 }
 
+/* Its copy is over: the entries its loads by block id read may be evicted
+ * again. One whose hold was dropped meanwhile (a pin timeout) may have been
+ * rewritten under the copy: the load fails (before it is counted). */
+static void release_holds(struct conn *c, struct transfer *t, struct poll_pass *p)
+{
+  if (t->n_holds == 0 || !dir_reachable(c, p))
+    return;
+  if (settle_release_holds(&c->dir, t) == ECC_OK || t->status != ECC_OK)
+    return;
+  t->status = ECC_ERR_CLOSED;
+  log_msg(&c->log, ECC_LOG_ERROR,
+          "load batch %" PRIu64 ": an entry it read was let go while the copy ran (a pin "
+          "timeout, directory.pin_timeout_ms): its bytes are not trusted",
+          t->batch);
+}
+
 /* Whether the head transfer has finished, asking the engine if needed. */
 static int head_finished(struct conn *c, struct transfer *t, struct poll_pass *p)
 {
@@ -42,6 +58,7 @@ static int head_finished(struct conn *c, struct transfer *t, struct poll_pass *p
   t->status = status;
   t->elapsed_ns = elapsed;
   c->engine.ops->release(&c->engine, &t->view);
+  release_holds(c, t, p);
   inflight_count_finished(c, t);
   /* Its copy is over: the reservations its saves by block id held may be
    * aborted again (and are not published: see block_claims.c). */

@@ -30,6 +30,13 @@ void settle_unclaim(struct dir *d, struct transfer *t, size_t from)
   t->n_claims = from;
 }
 
+int settle_release_holds(struct dir *d, struct transfer *t)
+{
+  int rc = dir_unpin_all(d, t->holds, t->n_holds, NULL, 0);
+  t->n_holds = 0;
+  return rc == ECC_ERR_CLOSED ? rc : ECC_OK;
+}
+
 bool settle_reachable(const struct region *r)
 {
   struct stat st;

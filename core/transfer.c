@@ -37,6 +37,7 @@ static void clear(struct transfer *t)
   t->has_tokens = false;
   t->settles_reservations = false;
   t->n_claims = 0;
+  t->n_holds = 0;
   t->view.held = false;
   t->view.hold = NULL;
   t->finished = 0;
@@ -77,5 +78,6 @@ void transfer_free(struct transfer *t)
   free(t->keys);
   free(t->tokens);
   free(t->claims);
+  free(t->holds);
   free(t);
 }

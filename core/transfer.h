@@ -46,6 +46,12 @@ struct transfer {
                               * back, unpublished, once the copy has completed */
   size_t n_claims;           /* claims in use */
   size_t cap_claims;         /* claims allocated */
+  struct dir_pin_ref *holds; /* pins its loads by block id took (dir_hold_blocks) on the
+                              * entries they read, so that none is evicted and its
+                              * blocks rewritten under the copy; released once the
+                              * copy has completed */
+  size_t n_holds;            /* holds in use */
+  size_t cap_holds;          /* holds allocated */
   bool finished;             /* query() said so (status below is final) */
   int status;                /* ECC_OK or the failure reported by the engine */
   uint64_t elapsed_ns;       /* duration measured by the engine */
@@ -149,6 +155,22 @@ static inline int transfer_reserve_claims(struct transfer *t, size_t more)
     return -1;
   t->claims = p;
   t->cap_claims = cap;
+  return 0;
+}
+
+/* Room for `more` holds. Returns 0 or -1 (out of memory). */
+static inline int transfer_reserve_holds(struct transfer *t, size_t more)
+{
+  if (t->n_holds + more <= t->cap_holds)
+    return 0;
+  size_t cap = t->cap_holds < 8 ? 8 : t->cap_holds;
+  while (cap < t->n_holds + more)
+    cap *= 2;
+  struct dir_pin_ref *p = realloc(t->holds, cap * sizeof(*p));
+  if (p == NULL)
+    return -1;
+  t->holds = p;
+  t->cap_holds = cap;
   return 0;
 }
 

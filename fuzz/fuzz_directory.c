@@ -1918,8 +1918,9 @@ static void damaged_call(struct input *in)
   struct lookup_call lc;
   struct dir_counters c;
   struct listing l = {.n = 0};
-  uint32_t ids[4], bad, freed;
-  uint8_t which = u8(in) % 12;
+  uint32_t ids[4], bad, freed, n_held;
+  struct dir_pin_ref held[4];
+  uint8_t which = u8(in) % 13;
   why_reset();
   int rc;
   switch (which) {
@@ -1966,11 +1967,18 @@ static void damaged_call(struct input *in)
     rc = dir_get_counters(&d, &c);
     why[0] = '\0';
     break;
+  case 11: /* a load's hold taken and given back, as the connector does */
+    for (int i = 0; i < 4; i++)
+      ids[i] = u16(in) % (m.p.num_blocks + 4);
+    rc = dir_hold_blocks(&d, ids, 4, held, &n_held, &bad, why, why_cap);
+    if (rc == ECC_OK)
+      rc = dir_unpin_all(&d, held, n_held, why, why_cap);
+    break;
   default:
     rc = dir_reclaim(&d, &freed, why, why_cap);
     break;
   }
-  if (which < 8 || which == 11)
+  if (which < 8 || which >= 11)
     why_after("a call on damaged tables", rc);
   TRACE("  call %u on damaged tables: %d", which, rc);
   check_damaged_rc("a call", rc);

@@ -103,7 +103,9 @@ info-pinned @@ host-shim/cli/*.c @@ info.pinned ? "yes" : "no" @@ info.save_rank
 info-max-inflight @@ host-shim/cli/*.c @@ info.max_inflight); @@ info.num_blocks);
 demo-stats-direction @@ host-shim/cli/*.c @@ direction == ECC_DIR_SAVE ? &st.save : &st.load @@ &st.save
 dir-claim-not-exclusive @@ core/directory/directory.c @@ else if (rc == ECC_OK && e->claimed)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY, @@ else if (false)\n    rc = errtext_fail(why, why_cap, ECC_ERR_BUSY,
-dir-blocks-unchecked @@ core/block_claims.c @@ int rc = dir_blocks_held(&c->dir, ids, n, true, &bad); @@ int rc = ECC_OK;
+dir-blocks-unchecked @@ core/block_claims.c @@ int rc = dir_hold_blocks(&c->dir, ids, n, t->holds + t->n_holds, &got, &bad, why, sizeof(why)); @@ int rc = ECC_OK;
+dir-block-load-holds-nothing @@ core/block_claims.c @@ int rc = dir_hold_blocks(&c->dir, ids, n, t->holds + t->n_holds, &got, &bad, why, sizeof(why)); @@ int rc = dir_blocks_held(&c->dir, ids, n, true, &bad);
+dir-block-load-hold-kept @@ core/poll.c @@ release_holds(c, t, p); @@ (void)p;
 dir-load-keeps-its-pin @@ core/settle.c @@ : dir_unpin(d, token_pin_ref(ref), NULL, 0); @@ : ECC_OK;
 dir-block-save-holds-nothing @@ core/block_claims.c @@ rc = claim_found(c, t, &w, e); @@ rc = t != NULL ? ECC_OK : claim_found(c, t, &w, e);
 dir-block-save-any-owner @@ core/block_claims.c @@ bool writable = e->state == DIR_STATE_RESERVED && e->owner.pid == w->self.pid &&\n                  e->owner.start_ticks == w->self.start_ticks; @@ bool writable = e->state == DIR_STATE_RESERVED;

@@ -2379,3 +2379,125 @@ int dir_blocks_held(struct dir *d, const uint32_t *ids, uint32_t n, bool pinned,
   dir_unlock(d);
   return rc;
 }
+
+/* ---- holds of loads by block ids ----------------------------------------- */
+
+/* The ready, pinned entry that holds block b, or NO_SLOT (as
+ * dir_blocks_held judges it). */
+static uint32_t pinned_holder(const struct dir_shared *sh, uint32_t b)
+{
+  uint32_t o = b < sh->num_blocks ? block_map(sh)[b] : 0;
+  if (o == 0 || o > sh->max_entries)
+    return NO_SLOT;
+  const struct dir_slot *e = slot_at(sh, o - 1);
+  return slot_state(e) == DIR_STATE_READY && e->pins > 0 ? o - 1 : NO_SLOT;
+}
+
+/* The distinct entries holding the n blocks, each once, in found[].slot
+ * (entry slots); their count, or UINT32_MAX with *bad set if a block is not
+ * held. Consecutive blocks of one entry cost one comparison; an entry met
+ * again after another is found by a scan of those already met. */
+static uint32_t holders_of(const struct dir_shared *sh, const uint32_t *ids, uint32_t n,
+                           struct dir_pin_ref *found, uint32_t *bad)
+{
+  uint32_t m = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t s = pinned_holder(sh, ids[i]);
+    if (s == NO_SLOT) {
+      *bad = ids[i];
+      return UINT32_MAX;
+    }
+    if (m > 0 && found[m - 1].slot == s)
+      continue;
+    uint32_t k = 0;
+    while (k < m && found[k].slot != s)
+      k++;
+    if (k == m)
+      found[m++].slot = s;
+  }
+  return m;
+}
+
+/* The holders found, room for their pins made (stale pins dropped if
+ * needed, then looked for again: a dropped pin may have been the one that
+ * made a block's entry pinned) and each checked whole. */
+static int holders_pinnable(struct dir *d, const uint32_t *ids, uint32_t n,
+                            struct dir_pin_ref *found, uint32_t *m, uint32_t *bad, char *why,
+                            size_t cap)
+{
+  struct dir_shared *sh = d->sh;
+  *m = holders_of(sh, ids, n, found, bad);
+  if (*m != UINT32_MAX && sh->pins_live + *m > sh->max_pins) {
+    reclaim_all(d, ecc_now_ns(), true);
+    *m = holders_of(sh, ids, n, found, bad);
+  }
+  if (*m == UINT32_MAX)
+    return errtext_fail(why, cap, ECC_ERR_RANGE, "directory: block %u is not in a pinned entry",
+                        *bad);
+  if (sh->pins_live + *m > sh->max_pins)
+    return errtext_fail(why, cap, ECC_ERR_BUSY,
+                        "directory: %u pins needed to hold the load's entries, %llu of %u free", *m,
+                        (unsigned long long)(sh->max_pins - sh->pins_live), sh->max_pins);
+  for (uint32_t k = 0; k < *m; k++)
+    if (!runs_valid(sh, slot_at(sh, found[k].slot)))
+      return slot_damaged(sh, found[k].slot, why, cap);
+  return ECC_OK;
+}
+
+int dir_hold_blocks(struct dir *d, const uint32_t *ids, uint32_t n, struct dir_pin_ref *pins,
+                    uint32_t *n_pins, uint32_t *bad, char *why, size_t why_cap)
+{
+  if (n_pins != NULL)
+    *n_pins = 0;
+  if (ids == NULL || pins == NULL || n_pins == NULL || bad == NULL || n == 0)
+    return errtext_fail(why, why_cap, ECC_ERR_INVALID, "directory: hold of %u blocks: %s", n,
+                        n == 0 ? "no blocks" : "NULL array");
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  /* pins[k].slot holds the k-th entry's slot until its pin replaces it. */
+  uint32_t m = 0;
+  rc = holders_pinnable(d, ids, n, pins, &m, bad, why, why_cap);
+  uint64_t now = ecc_now_ns();
+  uint32_t taken = 0;
+  for (; rc == ECC_OK && taken < m; taken++) {
+    struct dir_pin_ref ref;
+    if (!pin_take(d, pins[taken].slot, 1, now, &ref))
+      break;
+    pins[taken] = ref;
+  }
+  if (rc == ECC_OK && taken < m) { /* pins_live promised room: overwritten */
+    for (uint32_t k = 0; k < taken; k++)
+      pin_free(d->sh, pins[k].slot);
+    d->sh->pins -= taken;
+    rc = errtext_fail(why, why_cap, ECC_ERR_REGION,
+                      "directory: %llu of its %u pin slots are counted live, yet none is free: "
+                      "the region's memory was overwritten; make the region again",
+                      (unsigned long long)d->sh->pins_live, d->sh->max_pins);
+  }
+  dir_unlock(d);
+  if (rc == ECC_OK)
+    *n_pins = m;
+  return rc;
+}
+
+int dir_unpin_all(struct dir *d, const struct dir_pin_ref *pins, size_t n, char *why,
+                  size_t why_cap)
+{
+  if (n == 0)
+    return ECC_OK;
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  for (size_t i = 0; i < n; i++) {
+    struct dir_pin *pin = pin_ref_live(d, pins[i], rc == ECC_OK ? why : NULL, why_cap);
+    if (pin == NULL)
+      rc = ECC_ERR_CLOSED;
+    else if (pin->ranks_left > 1)
+      pin->ranks_left--;
+    else
+      pin_free(d->sh, pins[i].slot);
+  }
+  dir_unlock(d);
+  return rc;
+}

@@ -267,6 +267,26 @@ int dir_pinned(struct dir *d, struct dir_pin_ref pin, struct dir_entry_info *inf
  * table counts as not held), or the lock's error (*bad untouched). */
 int dir_blocks_held(struct dir *d, const uint32_t *ids, uint32_t n, bool pinned, uint32_t *bad);
 
+/* A load by block ids holds what it reads: each of the n blocks must lie
+ * in a ready, pinned entry (as dir_blocks_held with pinned true), and each
+ * distinct entry they lie in gets one pin more, of one rank, owned by this
+ * process, in pins[0 .. *n_pins) (room for n), so that no eviction can take
+ * its blocks until dir_unpin_all gives them back (a death of this process
+ * drops them as any pin; a pin timeout too, which dir_unpin_all reports).
+ * All or nothing, under one lock: ECC_ERR_RANGE with the first block not so
+ * held in *bad; ECC_ERR_BUSY if the free pin slots are too few even after
+ * dropping stale pins; ECC_ERR_INVALID for NULL arrays or n 0. *n_pins is 0
+ * on any error. */
+int dir_hold_blocks(struct dir *d, const uint32_t *ids, uint32_t n, struct dir_pin_ref *pins,
+                    uint32_t *n_pins, uint32_t *bad, char *why, size_t why_cap);
+
+/* One release of each of n pins under one lock (0 is ECC_OK): ECC_OK if each
+ * was live, ECC_ERR_CLOSED if one or more were gone (dropped meanwhile: the
+ * live ones are released all the same), or the lock's error (none
+ * released). */
+int dir_unpin_all(struct dir *d, const struct dir_pin_ref *pins, size_t n, char *why,
+                  size_t why_cap);
+
 /* Removes a ready entry by key: ECC_ERR_BUSY if pinned or being written,
  * ECC_ERR_RANGE if absent. */
 int dir_remove(struct dir *d, const char *key, char *why, size_t why_cap);

@@ -1674,3 +1674,50 @@ Test(directory, threads_share_one_directory)
   cr_expect_eq(c.reservations + c.dedup_hits, reserve_ok);
   cr_expect_eq(c.pins_live, 0);
 }
+
+/* A load's hold: one pin per distinct entry its blocks lie in (an entry
+ * named again after another is not pinned twice), all or nothing: a block
+ * outside a pinned entry is RANGE naming it, too few pin slots BUSY, and
+ * neither takes a pin; the hold keeps the entry from removal once the
+ * host's pin is gone, and dir_unpin_all reports a pin dropped meanwhile. */
+Test(directory, hold_blocks_pins_each_entry_once_all_or_nothing)
+{
+  struct fx f;
+  fx_open(&f, 16, 64, 0, 4, 0);
+  struct dir_entry_info a = put(&f.d, "a", 2 * 64), b = put(&f.d, "b", 64);
+  struct dir_entry_info r = reserve_new(&f.d, "r", 64);
+  struct dir_pin_ref pa = pin_key(&f.d, "a", 1, NULL), pb = pin_key(&f.d, "b", 1, NULL);
+  uint32_t ids[4] = {a.runs[0].first, b.runs[0].first, a.runs[0].first + 1, a.runs[0].first};
+  struct dir_pin_ref held[4];
+  uint32_t n = 99, bad = 0;
+  cr_assert_eq(dir_hold_blocks(&f.d, ids, 4, held, &n, &bad, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_assert_eq(n, 2, "entries a and b held by %u pins", n);
+  cr_expect_eq(counters(&f.d).pins_live, 4);
+  check(&f.d);
+  /* Full: a third hold of a needs a fifth slot. */
+  struct dir_counters before = counters(&f.d);
+  cr_expect_eq(dir_hold_blocks(&f.d, ids, 1, held + 2, &n, &bad, why, sizeof(why)), ECC_ERR_BUSY);
+  cr_expect(strstr(why, "1 pins needed") != NULL, "why: %s", why);
+  cr_expect_eq(n, 0);
+  struct dir_counters after = counters(&f.d);
+  cr_expect(memcmp(&before, &after, sizeof(before)) == 0, "a refused hold changed counters");
+  /* The host's pins go: the holds keep both entries. */
+  cr_assert_eq(dir_unpin(&f.d, pa, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_assert_eq(dir_unpin(&f.d, pb, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_expect_eq(dir_remove(&f.d, "a", why, sizeof(why)), ECC_ERR_BUSY, "a held entry was removed");
+  /* A reservation's block is not held: RANGE naming it, no pin taken. */
+  uint32_t mixed[2] = {b.runs[0].first, r.runs[0].first};
+  cr_expect_eq(dir_hold_blocks(&f.d, mixed, 2, held + 2, &n, &bad, why, sizeof(why)),
+               ECC_ERR_RANGE);
+  cr_expect_eq(bad, r.runs[0].first);
+  cr_expect_eq(counters(&f.d).pins_live, 2);
+  cr_expect_eq(dir_hold_blocks(&f.d, mixed, 0, held + 2, &n, &bad, why, sizeof(why)),
+               ECC_ERR_INVALID);
+  /* Released: the entries may go; a second release reports the pins gone. */
+  cr_assert_eq(dir_unpin_all(&f.d, held, 2, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_expect_eq(counters(&f.d).pins_live, 0);
+  cr_expect_eq(dir_unpin_all(&f.d, held, 2, why, sizeof(why)), ECC_ERR_CLOSED);
+  cr_expect_eq(dir_unpin_all(&f.d, held, 0, why, sizeof(why)), ECC_OK);
+  cr_expect_eq(dir_remove(&f.d, "a", why, sizeof(why)), ECC_OK, "%s", why);
+  check(&f.d);
+}
