@@ -125,7 +125,6 @@ ucx-layout-unchecked @@ plugins/ucx/server.c @@ if (h->layout_hash != s->layout_
 ucx-no-watchdog @@ plugins/ucx/client.c @@   watch_pulls(user); @@   (void)user;
 ucx-gone-client-keeps-pins @@ plugins/ucx/server.c @@     drop_session(s, ss); @@     (void)ss;
 ucx-kept-copy-not-written @@ plugins/ucx/client.c @@     memcpy(local + done, data + done, n); @@     (void)local;
-ucx-ipv6-prefers-nothing @@ plugins/ucx/net.c @@ st = ucp_config_modify(cfg, "AF_PRIO", "inet6"); @@ st = UCS_OK;
 ucx-groups-ignored @@ plugins/ucx/server.c @@ return b->peer != NULL && b->welcomed && a->group_id != 0 && b->group_id == a->group_id; @@ return false && a && b;
 ucx-pins-dropped-not-handed-over @@ plugins/ucx/server.c @@ (void)hand_over(s, ss); @@ (void)s;
 ucx-wrong-secret-admitted @@ plugins/ucx/gate.c @@ if (key != NULL && !mac_equal(want, pr.mac)) { @@ if (false) {
