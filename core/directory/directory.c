@@ -2358,20 +2358,27 @@ int dir_pinned(struct dir *d, struct dir_pin_ref pin, struct dir_entry_info *inf
   return rc;
 }
 
+/* The slot of the entry that holds block b, or NO_SLOT: a ready, pinned
+ * one (pinned) or a reservation. Only blocks of the region are named back,
+ * whatever the map holds: a value past the table is no holder. */
+static uint32_t block_holder(const struct dir_shared *sh, uint32_t b, bool pinned)
+{
+  uint32_t o = b < sh->num_blocks ? block_map(sh)[b] : 0;
+  if (o == 0 || o > sh->max_entries)
+    return NO_SLOT;
+  const struct dir_slot *e = slot_at(sh, o - 1);
+  bool ok = pinned ? slot_state(e) == DIR_STATE_READY && e->pins > 0
+                   : slot_state(e) == DIR_STATE_RESERVED;
+  return ok ? o - 1 : NO_SLOT;
+}
+
 int dir_blocks_held(struct dir *d, const uint32_t *ids, uint32_t n, bool pinned, uint32_t *bad)
 {
   int rc = dir_lock(d, NULL, 0);
   if (rc != ECC_OK)
     return rc;
-  struct dir_shared *sh = d->sh;
   for (uint32_t i = 0; i < n && rc == ECC_OK; i++) {
-    /* Only blocks of the region are named back, whatever the map holds: a
-     * value past the table is no holder. */
-    uint32_t o = ids[i] < sh->num_blocks ? block_map(sh)[ids[i]] : 0;
-    const struct dir_slot *e = o != 0 && o <= sh->max_entries ? slot_at(sh, o - 1) : NULL;
-    bool ok = e != NULL && (pinned ? slot_state(e) == DIR_STATE_READY && e->pins > 0
-                                   : slot_state(e) == DIR_STATE_RESERVED);
-    if (!ok) {
+    if (block_holder(d->sh, ids[i], pinned) == NO_SLOT) {
       *bad = ids[i];
       rc = ECC_ERR_RANGE;
     }
@@ -2382,17 +2389,6 @@ int dir_blocks_held(struct dir *d, const uint32_t *ids, uint32_t n, bool pinned,
 
 /* ---- holds of loads by block ids ----------------------------------------- */
 
-/* The ready, pinned entry that holds block b, or NO_SLOT (as
- * dir_blocks_held judges it). */
-static uint32_t pinned_holder(const struct dir_shared *sh, uint32_t b)
-{
-  uint32_t o = b < sh->num_blocks ? block_map(sh)[b] : 0;
-  if (o == 0 || o > sh->max_entries)
-    return NO_SLOT;
-  const struct dir_slot *e = slot_at(sh, o - 1);
-  return slot_state(e) == DIR_STATE_READY && e->pins > 0 ? o - 1 : NO_SLOT;
-}
-
 /* The distinct entries holding the n blocks, each once, in found[].slot
  * (entry slots); their count, or UINT32_MAX with *bad set if a block is not
  * held. Consecutive blocks of one entry cost one comparison; an entry met
@@ -2402,7 +2398,7 @@ static uint32_t holders_of(const struct dir_shared *sh, const uint32_t *ids, uin
 {
   uint32_t m = 0;
   for (uint32_t i = 0; i < n; i++) {
-    uint32_t s = pinned_holder(sh, ids[i]);
+    uint32_t s = block_holder(sh, ids[i], true);
     if (s == NO_SLOT) {
       *bad = ids[i];
       return UINT32_MAX;

@@ -621,21 +621,6 @@ static long rss_kib(void)
   return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
-static uint32_t pins_on(ecc_connector_t *c, const char *key)
-{
-  ecc_listed_t l[64];
-  uint64_t cursor = 0;
-  size_t n = 0;
-  uint32_t pins = UINT32_MAX;
-  do {
-    cr_assert_eq(ecc_list(c, &cursor, l, 64, &n), ECC_OK);
-    for (size_t i = 0; i < n; i++)
-      if (strcmp(l[i].key, key) == 0)
-        pins = l[i].pins;
-  } while (n > 0 && cursor != 0);
-  return pins;
-}
-
 Test(ucx_attack, a_client_flooding_pulls_and_pins_is_bounded_and_freed_when_it_goes)
 {
   uint16_t port = th_free_port();
@@ -672,9 +657,9 @@ Test(ucx_attack, a_client_flooding_pulls_and_pins_is_bounded_and_freed_when_it_g
   cr_expect_lt(grown, 64 * 1024, "grew by %ld KiB", grown);
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
-  for (int t = 0; t < 200 && pins_on(srv, "kept") != 0; t++)
+  for (int t = 0; t < 200 && th_pins_on(srv, "kept") != 0; t++)
     usleep(10000);
-  cr_expect_eq(pins_on(srv, "kept"), 0u, "the flooder's pins outlived it");
+  cr_expect_eq(th_pins_on(srv, "kept"), 0u, "the flooder's pins outlived it");
   cr_expect_eq(fetch(cli, "kept", 200 * 1024), ECC_OK);
   cr_assert_eq(ecc_close(cli), ECC_OK);
   cr_assert_eq(ecc_close(srv), ECC_OK);
@@ -706,7 +691,7 @@ Test(ucx_attack, ranks_past_the_bound_are_refused_and_the_bound_costs_one_call)
   static struct raw r;
   cr_assert_eq(raw_open(&r, port), 0);
   cr_expect_eq(raw_lookup(&r, "r-0", UINT32_MAX), ECC_ERR_INVALID);
-  cr_expect_eq(pins_on(srv, "r-0"), 0u);
+  cr_expect_eq(th_pins_on(srv, "r-0"), 0u);
   net_destroy(r.net);
   log_destroy(&r.log);
   /* Through the API: refused before anything is sent. */
@@ -714,7 +699,7 @@ Test(ucx_attack, ranks_past_the_bound_are_refused_and_the_bound_costs_one_call)
   const char *one[] = {"r-0"};
   ecc_entry_t e;
   cr_expect_eq(ecc_lookup(cli, one, 1, (uint32_t)ECC_RANKS_MAX + 1, &e), ECC_ERR_INVALID);
-  cr_expect_eq(pins_on(srv, "r-0"), 0u);
+  cr_expect_eq(th_pins_on(srv, "r-0"), 0u);
   /* The bound on every entry, then the client goes: the next client's
    * handshake is not held up by the releases. */
   static char names[64][32];
@@ -725,15 +710,15 @@ Test(ucx_attack, ranks_past_the_bound_are_refused_and_the_bound_costs_one_call)
     keys[i] = names[i];
   }
   cr_assert_eq(ecc_lookup(cli, keys, 64, ECC_RANKS_MAX, out), ECC_OK);
-  cr_expect_eq(pins_on(srv, "r-63"), 1u);
+  cr_expect_eq(th_pins_on(srv, "r-63"), 1u);
   cr_assert_eq(ecc_close(cli), ECC_OK);
   uint64_t t0 = th_now_ns();
   cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   double ms = (double)(th_now_ns() - t0) / 1e6;
   cr_expect_lt(ms, 1000.0, "the next handshake took %.0f ms", ms);
-  for (int t = 0; t < 200 && pins_on(srv, "r-63") != 0; t++)
+  for (int t = 0; t < 200 && th_pins_on(srv, "r-63") != 0; t++)
     usleep(5000);
-  cr_expect_eq(pins_on(srv, "r-63"), 0u, "the gone client's pins stayed");
+  cr_expect_eq(th_pins_on(srv, "r-63"), 0u, "the gone client's pins stayed");
   cr_assert_eq(ecc_close(cli), ECC_OK);
   cr_assert_eq(ecc_close(srv), ECC_OK);
   /* Refused by the server itself, naming the client, before its directory

@@ -65,21 +65,6 @@ static int consume(ecc_connector_t *cli, const char *key, uint64_t nbytes, int *
   return 1;
 }
 
-static uint32_t pins_on(ecc_connector_t *c, const char *key)
-{
-  ecc_listed_t l[64];
-  uint64_t cursor = 0;
-  size_t n = 0;
-  uint32_t pins = UINT32_MAX;
-  do {
-    cr_assert_eq(ecc_list(c, &cursor, l, 64, &n), ECC_OK);
-    for (size_t i = 0; i < n; i++)
-      if (strcmp(l[i].key, key) == 0)
-        pins = l[i].pins;
-  } while (n > 0 && cursor != 0);
-  return pins;
-}
-
 Test(ucx_plugin, entries_of_every_size_cross_and_their_pins_are_released)
 {
   uint16_t port = th_free_port();
@@ -97,10 +82,10 @@ Test(ucx_plugin, entries_of_every_size_cross_and_their_pins_are_released)
     cr_assert_eq(consume(cli, key, sizes[i], &status), 1, "%s not found", key);
     cr_expect_eq(status, ECC_OK, "%s: load status %d", key, status);
     /* The release follows the load's completion: give it a moment. */
-    for (int t = 0; t < 200 && pins_on(srv, key) != 0; t++)
+    for (int t = 0; t < 200 && th_pins_on(srv, key) != 0; t++)
       usleep(5000);
-    cr_expect_eq(pins_on(srv, key), 0u, "%s: the server still holds a pin", key);
-    cr_expect_eq(pins_on(cli, key), 0u, "%s: the client's copy is pinned", key);
+    cr_expect_eq(th_pins_on(srv, key), 0u, "%s: the server still holds a pin", key);
+    cr_expect_eq(th_pins_on(cli, key), 0u, "%s: the client's copy is pinned", key);
   }
   /* An absent key is reported absent, and pins nothing. */
   int status;
@@ -126,20 +111,20 @@ Test(ucx_plugin, an_unpinned_lookup_releases_the_server_pin)
   ecc_entry_t e;
   cr_assert_eq(ecc_lookup(cli, keys, 1, 2, &e), ECC_OK);
   cr_assert_eq(e.state, ECC_ENTRY_READY);
-  cr_expect_eq(pins_on(srv, "k"), 1u);
+  cr_expect_eq(th_pins_on(srv, "k"), 1u);
   cr_expect_eq(ecc_unpin(cli, e.token), ECC_OK);
   cr_expect_eq(ecc_unpin(cli, e.token), ECC_OK, "two ranks, two releases");
   cr_expect_eq(ecc_unpin(cli, e.token), ECC_ERR_CLOSED, "a third release");
-  for (int t = 0; t < 200 && pins_on(srv, "k") != 0; t++)
+  for (int t = 0; t < 200 && th_pins_on(srv, "k") != 0; t++)
     usleep(5000);
-  cr_expect_eq(pins_on(srv, "k"), 0u);
+  cr_expect_eq(th_pins_on(srv, "k"), 0u);
   /* A client that goes away with pins held: the server drops them. */
   cr_assert_eq(ecc_lookup(cli, keys, 1, 3, &e), ECC_OK);
-  cr_expect_eq(pins_on(srv, "k"), 1u);
+  cr_expect_eq(th_pins_on(srv, "k"), 1u);
   cr_assert_eq(ecc_close(cli), ECC_OK);
-  for (int t = 0; t < 200 && pins_on(srv, "k") != 0; t++)
+  for (int t = 0; t < 200 && th_pins_on(srv, "k") != 0; t++)
     usleep(5000);
-  cr_expect_eq(pins_on(srv, "k"), 0u, "the closed client's pin is still held");
+  cr_expect_eq(th_pins_on(srv, "k"), 0u, "the closed client's pin is still held");
   cr_assert_eq(ecc_close(srv), ECC_OK);
 }
 
@@ -344,7 +329,7 @@ Test(ucx_plugin, hostile_messages_are_refused_and_the_server_serves_on)
   const char *held_keys[] = {"kept"};
   ecc_entry_t held;
   cr_assert_eq(ecc_lookup(holder, held_keys, 1, 1, &held), ECC_OK);
-  cr_assert_eq(pins_on(srv, "kept"), 1u);
+  cr_assert_eq(th_pins_on(srv, "kept"), 1u);
   static struct raw r;
   log_init(&r.log, NULL);
   static uint8_t region[1 << 16];
@@ -386,16 +371,16 @@ Test(ucx_plugin, hostile_messages_are_refused_and_the_server_serves_on)
   n = wire_encode_lookup(buf, sizeof(buf), 5, 6, 1, keys, 1);
   cr_assert_eq(net_send(r.net, p, buf, n - 3), ECC_OK);
   cr_expect(raw_wait(&r.refusals, 3), "a cut lookup was not refused");
-  cr_expect_eq(pins_on(srv, "kept"), 1u, "a client released a pin another holds");
+  cr_expect_eq(th_pins_on(srv, "kept"), 1u, "a client released a pin another holds");
   cr_assert_eq(ecc_close(holder), ECC_OK);
   /* The server still serves a proper client, and nothing of it was pinned. */
   ecc_connector_t *cli = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   int status = -1;
   cr_expect_eq(consume(cli, "kept", 3 * BS, &status), 1);
   cr_expect_eq(status, ECC_OK);
-  for (int t = 0; t < 200 && pins_on(srv, "kept") != 0; t++)
+  for (int t = 0; t < 200 && th_pins_on(srv, "kept") != 0; t++)
     usleep(5000);
-  cr_expect_eq(pins_on(srv, "kept"), 0u);
+  cr_expect_eq(th_pins_on(srv, "kept"), 0u);
   net_destroy(r.net);
   log_destroy(&r.log);
   cr_assert_eq(ecc_close(cli), ECC_OK);
@@ -436,12 +421,12 @@ Test(ucx_plugin, a_client_killed_holding_pins_loses_them)
   close(ready[1]);
   char c;
   cr_assert_eq(read(ready[0], &c, 1), 1, "the client did not start");
-  cr_expect_eq(pins_on(srv, "k"), 1u);
+  cr_expect_eq(th_pins_on(srv, "k"), 1u);
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
-  for (int t = 0; t < 400 && pins_on(srv, "k") != 0; t++)
+  for (int t = 0; t < 400 && th_pins_on(srv, "k") != 0; t++)
     usleep(5000);
-  cr_expect_eq(pins_on(srv, "k"), 0u, "the killed client's pin is still held");
+  cr_expect_eq(th_pins_on(srv, "k"), 0u, "the killed client's pin is still held");
   cr_assert_eq(ecc_close(srv), ECC_OK);
 }
 
@@ -471,10 +456,10 @@ Test(ucx_plugin, a_lookup_of_more_keys_than_one_message_holds)
       cr_expect_eq(ecc_unpin(cli, out[i].token), ECC_OK);
     }
   }
-  for (int t = 0; t < 200 && pins_on(srv, names[N - 2]) != 0; t++)
+  for (int t = 0; t < 200 && th_pins_on(srv, names[N - 2]) != 0; t++)
     usleep(5000);
-  cr_expect_eq(pins_on(srv, names[0]), 0u);
-  cr_expect_eq(pins_on(srv, names[N - 2]), 0u, "%s is absent, %s was pinned", names[N - 1],
+  cr_expect_eq(th_pins_on(srv, names[0]), 0u);
+  cr_expect_eq(th_pins_on(srv, names[N - 2]), 0u, "%s is absent, %s was pinned", names[N - 1],
                names[N - 2]);
   cr_assert_eq(ecc_close(cli), ECC_OK);
   cr_assert_eq(ecc_close(srv), ECC_OK);
@@ -501,7 +486,7 @@ Test(ucx_plugin, without_the_cache_entries_land_in_the_destination)
       int status = -1;
       cr_assert_eq(consume(cli, key, sizes[i], &status), 1, "%s", key);
       cr_expect_eq(status, ECC_OK, "%s", key);
-      cr_expect_eq(pins_on(cli, key), UINT32_MAX, "%s was kept in the client's directory", key);
+      cr_expect_eq(th_pins_on(cli, key), UINT32_MAX, "%s was kept in the client's directory", key);
       bytes += sizes[i];
     }
   ecc_stats_t st = th_stats(cli);
@@ -640,14 +625,14 @@ Test(ucx_plugin, a_token_looked_up_in_one_process_is_loaded_by_the_others_of_its
   ecc_entry_t e;
   cr_assert_eq(ecc_lookup(sched, keys, 1, 2, &e), ECC_OK);
   cr_assert_eq(e.state, ECC_ENTRY_READY);
-  cr_assert_eq(pins_on(srv, "shared"), 1u, "one pin, of two ranks");
+  cr_assert_eq(th_pins_on(srv, "shared"), 1u, "one pin, of two ranks");
 
   ecc_connector_t *other = th_open_ok(th_ucx_ini("client", th_region_name(), BS, port, NULL));
   uint8_t *dst = malloc(SHARED_BYTES);
   ecc_load_pinned_t lp = {1, e.token, (uint64_t)(uintptr_t)dst, SHARED_BYTES};
   cr_expect_eq(ecc_load_pinned(other, &lp, 1, NULL), ECC_ERR_CLOSED, "another group's token");
   cr_expect_eq(ecc_unpin(other, e.token), ECC_ERR_CLOSED, "another group's token");
-  cr_expect_eq(pins_on(srv, "shared"), 1u, "another group's calls changed the pins");
+  cr_expect_eq(th_pins_on(srv, "shared"), 1u, "another group's calls changed the pins");
   cr_assert_eq(ecc_close(other), ECC_OK);
   free(dst);
 
@@ -655,14 +640,14 @@ Test(ucx_plugin, a_token_looked_up_in_one_process_is_loaded_by_the_others_of_its
   cr_assert_eq(ecc_close(sched), ECC_OK);
   /* The server notices the closed link within milliseconds here: give it
    * time enough to have dropped the pin, had it not handed it over. */
-  for (int t = 0; t < 60 && pins_on(srv, "shared") == 1; t++)
+  for (int t = 0; t < 60 && th_pins_on(srv, "shared") == 1; t++)
     usleep(5000);
-  cr_expect_eq(pins_on(srv, "shared"), 1u, "the scheduler's pin went with it");
+  cr_expect_eq(th_pins_on(srv, "shared"), 1u, "the scheduler's pin went with it");
   cr_expect_eq(worker_load(&w1, e.token), ECC_OK, "the first worker's load (a pull)");
   cr_expect_eq(worker_load(&w2, e.token), ECC_OK, "the second worker's (from the host's copy)");
-  for (int t = 0; t < 200 && pins_on(srv, "shared") != 0; t++)
+  for (int t = 0; t < 200 && th_pins_on(srv, "shared") != 0; t++)
     usleep(5000);
-  cr_expect_eq(pins_on(srv, "shared"), 0u, "the ranks were not all released");
+  cr_expect_eq(th_pins_on(srv, "shared"), 0u, "the ranks were not all released");
   /* Both ranks are used: a third load of the token is refused. */
   cr_expect_eq(worker_load(&w1, e.token), ECC_ERR_CLOSED, "a token used up");
   worker_stop(&w1);
@@ -686,11 +671,11 @@ Test(ucx_plugin, a_closed_client_s_pins_are_dropped_by_the_server)
   ecc_entry_t e;
   cr_assert_eq(ecc_lookup(cli, keys, 1, 4, &e), ECC_OK);
   cr_assert_eq(e.state, ECC_ENTRY_READY);
-  cr_assert_eq(pins_on(srv, "left"), 1u);
+  cr_assert_eq(th_pins_on(srv, "left"), 1u);
   cr_assert_eq(ecc_close(cli), ECC_OK);
-  for (int t = 0; t < 200 && pins_on(srv, "left") != 0; t++)
+  for (int t = 0; t < 200 && th_pins_on(srv, "left") != 0; t++)
     usleep(5000);
-  cr_expect_eq(pins_on(srv, "left"), 0u, "the closed client's pin is still held");
+  cr_expect_eq(th_pins_on(srv, "left"), 0u, "the closed client's pin is still held");
   worker_stop(&other);
   cr_assert_eq(ecc_close(srv), ECC_OK);
 }

@@ -53,3 +53,18 @@ void th_produce(ecc_connector_t *srv, const char *key, uint64_t nbytes)
   cr_assert_eq(done.status, ECC_OK);
   free(src);
 }
+
+uint32_t th_pins_on(ecc_connector_t *c, const char *key)
+{
+  ecc_listed_t l[64];
+  uint64_t cursor = 0;
+  size_t n = 0;
+  uint32_t pins = UINT32_MAX;
+  do {
+    cr_assert_eq(ecc_list(c, &cursor, l, 64, &n), ECC_OK);
+    for (size_t i = 0; i < n; i++)
+      if (strcmp(l[i].key, key) == 0)
+        pins = l[i].pins;
+  } while (n > 0 && cursor != 0);
+  return pins;
+}

@@ -28,4 +28,7 @@ uint8_t th_pattern(const char *key, uint64_t i);
  * memory, wait for the save's completion (the test fails otherwise). */
 void th_produce(ecc_connector_t *srv, const char *key, uint64_t nbytes);
 
+/* The pins ecc_list reports on key, UINT32_MAX when it is not listed. */
+uint32_t th_pins_on(ecc_connector_t *c, const char *key);
+
 #endif /* ECC_TESTS_UCX_HELPERS_H */
