@@ -68,7 +68,8 @@ typedef enum ecc_log_level {
   X(ECC_CAP_HOST_ENGINE, 2, "host-engine") \
   X(ECC_CAP_CUDA_ENGINE, 3, "cuda-engine") \
   X(ECC_CAP_STATS, 4, "stats")             \
-  X(ECC_CAP_DIRECTORY, 5, "directory")
+  X(ECC_CAP_DIRECTORY, 5, "directory")     \
+  X(ECC_CAP_CACHE, 6, "cache")
 
 enum ecc_cap {
 #define ECC_CAP_ENUM(name, bit, text) name = 1u << (bit),
@@ -82,7 +83,10 @@ enum ecc_cap {
  * ECC_CAP_STATS:       the stats function is implemented
  * ECC_CAP_DIRECTORY:   implements the directory functions of ABI 1.1 (reserve,
  *                      lookup, ...); a handle answers them only when its region
- *                      has a directory */
+ *                      has a directory
+ * ECC_CAP_CACHE:       implements the cache functions of ABI 1.2 (reserve_ex,
+ *                      peek, wait_ready, lookup_ex, load_typed, list_ex,
+ *                      events) on the same terms */
 
 /* Which direction a completion belongs to: X(name, value, text). */
 #define ECC_DIR_MAP(X)       \
@@ -114,6 +118,50 @@ enum ecc_entry_state {
  *                     list: a reservation being written
  * ECC_ENTRY_WRITING:  reserve: another reservation of the key is being written
  * ECC_ENTRY_READY:    written and published: lookups find it */
+
+/* Element types of a typed entry (ABI 1.2): X(name, value, text, bytes per
+ * element). The text is the name eccctl, the INI and the Python client use
+ * (as numpy and PyTorch spell them). ECC_DTYPE_NONE marks an untyped entry. */
+#define ECC_DTYPE_MAP(X)                           \
+  X(ECC_DTYPE_NONE, 0, "none", 0)                  \
+  X(ECC_DTYPE_FLOAT32, 1, "float32", 4)            \
+  X(ECC_DTYPE_FLOAT16, 2, "float16", 2)            \
+  X(ECC_DTYPE_BFLOAT16, 3, "bfloat16", 2)          \
+  X(ECC_DTYPE_FLOAT64, 4, "float64", 8)            \
+  X(ECC_DTYPE_INT8, 5, "int8", 1)                  \
+  X(ECC_DTYPE_UINT8, 6, "uint8", 1)                \
+  X(ECC_DTYPE_INT16, 7, "int16", 2)                \
+  X(ECC_DTYPE_INT32, 8, "int32", 4)                \
+  X(ECC_DTYPE_INT64, 9, "int64", 8)                \
+  X(ECC_DTYPE_FLOAT8_E4M3, 10, "float8_e4m3fn", 1) \
+  X(ECC_DTYPE_FLOAT8_E5M2, 11, "float8_e5m2", 1)
+
+enum ecc_dtype {
+#define ECC_DTYPE_ENUM(name, value, text, bytes) name = value,
+  ECC_DTYPE_MAP(ECC_DTYPE_ENUM)
+#undef ECC_DTYPE_ENUM
+};
+
+/* Most dimensions a typed entry records. */
+#define ECC_TENSOR_MAX_DIMS 4
+
+/* What a residency event reports (ABI 1.2): X(name, value, text). */
+#define ECC_EVENT_MAP(X)             \
+  X(ECC_EVENT_STORED, 1, "stored")   \
+  X(ECC_EVENT_EVICTED, 2, "evicted") \
+  X(ECC_EVENT_REMOVED, 3, "removed") \
+  X(ECC_EVENT_RECLAIMED, 4, "reclaimed")
+
+enum ecc_event_kind {
+#define ECC_EVENT_ENUM(name, value, text) name = value,
+  ECC_EVENT_MAP(ECC_EVENT_ENUM)
+#undef ECC_EVENT_ENUM
+};
+/* ECC_EVENT_STORED:    an entry was published: lookups find it from now on
+ * ECC_EVENT_EVICTED:   a ready entry was evicted to make room
+ * ECC_EVENT_REMOVED:   a ready entry was removed by key
+ * ECC_EVENT_RECLAIMED: a dead or timed-out writer's reservation was freed
+ *                      (its key is absent: another process may reserve it) */
 
 /* Longest key (content hash string) in bytes, without the terminating NUL. */
 #define ECC_KEY_MAX 127

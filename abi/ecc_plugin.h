@@ -31,5 +31,12 @@ typedef ecc_save_reserved_v1_t ecc_save_reserved_t;
 typedef ecc_load_pinned_v1_t ecc_load_pinned_t;
 typedef ecc_listed_v1_t ecc_listed_t;
 typedef ecc_directory_stats_v1_t ecc_directory_stats_t;
+typedef ecc_cache_stats_v1_t ecc_cache_stats_t;
+typedef ecc_tensor_v1_t ecc_tensor_t;
+typedef ecc_entry_meta_v1_t ecc_entry_meta_t;
+typedef ecc_reserve_args_v1_t ecc_reserve_args_t;
+typedef ecc_peek_v1_t ecc_peek_t;
+typedef ecc_load_typed_v1_t ecc_load_typed_t;
+typedef ecc_event_v1_t ecc_event_t;
 
 #endif /* ECC_PLUGIN_H */

@@ -109,8 +109,10 @@ extern "C" {
 #endif
 
 #define ECC_ABI_V1_MAJOR 1
-/* 1: the directory (reserve, save_reserved, lookup, load_pinned, ...). */
-#define ECC_ABI_V1_MINOR 1
+/* 1: the directory (reserve, save_reserved, lookup, load_pinned, ...).
+ * 2: the cache (reserve_ex, peek, wait_ready, lookup_ex, load_typed,
+ *    list_ex, events; the stats' cache counters, info's persist and policy). */
+#define ECC_ABI_V1_MINOR 2
 /* Name of the exported table (type ecc_plugin_v1_t). */
 #define ECC_PLUGIN_V1_SYMBOL "ecc_plugin_v1"
 
@@ -333,6 +335,98 @@ typedef struct ecc_listed_v1 {
   uint64_t idle_ns;          /* since it was last reserved or looked up */
 } ecc_listed_v1_t;
 
+/*
+ * The cache (minor 2)
+ * -------------------
+ * Minor 2 adds, on the same directory and under the same rules:
+ *
+ *   single flight:  wait_ready(key) sleeps (in the kernel, never spinning)
+ *                   while another process writes the key, and wakes when the
+ *                   writer publishes it (READY, pinned as lookup pins),
+ *                   aborts it or dies (ABSENT: reserve it now), or when the
+ *                   timeout passes (WRITING: nothing changed). A waiter
+ *                   judges the writer's liveness afresh about every 20 ms,
+ *                   so a writer killed by a signal wakes its waiters within
+ *                   that time.
+ *   peek:           what lookup would find, pinning and counting nothing.
+ *   typed entries:  reserve_ex records a tensor descriptor (dtype, up to 4
+ *                   dimensions) whose bytes are the entry's bytes; lookup_ex,
+ *                   peek, wait_ready and list_ex return it; load_typed
+ *                   refuses a load whose declared type disagrees.
+ *   cost:           reserve_ex records what the entry saves (encoder
+ *                   microseconds); with the policy "cost" the directory keeps
+ *                   entries by cost x reuse / size rather than by recency,
+ *                   and every hit adds its entry's cost to encoder_us_saved.
+ *   events:         a ring in the region records when entries are stored,
+ *                   evicted, removed or reclaimed; any process reads it from
+ *                   a cursor of its own without ever blocking a writer, and
+ *                   learns how many events it lost when it fell behind.
+ *
+ * An untyped entry (made by reserve, or reserve_ex with ECC_DTYPE_NONE) has
+ * dtype ECC_DTYPE_NONE and no dimensions; an entry reserved with cost 0 is
+ * taken by the policy "cost" as costing in proportion to its size.
+ */
+
+/* A tensor descriptor: dtype ECC_DTYPE_* (ecc_common.h) and dims[0 ..
+ * n_dims), outermost first, e.g. float16 {880, 3584} for 880 rows of 3584
+ * values. Untyped: dtype ECC_DTYPE_NONE, n_dims 0, dims all 0. Typed: n_dims
+ * 1..ECC_TENSOR_MAX_DIMS, each of those dims >= 1, the rest 0, and the
+ * product of the dims times the dtype's bytes equal to the entry's bytes. */
+typedef struct ecc_tensor_v1 {
+  uint32_t dtype;                     /* ECC_DTYPE_* */
+  uint32_t n_dims;                    /* 0 (untyped) or 1..ECC_TENSOR_MAX_DIMS */
+  uint64_t dims[ECC_TENSOR_MAX_DIMS]; /* dims[i] for i < n_dims, then 0 */
+} ecc_tensor_v1_t;
+
+/* What minor 2 knows of an entry besides its blocks. */
+typedef struct ecc_entry_meta_v1 {
+  uint64_t cost_us;     /* encoder microseconds it saves, as reserved (0: unknown) */
+  uint64_t hits;        /* lookups and waits that found it ready since it was stored */
+  ecc_tensor_v1_t type; /* as reserved; untyped for an entry made by reserve */
+} ecc_entry_meta_v1_t;
+
+/* Arguments of reserve_ex. Read during the call only. */
+typedef struct ecc_reserve_args_v1 {
+  uint32_t struct_size; /* sizeof(ecc_reserve_args_v1_t) as the caller compiled it */
+  uint32_t reserved;    /* zero */
+  const char *key;      /* 1..ECC_KEY_MAX bytes */
+  uint64_t nbytes;      /* > 0 */
+  uint64_t cost_us;     /* encoder microseconds a hit on it saves; 0: unknown */
+  ecc_tensor_v1_t type; /* the entry's type, or untyped (all 0) */
+} ecc_reserve_args_v1_t;
+
+/* One key as peek reports it. */
+typedef struct ecc_peek_v1 {
+  int32_t state;            /* ECC_ENTRY_ABSENT, ECC_ENTRY_WRITING (reserved, not yet
+                             * published, by any process) or ECC_ENTRY_READY */
+  uint32_t pins;            /* live pins (READY), else 0 */
+  uint64_t nbytes;          /* as reserved; 0 when ABSENT */
+  ecc_entry_meta_v1_t meta; /* all 0 when ABSENT */
+} ecc_peek_v1_t;
+
+/* One pinned entry to load, with the type the host expects it to have. */
+typedef struct ecc_load_typed_v1 {
+  uint64_t transfer_id;  /* as in ecc_load_pinned_v1_t */
+  uint64_t token;        /* from lookup, lookup_ex or wait_ready (READY) */
+  uint64_t dst;          /* device (or host) address written by the copy */
+  uint64_t dst_capacity; /* bytes writable at dst: at least the entry's nbytes */
+  ecc_tensor_v1_t type;  /* what the host expects: equal to a typed entry's type;
+                          * for an untyped entry, bytes equal to its nbytes */
+} ecc_load_typed_v1_t;
+
+/* One residency event. */
+typedef struct ecc_event_v1 {
+  uint64_t seq;              /* per region, from 1, one more per event */
+  uint64_t time_ns;          /* CLOCK_REALTIME when it happened, in ns since the epoch */
+  uint64_t instance;         /* the region's instance id: random per format, kept by a
+                              * warm restart; a new id means a new, empty cache */
+  uint64_t nbytes;           /* the entry's bytes */
+  uint64_t cost_us;          /* the entry's cost, as reserved */
+  int32_t kind;              /* ECC_EVENT_* (ecc_common.h) */
+  uint32_t reserved;         /* zero */
+  char key[ECC_KEY_MAX + 1]; /* NUL-terminated */
+} ecc_event_v1_t;
+
 /* The directory's counters (all 0 on a region without one). The first five
  * are levels, the rest count since the region was made. */
 typedef struct ecc_directory_stats_v1 {
@@ -353,6 +447,20 @@ typedef struct ecc_directory_stats_v1 {
   uint64_t full;             /* reserve calls refused for want of room */
 } ecc_directory_stats_v1_t;
 
+/* The cache's counters of minor 2, counted since the region was made, by
+ * every process attached to it (all 0 on a region without a directory). */
+typedef struct ecc_cache_stats_v1 {
+  uint64_t waits;            /* wait_ready calls that found the key being written */
+  uint64_t waits_ready;      /* of those, ended with the entry ready */
+  uint64_t waits_absent;     /* of those, ended absent: the writer aborted or died */
+  uint64_t wait_timeouts;    /* of those, ended with the timeout */
+  uint64_t encoder_us_saved; /* the cost of every hit: lookups and waits that found an
+                              * entry ready, each adding the cost it was reserved with
+                              * (an entry reserved with cost 0 counts 0) */
+  uint64_t events;           /* residency events written */
+  uint64_t restarts;         /* opens that found a kept region and reused it */
+} ecc_cache_stats_v1_t;
+
 /* Statistics of one handle since create. The caller sets struct_size. */
 typedef struct ecc_stats_v1 {
   uint32_t struct_size;    /* in: sizeof(ecc_stats_v1_t) as the caller compiled it */
@@ -363,6 +471,8 @@ typedef struct ecc_stats_v1 {
   uint64_t pin_ns;         /* time spent pinning the region (0 if not pinned) */
   /* minor 1 */
   ecc_directory_stats_v1_t directory; /* the region's directory, shared by all its users */
+  /* minor 2 */
+  ecc_cache_stats_v1_t cache; /* the region's cache counters, shared as `directory` is */
 } ecc_stats_v1_t;
 
 /* What a handle is using. The caller sets struct_size. */
@@ -379,6 +489,10 @@ typedef struct ecc_info_v1 {
   uint32_t save_rank;      /* 1 if saves are performed on this rank */
   uint32_t pinned;         /* 1 if the region is registered with the GPU driver */
   uint64_t max_inflight;   /* bound on in-flight transfers per direction */
+  /* minor 2 */
+  uint32_t persist;   /* 1 if the region outlives its last process (region.persist) */
+  uint32_t restarted; /* 1 if this handle reused a kept region's entries */
+  char policy[16];    /* eviction policy of the directory: "lru" or "cost"; "" without one */
 } ecc_info_v1_t;
 
 /*
@@ -567,6 +681,82 @@ typedef struct ecc_plugin_v1 {
    * also ECC_ERR_REGION, and ECC_ERR_BUSY (the lock's timeout). On an
    * error *n_out is 0 (when n_out is not NULL) and *cursor unchanged. */
   int (*list)(ecc_handle_t h, uint64_t *cursor, ecc_listed_v1_t *out, size_t cap, size_t *n_out);
+
+  /* ---- minor 2: the cache (see "The cache" above). A plugin sets
+   * ECC_CAP_CACHE when it implements these; a handle whose region has no
+   * directory answers each of them ECC_ERR_UNSUPPORTED. ---- */
+
+  /* reserve_ex: reserve, with a cost and a type recorded in the entry. A
+   * struct_size that does not cover `type` is ECC_ERR_INVALID. A type that
+   * is not one (an unknown dtype, n_dims above ECC_TENSOR_MAX_DIMS, a dim 0
+   * or dims past n_dims not 0) or whose bytes are not nbytes is
+   * ECC_ERR_INVALID naming both. A key found READY or WRITING keeps the
+   * cost and type it was reserved with. Otherwise as reserve. */
+  int (*reserve_ex)(ecc_handle_t h, const ecc_reserve_args_v1_t *args, ecc_entry_v1_t *out);
+
+  /* peek: for each of `n` keys, what lookup would find, without pinning,
+   * marking used or counting anything. Any role.
+   * Returns ECC_OK, ECC_ERR_INVALID (NULL or bad key, out NULL),
+   * ECC_ERR_CLOSED, ECC_ERR_REGION, ECC_ERR_BUSY (the lock's timeout),
+   * ECC_ERR_UNSUPPORTED. */
+  int (*peek)(ecc_handle_t h, const char *const *keys, size_t n, ecc_peek_v1_t *out);
+
+  /* wait_ready: look the key up (as lookup, pinning for `ranks`); when
+   * another process holds a reservation of it, sleep until that ends or
+   * `timeout_ns` passes (0: do not sleep; at most 3,600 s). On ECC_OK
+   * out->state is
+   *   READY:   found, pinned for `ranks` releases as lookup pins (ranks 0:
+   *            not pinned, out->token 0; any role);
+   *   ABSENT:  nobody is writing it: never reserved, or its writer aborted
+   *            or died (then the reservation has been reclaimed): the caller
+   *            may reserve it now;
+   *   WRITING: the timeout passed while it was still being written; nothing
+   *            was pinned or changed.
+   * `meta` (may be NULL) receives the entry's cost and type when READY. A
+   * reservation of the calling process is waited for as any other (another
+   * thread may be writing it); a thread that waits for its own runs into
+   * the timeout. Every wait_ready counts as one lookup (a hit when READY). 
+   * Returns ECC_OK, ECC_ERR_INVALID (key, out NULL, timeout above the
+   * bound, ranks above ECC_RANKS_MAX), ECC_ERR_ROLE (ranks > 0 on a
+   * producer), ECC_ERR_BUSY (no free pin), ECC_ERR_CLOSED, ECC_ERR_REGION,
+   * ECC_ERR_UNSUPPORTED. */
+  int (*wait_ready)(ecc_handle_t h, const char *key, uint32_t ranks, uint64_t timeout_ns,
+                    ecc_entry_v1_t *out, ecc_entry_meta_v1_t *meta);
+
+  /* lookup_ex: lookup, and meta[i] (meta may be NULL) receives each found
+   * entry's cost and type (all 0 for an absent one). Otherwise as lookup;
+   * found entries' costs are added to encoder_us_saved. */
+  int (*lookup_ex)(ecc_handle_t h, const char *const *keys, size_t n, uint32_t ranks,
+                   ecc_entry_v1_t *out, ecc_entry_meta_v1_t *meta);
+
+  /* load_typed: load_pinned, after checking each entry's declared type
+   * against the entry's. A typed entry must have exactly that type; an
+   * untyped one, that many bytes. A mismatch is ECC_ERR_RANGE naming the
+   * record, both types and both byte counts; a declared type that is not
+   * one (as for reserve_ex) or untyped is ECC_ERR_INVALID. Every record is
+   * checked before any is queued. Otherwise as load_pinned. */
+  int (*load_typed)(ecc_handle_t h, const ecc_load_typed_v1_t *entries, size_t n,
+                    void *compute_stream);
+
+  /* list_ex: list, and meta[i] (meta may be NULL) receives each listed
+   * entry's cost, hits and type. Otherwise as list. */
+  int (*list_ex)(ecc_handle_t h, uint64_t *cursor, ecc_listed_v1_t *out, ecc_entry_meta_v1_t *meta,
+                 size_t cap, size_t *n_out);
+
+  /* events: up to `cap` residency events from sequence number *cursor on
+   * (0: from the oldest the ring still holds), oldest first; their count in
+   * *n_out, *cursor advanced past the last one written. *lost (may be NULL)
+   * receives how many events from *cursor on were overwritten before this
+   * call could read them (the reader fell behind by more than the ring
+   * holds, or a writer overtook it while it read); the events returned
+   * follow them. cap 0 (out may then be NULL) reads nothing and sets
+   * *cursor to the next event to come: a reader that wants only new events
+   * starts so. Never waits for a lock and never delays a writer.
+   * Returns ECC_OK, ECC_ERR_INVALID (cursor or n_out NULL, out NULL with
+   * cap > 0), ECC_ERR_CLOSED, ECC_ERR_REGION, ECC_ERR_UNSUPPORTED. On an
+   * error *n_out is 0 and *cursor unchanged. */
+  int (*events)(ecc_handle_t h, uint64_t *cursor, ecc_event_v1_t *out, size_t cap, size_t *n_out,
+                uint64_t *lost);
 } ecc_plugin_v1_t;
 
 #ifdef __cplusplus

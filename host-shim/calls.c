@@ -288,6 +288,7 @@ static void terminate_info(ecc_info_t *out, uint32_t size)
   terminate(out->engine_detail, sizeof(out->engine_detail), offsetof(ecc_info_t, engine_detail),
             size);
   terminate(out->role, sizeof(out->role), offsetof(ecc_info_t, role), size);
+  terminate(out->policy, sizeof(out->policy), offsetof(ecc_info_t, policy), size);
 }
 
 ECC_API int ecc_describe(ecc_connector_t *c, ecc_info_t *out)

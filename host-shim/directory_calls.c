@@ -12,7 +12,7 @@
 #include "ecc_host.h"
 #include "host-shim/shim_connector.h"
 
-static bool state_known(int32_t state)
+bool shim_state_known(int32_t state)
 {
   switch (state) {
 #define STATE_CASE(name, value, text) case name:
@@ -26,13 +26,13 @@ static bool state_known(int32_t state)
 
 /* An entry the host may read safely: a known state, extents that fit, and
  * a token wherever the state promises one. */
-static int check_entry(ecc_connector_t *c, const char *what, size_t i, const ecc_entry_t *e)
+int shim_check_entry(ecc_connector_t *c, const char *what, size_t i, const ecc_entry_t *e)
 {
   bool absent = e->state == ECC_ENTRY_ABSENT;
   bool extents_ok =
       absent ? e->n_extents == 0 : e->n_extents >= 1 && e->n_extents <= ECC_ENTRY_MAX_EXTENTS;
   bool token_ok = e->state != ECC_ENTRY_RESERVED || e->token != 0;
-  if (state_known(e->state) && extents_ok && token_ok)
+  if (shim_state_known(e->state) && extents_ok && token_ok)
     return ECC_OK;
   return shim_fail(c, ECC_ERR_INCOMPATIBLE,
                    "plugin '%s' returned a malformed entry from %s (record %zu: state %" PRId32
@@ -52,7 +52,7 @@ ECC_API int ecc_reserve(ecc_connector_t *c, const char *key, uint64_t nbytes, ec
   else
     rc = shim_checked(c, "reserve", c->plugin.ops.reserve(c->handle, key, nbytes, out));
   if (rc == ECC_OK) {
-    rc = check_entry(c, "reserve", 0, out);
+    rc = shim_check_entry(c, "reserve", 0, out);
     if (rc == ECC_OK && out->state == ECC_ENTRY_ABSENT)
       rc = shim_fail(c, ECC_ERR_INCOMPATIBLE, "plugin '%s' answered reserve with an absent entry",
                      c->plugin.ops.name);
@@ -95,7 +95,7 @@ DIRECTORY_STATUS_CALLS(DIRECTORY_STATUS_CALL)
 static int check_lookup(ecc_connector_t *c, const ecc_entry_t *out, size_t n)
 {
   for (size_t i = 0; i < n; i++) {
-    int rc = check_entry(c, "lookup", i, &out[i]);
+    int rc = shim_check_entry(c, "lookup", i, &out[i]);
     if (rc != ECC_OK)
       return rc;
     if (out[i].state != ECC_ENTRY_READY && out[i].state != ECC_ENTRY_ABSENT)
@@ -130,7 +130,7 @@ ECC_API int ecc_lookup(ecc_connector_t *c, const char *const *keys, size_t n, ui
   return rc;
 }
 
-static int check_listed(ecc_connector_t *c, const ecc_listed_t *out, size_t n, size_t cap)
+int shim_check_listed(ecc_connector_t *c, const ecc_listed_t *out, size_t n, size_t cap)
 {
   if (n > cap)
     return shim_fail(c, ECC_ERR_INCOMPATIBLE,
@@ -161,7 +161,7 @@ ECC_API int ecc_list(ecc_connector_t *c, uint64_t *cursor, ecc_listed_t *out, si
   else
     rc = shim_checked(c, "list", c->plugin.ops.list(c->handle, cursor, out, cap, &n));
   if (rc == ECC_OK)
-    rc = check_listed(c, out, n, cap);
+    rc = shim_check_listed(c, out, n, cap);
   if (rc == ECC_OK)
     *n_out = n;
   shim_leave(c);

@@ -344,6 +344,27 @@ static void v1_fill_directory(const ecc_plugin_v1_t *t, struct plugin_ops *ops)
     ops->list = t->list;
 }
 
+/* The cache functions of minor 2, on the same terms as the directory's. */
+static void v1_fill_cache(const ecc_plugin_v1_t *t, struct plugin_ops *ops)
+{
+  if (t->abi_minor < 2)
+    return;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, reserve_ex))
+    ops->reserve_ex = t->reserve_ex;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, peek))
+    ops->peek = t->peek;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, wait_ready))
+    ops->wait_ready = t->wait_ready;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, lookup_ex))
+    ops->lookup_ex = t->lookup_ex;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, load_typed))
+    ops->load_typed = t->load_typed;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, list_ex))
+    ops->list_ex = t->list_ex;
+  if (ECC_COVERS(t, ecc_plugin_v1_t, events))
+    ops->events = t->events;
+}
+
 static void v1_fill_ops(const ecc_plugin_v1_t *t, struct plugin_ops *ops)
 {
   *ops = (struct plugin_ops){
@@ -372,6 +393,7 @@ static void v1_fill_ops(const ecc_plugin_v1_t *t, struct plugin_ops *ops)
   if (ECC_COVERS(t, ecc_plugin_v1_t, describe))
     ops->describe = t->describe;
   v1_fill_directory(t, ops);
+  v1_fill_cache(t, ops);
 }
 
 /* Every table version starts with abi_major, abi_minor and struct_size. */

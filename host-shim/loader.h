@@ -48,6 +48,19 @@ struct plugin_ops {
   int (*unpin)(ecc_handle_t h, uint64_t token);
   int (*remove)(ecc_handle_t h, const char *key);
   int (*list)(ecc_handle_t h, uint64_t *cursor, ecc_listed_t *out, size_t cap, size_t *n_out);
+  /* minor 2 */
+  int (*reserve_ex)(ecc_handle_t h, const ecc_reserve_args_t *args, ecc_entry_t *out);
+  int (*peek)(ecc_handle_t h, const char *const *keys, size_t n, ecc_peek_t *out);
+  int (*wait_ready)(ecc_handle_t h, const char *key, uint32_t ranks, uint64_t timeout_ns,
+                    ecc_entry_t *out, ecc_entry_meta_t *meta);
+  int (*lookup_ex)(ecc_handle_t h, const char *const *keys, size_t n, uint32_t ranks,
+                   ecc_entry_t *out, ecc_entry_meta_t *meta);
+  int (*load_typed)(ecc_handle_t h, const ecc_load_typed_t *entries, size_t n,
+                    void *compute_stream);
+  int (*list_ex)(ecc_handle_t h, uint64_t *cursor, ecc_listed_t *out, ecc_entry_meta_t *meta,
+                 size_t cap, size_t *n_out);
+  int (*events)(ecc_handle_t h, uint64_t *cursor, ecc_event_t *out, size_t cap, size_t *n_out,
+                uint64_t *lost);
 };
 
 struct loaded_plugin {

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "ecc_plugin.h"
@@ -51,5 +52,13 @@ int shim_checked(ecc_connector_t *c, const char *what, int raw);
 /* Records and logs an error the shim found in a plugin's answer. */
 int shim_fail(ecc_connector_t *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Checks of what a plugin hands back, shared by the directory's calls and
+ * the cache's (directory_calls.c): a known entry state; an entry the host
+ * may read safely (ECC_ERR_INCOMPATIBLE naming `what` and record i if
+ * not); listed records that fit and are terminated. */
+bool shim_state_known(int32_t state);
+int shim_check_entry(ecc_connector_t *c, const char *what, size_t i, const ecc_entry_t *e);
+int shim_check_listed(ecc_connector_t *c, const ecc_listed_t *out, size_t n, size_t cap);
 
 #endif /* ECC_SHIM_CONNECTOR_H */

@@ -43,6 +43,9 @@ const ecc_param_v1_t config_params[CONFIG_N_PARAMS] = {
      "true | false: unlink region files no live process holds before opening"},
     {"region.require_tmpfs", "true",
      "true | false: refuse a region.dir that is not a tmpfs (on a disk a region outlives reboots)"},
+    {"region.persist", "false",
+     "true | false: keep the region and its ready entries after its last process exits, for the "
+     "next one to reuse (eccctl rm deletes it); needs directory.enabled"},
     {"pinning.enabled", "auto",
      "auto (try, warn on failure) | on (failure is an error) | off: register the region with the "
      "GPU driver"},
@@ -69,6 +72,11 @@ const ecc_param_v1_t config_params[CONFIG_N_PARAMS] = {
      "how long a directory call waits for the lock another process holds (one stopped by SIGSTOP "
      "or a debugger) before it fails with ECC_ERR_BUSY naming that pid (1..3600000; each process "
      "its own)"},
+    {"directory.policy", "lru",
+     "lru | cost: evict the least recently used entries, or keep entries by encoder cost x reuse "
+     "/ size (same in every process)"},
+    {"directory.event_slots", "4096",
+     "residency events the region's ring keeps for readers (16..1048576; same in every process)"},
 };
 const size_t config_n_params = CONFIG_N_PARAMS;
 _Static_assert(sizeof(config_params) / sizeof(config_params[0]) == CONFIG_N_PARAMS,
@@ -212,6 +220,7 @@ static const struct choice pins[] = {CONFIG_PIN_MAP(CHOICE)};
 static const struct choice engines[] = {CONFIG_ENGINE_MAP(CHOICE)};
 static const struct choice methods[] = {CONFIG_METHOD_MAP(CHOICE)};
 static const struct choice bools[] = {CONFIG_BOOL_MAP(CHOICE)};
+static const struct choice policies[] = {CONFIG_POLICY_MAP(CHOICE)};
 #undef CHOICE
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -335,6 +344,10 @@ static int parse_enums(const struct raw_config *r, struct plugin_config *c, char
     rc = parse_choice(r, "region.require_tmpfs", bools, N_OF(bools), &c->require_tmpfs, err, cap);
   if (rc == ECC_OK)
     rc = parse_choice(r, "directory.enabled", bools, N_OF(bools), &c->directory, err, cap);
+  if (rc == ECC_OK)
+    rc = parse_choice(r, "region.persist", bools, N_OF(bools), &c->persist, err, cap);
+  if (rc == ECC_OK)
+    rc = parse_choice(r, "directory.policy", policies, N_OF(policies), &c->dir_policy, err, cap);
   return rc;
 }
 
@@ -377,6 +390,8 @@ static int parse_numbers(const struct raw_config *r, struct plugin_config *c, ch
   if (rc == ECC_OK)
     rc = parse_lock_timeout(r, c, err, cap);
   if (rc == ECC_OK)
+    rc = parse_u32(r, "directory.event_slots", 16, 1u << 20, &c->dir_event_slots, err, cap);
+  if (rc == ECC_OK)
     rc = parse_int("engine.device", raw(r, "engine.device"), -1, 1023, &dev, err, cap);
   if (rc == ECC_OK)
     c->device = (int)dev;
@@ -398,6 +413,10 @@ int config_parse(const ecc_kv_v1_t *kv, size_t n, struct plugin_config *out, cha
     rc = parse_name(&r, &c, err, err_cap);
   if (rc == ECC_OK)
     rc = parse_layout(&r, &c, err, err_cap);
+  if (rc == ECC_OK && c.persist && !c.directory)
+    rc = fail(err, err_cap,
+              "config: region.persist = true needs directory.enabled = true: only the directory "
+              "knows which blocks hold whole entries for the next process to reuse");
   if (rc == ECC_OK)
     *out = c;
   return rc;
@@ -421,4 +440,9 @@ const char *config_engine_name(int engine)
 const char *config_method_name(int method)
 {
   return choice_name(methods, N_OF(methods), method);
+}
+
+const char *config_policy_name(int policy)
+{
+  return choice_name(policies, N_OF(policies), policy);
 }

@@ -30,6 +30,9 @@
   X(METHOD_AUTO, 0, "auto")  \
   X(METHOD_DMA, 1, "dma")    \
   X(METHOD_KERNEL, 2, "kernel")
+#define CONFIG_POLICY_MAP(X) \
+  X(POLICY_LRU, 0, "lru")    \
+  X(POLICY_COST, 1, "cost")
 #define CONFIG_BOOL_MAP(X)    \
   X(CONFIG_FALSE, 0, "false") \
   X(CONFIG_TRUE, 1, "true")
@@ -47,6 +50,7 @@ enum pin_mode { CONFIG_PIN_MAP(CONFIG_ENUM) };
 enum engine_kind { CONFIG_ENGINE_MAP(CONFIG_ENUM) };
 enum cuda_method { CONFIG_METHOD_MAP(CONFIG_ENUM) };
 enum config_bool { CONFIG_BOOL_MAP(CONFIG_ENUM) };
+enum dir_policy_kind { CONFIG_POLICY_MAP(CONFIG_ENUM) };
 #undef CONFIG_ENUM
 
 struct plugin_config {
@@ -62,6 +66,7 @@ struct plugin_config {
   uint32_t join_timeout_ms;           /* how long a joiner waits for the creator */
   int reap_orphans;                   /* unlink dead regions before opening */
   int require_tmpfs;                  /* refuse a region_folder that is not a tmpfs */
+  int persist;                        /* keep the region after its last process (bool) */
   int pin;                            /* enum pin_mode */
   int engine;                         /* enum engine_kind */
   int method;                         /* enum cuda_method */
@@ -75,10 +80,12 @@ struct plugin_config {
   uint32_t dir_reserve_timeout_ms;    /* reclaim a live process's reservation after; 0: never */
   uint32_t dir_pin_timeout_ms;        /* the same for a pin */
   uint32_t dir_lock_timeout_ms;       /* longest wait for the directory's lock, >= 1 */
+  int dir_policy;                     /* enum dir_policy_kind */
+  uint32_t dir_event_slots;           /* residency events the region's ring holds */
 };
 
 /* Number of published keys (checked against the table in config.c). */
-#define CONFIG_N_PARAMS 26
+#define CONFIG_N_PARAMS 29
 extern const ecc_param_v1_t config_params[CONFIG_N_PARAMS];
 extern const size_t config_n_params;
 
@@ -100,5 +107,6 @@ const char *config_region_folder(const struct plugin_config *c, char *buf, size_
 const char *config_role_name(int role);
 const char *config_engine_name(int engine);
 const char *config_method_name(int method);
+const char *config_policy_name(int policy);
 
 #endif /* ECC_CONFIG_H */

@@ -8,9 +8,12 @@
 
 #include "common/clock.h"
 #include "common/errtext.h"
+#include "core/directory/events.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -20,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,9 +49,10 @@
  * while the slot is still FREE (nothing reads a free slot's fields), then
  * the word is stored with release order: a process killed before that
  * store leaves the old state, one killed after it leaves the fields whole.
- * Only three fields change while the slot is live, each with one aligned
- * store that any value of leaves the entry whole: the mark, the use time
- * and the pin count (derived, recounted by the rebuild). */
+ * Only a few fields change while the slot is live, each with one aligned
+ * store that any value of leaves the entry whole: the mark, the use time,
+ * the hit count, the policy's credit and the pin count (derived, recounted
+ * by the rebuild). */
 struct dir_slot {
   _Atomic uint64_t word;
   uint64_t nbytes;
@@ -62,6 +67,10 @@ struct dir_slot {
   uint32_t claimed; /* a reservation whose copy is under way (dir_claim) */
   uint32_t claim_pad;
   struct dir_owner writer; /* the process making that copy */
+  uint64_t hits;           /* found ready since it was stored */
+  uint32_t credit;         /* policy "cost": passes of the hand it survives */
+  uint32_t credit_pad;
+  struct dir_meta meta; /* cost and type, as reserved */
   struct dir_run runs[DIR_MAX_RUNS];
   char key[DIR_KEY_MAX + 1];
 };
@@ -88,7 +97,9 @@ struct dir_shared {
   uint32_t num_blocks, max_entries, max_pins, index_cap;
   uint64_t block_size, reserve_timeout_ns, pin_timeout_ns;
   uint64_t off_entries, off_pins, off_map, off_index, total;
-  uint64_t instance; /* random per format: seeds the generations */
+  uint64_t off_events;          /* the residency-event ring (events.h) */
+  uint32_t policy, event_slots; /* enum dir_policy; records of the ring */
+  uint64_t instance;            /* random per format: seeds the generations */
   pthread_mutex_t lock;
   /* Levels, derived from the tables (rebuilt after a death). */
   uint64_t entries, blocks_used, pins_live;
@@ -114,6 +125,14 @@ struct dir_shared {
    * only: checked against the block map before use, cleared by rebuilds. */
   struct dir_run gaps[DIR_GAPS];
   uint32_t n_gaps, unused3;
+  /* Single flight: bumped by every end of a reservation (publish, abort,
+   * failed copy, reclaim), a futex word that waiters sleep on; waiters
+   * counts them, so that the bump wakes the kernel only when one sleeps. */
+  _Atomic uint32_t wake, waiters;
+  /* Cache statistics (monotonic, as above). */
+  uint64_t waits, waits_ready, waits_absent, wait_timeouts, encoder_us_saved, events, restarts;
+  /* The policy's own state (policy "cost"), kept by the allocation. */
+  uint64_t policy_state[4];
 };
 
 /* The fields of struct dir_shape, each asserted to lie here as there. */
@@ -133,6 +152,9 @@ struct dir_shared {
   X(off_map);            \
   X(off_index);          \
   X(total);              \
+  X(off_events);         \
+  X(policy);             \
+  X(event_slots);        \
   X(instance)
 #define SHAPE_OFFSET(f)                                                                         \
   _Static_assert(offsetof(struct dir_shared, f) == offsetof(struct dir_shape, f) &&             \
@@ -147,7 +169,7 @@ _Static_assert(offsetof(struct dir_shared, lock) == sizeof(struct dir_shape),
 
 struct layout {
   uint32_t index_cap;
-  uint64_t off_entries, off_pins, off_map, off_index, total;
+  uint64_t off_entries, off_pins, off_map, off_index, off_events, total;
 };
 
 static inline uint64_t word_make(uint32_t state, uint32_t gen)
@@ -214,7 +236,10 @@ static bool params_resolve(const struct dir_params *p, struct dir_params *r)
     r->max_entries = r->num_blocks / 16 < 64 ? 64 : r->num_blocks / 16;
   if (r->max_pins == 0)
     r->max_pins = r->max_entries;
-  return r->max_entries <= SLOTS_MAX && r->max_pins <= SLOTS_MAX;
+  if (r->event_slots == 0)
+    r->event_slots = DIR_EVENT_SLOTS_DEFAULT;
+  return r->max_entries <= SLOTS_MAX && r->max_pins <= SLOTS_MAX &&
+         r->event_slots <= EV_SLOTS_MAX && r->policy <= DIR_POLICY_COST;
 }
 
 static uint64_t layout_of(const struct dir_params *r, struct layout *l)
@@ -226,7 +251,8 @@ static uint64_t layout_of(const struct dir_params *r, struct layout *l)
   l->off_pins = align_up(l->off_entries + (uint64_t)r->max_entries * sizeof(struct dir_slot));
   l->off_map = align_up(l->off_pins + (uint64_t)r->max_pins * sizeof(struct dir_pin));
   l->off_index = align_up(l->off_map + (uint64_t)r->num_blocks * sizeof(uint32_t));
-  l->total = align_up(l->off_index + (uint64_t)l->index_cap * sizeof(uint32_t));
+  l->off_events = align_up(l->off_index + (uint64_t)l->index_cap * sizeof(uint32_t));
+  l->total = align_up(l->off_events + ev_bytes(r->event_slots));
   return l->total;
 }
 
@@ -515,6 +541,50 @@ static void gap_used(struct dir_shared *sh, uint32_t first, uint32_t n)
     }
 }
 
+/* ---- what others learn: wake-ups, events, hits ------------------------------ */
+
+/* Every end of a reservation bumps the futex word, and wakes the kernel
+ * when someone sleeps on it. A waiter reads the word and registers under
+ * the lock, and the ends happen under it, so no end falls between a
+ * waiter's look and its sleep. A waiter killed asleep leaves `waiters`
+ * one too high: later ends then make a futex call that wakes nobody. */
+static void wake_waiters(struct dir_shared *sh)
+{
+  atomic_fetch_add_explicit(&sh->wake, 1, memory_order_release);
+  if (atomic_load_explicit(&sh->waiters, memory_order_acquire) != 0)
+    syscall(SYS_futex, &sh->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static uint64_t realtime_ns(void)
+{
+  struct timespec ts;
+  if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
+    return 0;
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The ring's place and size come from the header, which every locked call
+ * has compared with the view's checked copy first. */
+static void note_event(struct dir_shared *sh, const struct dir_slot *e, uint32_t kind)
+{
+  struct dir_event ev = {
+      .time_ns = realtime_ns(), .nbytes = e->nbytes, .cost_us = e->meta.cost_us, .kind = kind};
+  memcpy(ev.key, e->key, DIR_KEY_MAX);
+  ev.key[DIR_KEY_MAX] = '\0';
+  ev_put((char *)sh + sh->off_events, sh->event_slots, &ev);
+  sh->events++;
+}
+
+/* A hit on a ready entry: used (its second chance), counted, and what it
+ * saves added up. */
+static void slot_hit(struct dir_shared *sh, struct dir_slot *e, uint64_t now)
+{
+  e->marked = 1;
+  e->used_ns = now;
+  e->hits++;
+  sh->encoder_us_saved += e->meta.cost_us;
+}
+
 /* ---- slots: freeing ---------------------------------------------------------- */
 
 /* The table first, then the derived parts: a death in between leaves a
@@ -522,11 +592,14 @@ static void gap_used(struct dir_shared *sh, uint32_t first, uint32_t n)
 static void entry_drop(struct dir_shared *sh, uint32_t s)
 {
   struct dir_slot *e = slot_at(sh, s);
+  bool reservation = slot_state(e) == DIR_STATE_RESERVED;
   slot_retire(e);
   map_set(sh, e, 0);
   index_delete(sh, s);
   sh->entries--;
   sh->blocks_used -= e->n_blocks;
+  if (reservation)
+    wake_waiters(sh);
 }
 
 /* An entry freed anywhere but in front of the hand leaves its runs as
@@ -537,6 +610,25 @@ static void entry_free(struct dir_shared *sh, uint32_t s)
   for (uint32_t r = 0; r < e->n_runs && r < DIR_MAX_RUNS; r++)
     gap_note(sh, e->runs[r].first, e->runs[r].count);
   entry_drop(sh, s);
+}
+
+/* A reservation whose owner is dead (or whose deadline passed) is freed,
+ * said in the event ring and counted. */
+static void reclaim_entry(struct dir_shared *sh, uint32_t s)
+{
+  note_event(sh, slot_at(sh, s), ECC_EVENT_RECLAIMED);
+  entry_free(sh, s);
+  sh->reclaimed++;
+}
+
+/* The reservation's blocks are written: one store makes it visible to
+ * lookups, fields unchanged; then its waiters learn it. */
+static void entry_publish(struct dir_shared *sh, struct dir_slot *e, struct dir_ref ref)
+{
+  e->claimed = 0;
+  atomic_store_explicit(&e->word, word_make(DIR_STATE_READY, ref.gen), memory_order_release);
+  note_event(sh, e, ECC_EVENT_STORED);
+  wake_waiters(sh);
 }
 
 /* As entry_free: the pin's word first, then the entry's derived count. */
@@ -599,6 +691,8 @@ static void fill_info(const struct dir_shared *sh, uint32_t s, struct dir_entry_
   out->owner = e->owner;
   out->reserved_ns = e->reserved_ns;
   out->used_ns = e->used_ns;
+  out->hits = e->hits;
+  out->meta = e->meta;
   memcpy(out->key, e->key, sizeof(out->key));
   out->key[DIR_KEY_MAX] = '\0';
 }
@@ -650,8 +744,7 @@ static uint32_t reclaim_all(struct dir *d, uint64_t now, bool fresh)
   for (uint32_t s = 0; s < sh->max_entries; s++) {
     struct dir_slot *e = slot_at(sh, s);
     if (slot_state(e) == DIR_STATE_RESERVED && reservation_stale(d, e, now, fresh)) {
-      entry_free(sh, s);
-      sh->reclaimed++;
+      reclaim_entry(sh, s);
       freed++;
     }
   }
@@ -1090,7 +1183,11 @@ int dir_format(void *mem, size_t bytes, const struct dir_params *p, char *why, s
   sh->off_pins = l.off_pins;
   sh->off_map = l.off_map;
   sh->off_index = l.off_index;
+  sh->off_events = l.off_events;
+  sh->policy = r.policy;
+  sh->event_slots = r.event_slots;
   sh->total = l.total;
+  ev_format((char *)mem + l.off_events, r.event_slots);
   sh->instance = new_instance(mem);
   seed_generations(sh);
   int rc = init_lock(&sh->lock);
@@ -1129,6 +1226,9 @@ static int header_matches(const struct dir_shared *sh, const struct dir_params *
   CHECK_FIELD(off_pins, l->off_pins);
   CHECK_FIELD(off_map, l->off_map);
   CHECK_FIELD(off_index, l->off_index);
+  CHECK_FIELD(policy, r->policy);
+  CHECK_FIELD(event_slots, r->event_slots);
+  CHECK_FIELD(off_events, l->off_events);
   CHECK_FIELD(total, l->total);
   return ECC_OK;
 }
@@ -1173,7 +1273,8 @@ struct request {
   uint64_t nbytes;
   uint32_t n_blocks;
   uint64_t now;
-  uint32_t damaged; /* block + 1 the map gave to a damaged entry, if met */
+  uint32_t damaged;     /* block + 1 the map gave to a damaged entry, if met */
+  struct dir_meta meta; /* what a new entry records */
 };
 
 enum occupant { OCC_FREE, OCC_EVICTABLE, OCC_MARKED, OCC_HELD };
@@ -1247,8 +1348,7 @@ static enum occupant occupant_of(struct dir *d, struct request *q, uint32_t b, u
   if (slot_state(e) == DIR_STATE_RESERVED) {
     if (!reservation_stale(d, e, now, false))
       return OCC_HELD;
-    entry_free(sh, s);
-    sh->reclaimed++;
+    reclaim_entry(sh, s);
     *slot = NO_SLOT;
     return OCC_FREE;
   }
@@ -1454,6 +1554,7 @@ static void evict_runs(struct dir_shared *sh, const struct dir_run *runs, uint32
       const struct dir_slot *e = slot_at(sh, s);
       uint32_t end = run_end(sh, e, b);
       note_outside(sh, e, w);
+      note_event(sh, e, ECC_EVENT_EVICTED);
       entry_drop(sh, s);
       sh->evictions++;
       b = end - 1;
@@ -1498,6 +1599,9 @@ static uint32_t entry_create(struct dir *d, const struct request *q, const struc
    * hand passes it once before it may be evicted. */
   e->marked = 1;
   e->claimed = 0;
+  e->hits = 0;
+  e->credit = 0;
+  e->meta = q->meta;
   memset(&e->writer, 0, sizeof(e->writer));
   memset(e->runs, 0, sizeof(e->runs));
   memcpy(e->runs, runs, n_runs * sizeof(*runs));
@@ -1518,13 +1622,11 @@ static bool dedup(struct dir *d, uint32_t s, const struct request *q, int *outco
   struct dir_shared *sh = d->sh;
   struct dir_slot *e = slot_at(sh, s);
   if (slot_state(e) == DIR_STATE_RESERVED && reservation_stale(d, e, q->now, false)) {
-    entry_free(sh, s);
-    sh->reclaimed++;
+    reclaim_entry(sh, s);
     return false;
   }
   if (slot_state(e) == DIR_STATE_READY) {
-    e->marked = 1;
-    e->used_ns = q->now;
+    slot_hit(sh, e, q->now);
     *outcome = DIR_FOUND_READY;
   } else {
     *outcome = DIR_FOUND_WRITING;
@@ -1610,6 +1712,7 @@ static int reserve_locked(struct dir *d, struct request *q, int *outcome,
    * new entry (a rebuild included) sees its blocks released by the old. */
   evict_runs(sh, runs, n_runs);
   if (victim != NO_SLOT && slot_live(slot_at(sh, victim))) {
+    note_event(sh, slot_at(sh, victim), ECC_EVENT_EVICTED);
     entry_free(sh, victim);
     sh->evictions++;
   }
@@ -1630,7 +1733,15 @@ static int reserve_locked(struct dir *d, struct request *q, int *outcome,
 int dir_reserve(struct dir *d, const char *key, uint64_t nbytes, int *outcome,
                 struct dir_entry_info *info, char *why, size_t why_cap)
 {
+  return dir_reserve_ex(d, key, nbytes, NULL, outcome, info, why, why_cap);
+}
+
+int dir_reserve_ex(struct dir *d, const char *key, uint64_t nbytes, const struct dir_meta *meta,
+                   int *outcome, struct dir_entry_info *info, char *why, size_t why_cap)
+{
   struct request q = {.key = key, .nbytes = nbytes};
+  if (meta != NULL)
+    q.meta = *meta;
   int rc = check_key(key, &q.len, why, why_cap);
   if (rc != ECC_OK)
     return rc;
@@ -1686,9 +1797,8 @@ static int finish_locked(struct dir *d, struct dir_slot *e, struct dir_ref ref, 
     entry_free(d->sh, ref.slot);
     return ECC_OK;
   }
-  /* Its blocks were written before this call: the one store makes the
-   * entry visible to lookups, fields unchanged. */
-  atomic_store_explicit(&e->word, word_make(DIR_STATE_READY, ref.gen), memory_order_release);
+  /* Its blocks were written before this call. */
+  entry_publish(d->sh, e, ref);
   return ECC_OK;
 }
 
@@ -1737,6 +1847,7 @@ int dir_remove(struct dir *d, const char *key, char *why, size_t why_cap)
     rc = errtext_fail(why, why_cap, ECC_ERR_BUSY, "directory: key '%s' (slot %u) has %u pins", key,
                       s, e->pins);
   if (rc == ECC_OK) {
+    note_event(sh, e, ECC_EVENT_REMOVED);
     entry_free(sh, s);
     sh->removals++;
   }
@@ -1817,9 +1928,7 @@ static bool lookup_one(struct dir *d, const char *key, uint32_t ranks, uint64_t 
   }
   if (!pin_take(d, s, ranks, now, pin))
     return false;
-  struct dir_slot *e = slot_at(sh, s);
-  e->marked = 1;
-  e->used_ns = now;
+  slot_hit(sh, slot_at(sh, s), now);
   *found = true;
   fill_info(sh, s, info);
   sh->hits++;
@@ -1833,8 +1942,12 @@ static int lookup_undo(struct dir *d, const struct dir_counters *before, size_t 
 {
   struct dir_shared *sh = d->sh;
   for (size_t i = 0; i < done; i++) {
-    if (found[i])
+    if (found[i]) {
+      uint32_t e = pin_at(sh, pins[i].slot)->entry_slot;
+      if (e < sh->max_entries)
+        slot_at(sh, e)->hits--;
       pin_free(sh, pins[i].slot);
+    }
     found[i] = false;
     memset(&pins[i], 0, sizeof(pins[i]));
     if (info != NULL)
@@ -1844,6 +1957,7 @@ static int lookup_undo(struct dir *d, const struct dir_counters *before, size_t 
   sh->hits = before->hits;
   sh->misses = before->misses;
   sh->pins = before->pins;
+  sh->encoder_us_saved = before->encoder_us_saved;
   return errtext_fail(why, cap, ECC_ERR_REGION,
                       "directory: %llu of its %u pin slots are counted live, yet none is free: "
                       "the region's memory was overwritten; make the region again",
@@ -1869,8 +1983,11 @@ int dir_lookup(struct dir *d, const char *const *keys, size_t n, uint32_t ranks,
     return rc;
   rc = pins_available(d, keys, n, why, why_cap);
   uint64_t now = ecc_now_ns();
-  struct dir_counters before = {
-      .lookups = d->sh->lookups, .hits = d->sh->hits, .misses = d->sh->misses, .pins = d->sh->pins};
+  struct dir_counters before = {.lookups = d->sh->lookups,
+                                .hits = d->sh->hits,
+                                .misses = d->sh->misses,
+                                .pins = d->sh->pins,
+                                .encoder_us_saved = d->sh->encoder_us_saved};
   for (size_t i = 0; rc == ECC_OK && i < n; i++)
     if (!lookup_one(d, keys[i], ranks, now, &found[i], info != NULL ? &info[i] : NULL, &pins[i]))
       rc = lookup_undo(d, &before, i + 1, found, info, pins, why, why_cap);
@@ -2041,6 +2158,13 @@ int dir_get_counters(struct dir *d, struct dir_counters *out)
   out->reclaimed = sh->reclaimed;
   out->full = sh->full;
   out->recoveries = sh->recoveries;
+  out->waits = sh->waits;
+  out->waits_ready = sh->waits_ready;
+  out->waits_absent = sh->waits_absent;
+  out->wait_timeouts = sh->wait_timeouts;
+  out->encoder_us_saved = sh->encoder_us_saved;
+  out->events = sh->events;
+  out->restarts = sh->restarts;
   dir_unlock(d);
   return largest_free_run(d, &out->largest_free_run);
 }
@@ -2061,6 +2185,230 @@ int dir_reclaim(struct dir *d, uint32_t *freed, char *why, size_t why_cap)
   if (rc != ECC_OK)
     return rc;
   uint32_t n = reclaim_all(d, ecc_now_ns(), true);
+  if (freed != NULL)
+    *freed = n;
+  dir_unlock(d);
+  return ECC_OK;
+}
+
+/* ---- the cache: peek, single flight, events, restart ------------------------- */
+
+static void peek_one(const struct dir_shared *sh, const char *key, struct dir_peeked *out)
+{
+  memset(out, 0, sizeof(*out));
+  uint32_t s = index_find(sh, key, key_hash(key, strlen(key)));
+  if (s == NO_SLOT)
+    return;
+  const struct dir_slot *e = slot_at(sh, s);
+  out->state = (int)slot_state(e);
+  out->pins = out->state == DIR_STATE_READY ? e->pins : 0;
+  out->nbytes = e->nbytes;
+  out->hits = e->hits;
+  out->meta = e->meta;
+}
+
+int dir_peek(struct dir *d, const char *const *keys, size_t n, struct dir_peeked *out, char *why,
+             size_t why_cap)
+{
+  size_t len;
+  if (n == 0)
+    return ECC_OK;
+  if (keys == NULL || out == NULL)
+    return errtext_fail(why, why_cap, ECC_ERR_INVALID, "directory: peek of %zu keys: NULL array",
+                        n);
+  for (size_t i = 0; i < n; i++) {
+    int rc = check_key(keys[i], &len, why, why_cap);
+    if (rc != ECC_OK)
+      return rc;
+  }
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  for (size_t i = 0; i < n; i++)
+    peek_one(d->sh, keys[i], &out[i]);
+  dir_unlock(d);
+  return ECC_OK;
+}
+
+/* One dir_wait in progress. */
+struct waiter {
+  const char *key;
+  size_t len;
+  uint32_t ranks;
+  bool slept;    /* counted in waits */
+  uint32_t seen; /* the wake word when it last looked */
+  struct dir_entry_info *info;
+  struct dir_pin_ref *pin;
+};
+
+/* The key is ready: pinned for the waiter's ranks (a free pin found as
+ * lookup finds one), used and counted. */
+static int wait_found(struct dir *d, struct waiter *w, uint32_t s, uint64_t now, char *why,
+                      size_t cap)
+{
+  struct dir_shared *sh = d->sh;
+  if (w->ranks > 0) {
+    if (sh->pins_live >= sh->max_pins)
+      reclaim_all(d, now, true);
+    if (sh->pins_live >= sh->max_pins)
+      return errtext_fail(why, cap, ECC_ERR_BUSY,
+                          "directory: key '%s' is ready but all %u pins "
+                          "are taken",
+                          w->key, sh->max_pins);
+    if (!pin_take(d, s, w->ranks, now, w->pin))
+      return errtext_fail(why, cap, ECC_ERR_REGION,
+                          "directory: %llu of its %u pin slots are counted live, yet none is "
+                          "free: the region's memory was overwritten; make the region again",
+                          (unsigned long long)sh->pins_live, sh->max_pins);
+  }
+  slot_hit(sh, slot_at(sh, s), now);
+  fill_info(sh, s, w->info);
+  return ECC_OK;
+}
+
+/* One look under the lock: *over with *result when the wait has ended
+ * (the entry ready, or nobody writing it: a dead or timed-out writer's
+ * reservation is reclaimed, which wakes the other waiters); else the wake
+ * word to sleep on is noted. `fresh` asks /proc rather than trusting a note
+ * that the writer was lately alive. */
+static int wait_look(struct dir *d, struct waiter *w, bool fresh, bool *over, int *result,
+                     char *why, size_t cap)
+{
+  struct dir_shared *sh = d->sh;
+  uint64_t now = ecc_now_ns();
+  uint32_t s = index_find(sh, w->key, key_hash(w->key, w->len));
+  *over = true;
+  *result = DIR_WAIT_ABSENT;
+  if (s == NO_SLOT)
+    return ECC_OK;
+  struct dir_slot *e = slot_at(sh, s);
+  if (!runs_valid(sh, e))
+    return slot_damaged(sh, s, why, cap);
+  if (slot_state(e) == DIR_STATE_READY) {
+    *result = DIR_WAIT_READY;
+    return wait_found(d, w, s, now, why, cap);
+  }
+  if (reservation_stale(d, e, now, fresh)) {
+    reclaim_entry(sh, s);
+    return ECC_OK;
+  }
+  *over = false;
+  w->seen = atomic_load_explicit(&sh->wake, memory_order_acquire);
+  return ECC_OK;
+}
+
+/* A wait that ended is one lookup, a hit when ready; one that slept is
+ * counted by how it ended. */
+static void wait_count(struct dir_shared *sh, const struct waiter *w, int result)
+{
+  sh->lookups++;
+  if (result == DIR_WAIT_READY) {
+    sh->hits++;
+  } else {
+    sh->misses++;
+  }
+  if (!w->slept)
+    return;
+  sh->waits_ready += result == DIR_WAIT_READY;
+  sh->waits_absent += result == DIR_WAIT_ABSENT;
+  sh->wait_timeouts += result == DIR_WAIT_TIMEOUT;
+}
+
+/* Sleeps until the wake word moves from `seen` or `ns` pass; true if the
+ * time passed. Registered as a waiter under the lock by the caller. */
+static bool wait_sleep(struct dir_shared *sh, uint32_t seen, uint64_t ns)
+{
+  struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                        .tv_nsec = (long)(ns % 1000000000ull)};
+  long rc = syscall(SYS_futex, &sh->wake, FUTEX_WAIT, seen, &ts, NULL, 0);
+  bool timed_out = rc != 0 && errno == ETIMEDOUT;
+  atomic_fetch_sub_explicit(&sh->waiters, 1, memory_order_acq_rel);
+  return timed_out;
+}
+
+static int wait_args(const char *key, size_t *len, uint32_t ranks, uint64_t timeout_ns,
+                     const int *result, const struct dir_pin_ref *pin, char *why, size_t cap)
+{
+  int rc = check_key(key, len, why, cap);
+  if (rc != ECC_OK)
+    return rc;
+  if (result == NULL || (ranks > 0 && pin == NULL))
+    return errtext_fail(why, cap, ECC_ERR_INVALID, "directory: wait for '%s': NULL %s", key,
+                        result == NULL ? "result" : "pin");
+  if (timeout_ns > DIR_WAIT_MAX_NS)
+    return errtext_fail(why, cap, ECC_ERR_INVALID,
+                        "directory: wait for '%s': timeout %llu ns is above the bound of %llu "
+                        "(an hour)",
+                        key, (unsigned long long)timeout_ns, DIR_WAIT_MAX_NS);
+  return ECC_OK;
+}
+
+/* Every end of any reservation wakes every waiter (one word for the
+ * region): each looks at its own key under the lock and sleeps again if
+ * it is still being written. A slice that passes without a wake-up makes
+ * the next look ask /proc about the writer afresh. */
+int dir_wait(struct dir *d, const char *key, uint32_t ranks, uint64_t timeout_ns, int *result,
+             struct dir_entry_info *info, struct dir_pin_ref *pin, char *why, size_t why_cap)
+{
+  struct waiter w = {.key = key, .ranks = ranks, .info = info, .pin = pin};
+  int rc = wait_args(key, &w.len, ranks, timeout_ns, result, pin, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  if (info != NULL)
+    memset(info, 0, sizeof(*info));
+  if (pin != NULL)
+    memset(pin, 0, sizeof(*pin));
+  uint64_t deadline = ecc_now_ns() + timeout_ns;
+  bool fresh = false;
+  for (;;) {
+    if ((rc = dir_lock(d, why, why_cap)) != ECC_OK)
+      return rc;
+    bool over;
+    rc = wait_look(d, &w, fresh, &over, result, why, why_cap);
+    uint64_t now = ecc_now_ns();
+    if (rc == ECC_OK && !over && now >= deadline) {
+      over = true;
+      *result = DIR_WAIT_TIMEOUT;
+    }
+    if (rc != ECC_OK || over) {
+      if (rc == ECC_OK)
+        wait_count(d->sh, &w, *result);
+      dir_unlock(d);
+      return rc;
+    }
+    d->sh->waits += !w.slept;
+    w.slept = true;
+    atomic_fetch_add_explicit(&d->sh->waiters, 1, memory_order_acq_rel);
+    dir_unlock(d);
+    uint64_t left = deadline - now;
+    fresh = wait_sleep(d->sh, w.seen, left < DIR_WAIT_SLICE_NS ? left : DIR_WAIT_SLICE_NS);
+  }
+}
+
+int dir_events(struct dir *d, uint64_t *cursor, struct dir_event *out, size_t cap, size_t *n_out,
+               uint64_t *lost)
+{
+  if (n_out != NULL)
+    *n_out = 0;
+  if (d == NULL || d->sh == NULL || cursor == NULL || n_out == NULL || (out == NULL && cap > 0))
+    return ECC_ERR_INVALID;
+  uint64_t skipped = 0;
+  /* The view's checked copy of the header places the ring: the shared one
+   * may have been overwritten since. */
+  const char *ring = (const char *)d->sh + d->shape.off_events;
+  *n_out = ev_read(ring, d->shape.event_slots, cursor, out, cap, &skipped);
+  if (lost != NULL)
+    *lost = skipped;
+  return ECC_OK;
+}
+
+int dir_restart(struct dir *d, uint32_t *freed, char *why, size_t why_cap)
+{
+  int rc = dir_lock(d, why, why_cap);
+  if (rc != ECC_OK)
+    return rc;
+  uint32_t n = reclaim_all(d, ecc_now_ns(), true);
+  d->sh->restarts++;
   if (freed != NULL)
     *freed = n;
   dir_unlock(d);
@@ -2240,13 +2588,16 @@ static int check_header(const struct dir_shared *sh, size_t bytes, char *why, si
   struct dir_params r = {.num_blocks = sh->num_blocks,
                          .block_size = sh->block_size,
                          .max_entries = sh->max_entries,
-                         .max_pins = sh->max_pins};
+                         .max_pins = sh->max_pins,
+                         .policy = sh->policy,
+                         .event_slots = sh->event_slots};
   struct layout l;
-  if (!params_resolve(&r, &r) || r.max_entries != sh->max_entries || r.max_pins != sh->max_pins)
+  if (!params_resolve(&r, &r) || r.max_entries != sh->max_entries || r.max_pins != sh->max_pins ||
+      r.event_slots != sh->event_slots)
     return BROKEN("header sizes are invalid");
   if (layout_of(&r, &l) > bytes || l.total != sh->total || l.index_cap != sh->index_cap ||
       l.off_entries != sh->off_entries || l.off_pins != sh->off_pins || l.off_map != sh->off_map ||
-      l.off_index != sh->off_index)
+      l.off_index != sh->off_index || l.off_events != sh->off_events)
     return BROKEN("header offsets do not follow from its sizes");
   if (sh->hand >= sh->num_blocks || sh->slot_cursor >= sh->max_entries ||
       sh->pin_cursor >= sh->max_pins)
@@ -2328,9 +2679,8 @@ static int settle_locked(struct dir *d, struct dir_ref ref, bool ok, char *why, 
     entry_free(d->sh, ref.slot);
     return ECC_OK;
   }
-  /* The copy has completed: one store makes the entry visible. */
-  e->claimed = 0;
-  atomic_store_explicit(&e->word, word_make(DIR_STATE_READY, ref.gen), memory_order_release);
+  /* The copy has completed. */
+  entry_publish(d->sh, e, ref);
   return ECC_OK;
 }
 

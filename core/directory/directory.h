@@ -42,14 +42,20 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "ecc_common.h"
+#include "ecc_plugin_v1.h"
 
 #define DIR_MAGIC "ECCDIR01"
-#define DIR_LAYOUT_VERSION 3
+#define DIR_LAYOUT_VERSION 4
 /* Runs an entry may have when no single window could be found. */
 #define DIR_MAX_RUNS 8
 /* Longest key, terminating NUL excluded (the ABI's ECC_KEY_MAX). */
 #define DIR_KEY_MAX ECC_KEY_MAX
+/* Residency events the ring keeps when dir_params asks for 0. */
+#define DIR_EVENT_SLOTS_DEFAULT 4096u
+/* The longest dir_wait sleeps, and the slice after which a waiter judges
+ * the writer's liveness afresh (its wake-up bound after a SIGKILL). */
+#define DIR_WAIT_MAX_NS 3600000000000ull
+#define DIR_WAIT_SLICE_NS 20000000ull
 /* How long a call waits for the lock when dir_params asks for 0. */
 #define DIR_LOCK_TIMEOUT_DEFAULT_NS 5000000000ull
 
@@ -91,6 +97,26 @@ enum dir_outcome {
   DIR_FOUND_WRITING /* someone else has reserved it and is writing it */
 };
 
+/* How dir_reserve makes room (fixed when the directory is formatted). */
+enum dir_policy {
+  DIR_POLICY_LRU = 0, /* clock with second chance: least recently used first */
+  DIR_POLICY_COST = 1 /* keeps entries by cost x reuse / size (see policy.h) */
+};
+
+/* What dir_wait ended with. */
+enum dir_wait_result {
+  DIR_WAIT_READY = 0, /* the entry is ready (and pinned when ranks > 0) */
+  DIR_WAIT_ABSENT,    /* nobody is writing it: reserve it */
+  DIR_WAIT_TIMEOUT    /* still being written when the timeout passed */
+};
+
+/* What a reservation records besides its size: the encoder time a hit on
+ * it saves (0: unknown) and its tensor type (untyped: all 0). */
+struct dir_meta {
+  uint64_t cost_us;
+  ecc_tensor_v1_t type;
+};
+
 enum dir_state {
   DIR_STATE_FREE = 0,
   DIR_STATE_RESERVED, /* blocks allocated, being written, invisible to lookup */
@@ -109,6 +135,27 @@ struct dir_entry_info {
   struct dir_owner owner; /* the reserver */
   uint64_t reserved_ns;   /* CLOCK_MONOTONIC when reserved */
   uint64_t used_ns;       /* last reserve hit or lookup */
+  uint64_t hits;          /* lookups, waits and reserves that found it ready */
+  struct dir_meta meta;   /* as reserved */
+  char key[DIR_KEY_MAX + 1];
+};
+
+/* One key as dir_peek finds it. */
+struct dir_peeked {
+  int state; /* enum dir_state: FREE when absent */
+  uint32_t pins;
+  uint64_t nbytes;
+  uint64_t hits;
+  struct dir_meta meta;
+};
+
+/* One residency event (ECC_EVENT_* kinds). */
+struct dir_event {
+  uint64_t seq;     /* from 1 */
+  uint64_t time_ns; /* CLOCK_REALTIME */
+  uint64_t nbytes;
+  uint64_t cost_us;
+  uint32_t kind; /* ECC_EVENT_* */
   char key[DIR_KEY_MAX + 1];
 };
 
@@ -124,12 +171,19 @@ struct dir_counters {
   uint64_t lookups;      /* keys looked up */
   uint64_t hits;
   uint64_t misses;
-  uint64_t evictions;  /* entries evicted to make room */
-  uint64_t removals;   /* entries removed by key */
-  uint64_t pins;       /* pins taken */
-  uint64_t reclaimed;  /* reservations and pins of dead processes freed */
-  uint64_t full;       /* reservations refused for want of room */
-  uint64_t recoveries; /* rebuilds after a process died holding the lock */
+  uint64_t evictions;        /* entries evicted to make room */
+  uint64_t removals;         /* entries removed by key */
+  uint64_t pins;             /* pins taken */
+  uint64_t reclaimed;        /* reservations and pins of dead processes freed */
+  uint64_t full;             /* reservations refused for want of room */
+  uint64_t recoveries;       /* rebuilds after a process died holding the lock */
+  uint64_t waits;            /* dir_wait calls that slept */
+  uint64_t waits_ready;      /* of those, woken with the entry ready */
+  uint64_t waits_absent;     /* of those, woken with nobody writing it */
+  uint64_t wait_timeouts;    /* of those, ended by their timeout */
+  uint64_t encoder_us_saved; /* the cost of every hit */
+  uint64_t events;           /* residency events written */
+  uint64_t restarts;         /* dir_restart calls: a kept region reused */
 };
 
 /* Sizes fixed when the directory is formatted, and this process's wait. */
@@ -145,6 +199,8 @@ struct dir_params {
   uint64_t lock_timeout_ns;    /* the longest this process's calls wait for
                                 * the lock; 0: DIR_LOCK_TIMEOUT_DEFAULT_NS.
                                 * Not in the header: each process its own */
+  uint32_t policy;             /* enum dir_policy */
+  uint32_t event_slots;        /* events the ring keeps; 0: DIR_EVENT_SLOTS_DEFAULT */
 };
 
 /* The header as formatted: sizes, offsets and the instance id (random per
@@ -157,6 +213,8 @@ struct dir_shape {
   uint32_t num_blocks, max_entries, max_pins, index_cap;
   uint64_t block_size, reserve_timeout_ns, pin_timeout_ns;
   uint64_t off_entries, off_pins, off_map, off_index, total;
+  uint64_t off_events;
+  uint32_t policy, event_slots;
   uint64_t instance;
 };
 
@@ -203,6 +261,46 @@ uint64_t dir_instance(const struct dir *d);
  * info may be NULL. */
 int dir_reserve(struct dir *d, const char *key, uint64_t nbytes, int *outcome,
                 struct dir_entry_info *info, char *why, size_t why_cap);
+
+/* dir_reserve, recording `meta` (may be NULL: cost 0, untyped) in a new
+ * entry; a found one keeps what it was reserved with (info says). The type
+ * is not judged here: the caller checks it against nbytes. */
+int dir_reserve_ex(struct dir *d, const char *key, uint64_t nbytes, const struct dir_meta *meta,
+                   int *outcome, struct dir_entry_info *info, char *why, size_t why_cap);
+
+/* For each of n keys, what a lookup would find (out[i]; state FREE when
+ * absent, RESERVED while being written), under one lock, changing and
+ * counting nothing. ECC_ERR_INVALID: a bad key, keys or out NULL. */
+int dir_peek(struct dir *d, const char *const *keys, size_t n, struct dir_peeked *out, char *why,
+             size_t why_cap);
+
+/* Single flight: looks the key up as dir_lookup does (pinning it for
+ * `ranks` releases into *pin when ranks > 0; ranks 0 pins nothing) and,
+ * while another process's reservation of it is live, sleeps on a futex in
+ * the region until a publish, abort or reclaim ends it or timeout_ns
+ * (at most DIR_WAIT_MAX_NS) passes. Every DIR_WAIT_SLICE_NS asleep it asks
+ * /proc afresh whether the writer lives, and reclaims the reservation of
+ * a dead one (waking every other waiter). *result: DIR_WAIT_READY (info
+ * and *pin filled), DIR_WAIT_ABSENT (nobody writes it: reserve it), or
+ * DIR_WAIT_TIMEOUT (nothing changed; also at once for a reservation of
+ * this process's own, which it would wait for itself). ECC_ERR_BUSY: no
+ * free pin (nothing kept). info and pin may be NULL when ranks is 0. */
+int dir_wait(struct dir *d, const char *key, uint32_t ranks, uint64_t timeout_ns, int *result,
+             struct dir_entry_info *info, struct dir_pin_ref *pin, char *why, size_t why_cap);
+
+/* Residency events from sequence *cursor on (0: the oldest kept), at most
+ * cap into out, oldest first: *n_out of them, *cursor past the last; *lost
+ * (may be NULL) counts those overwritten before they could be read. cap 0
+ * sets *cursor to the next event to come. Takes no lock: a writer is never
+ * delayed by a reader. */
+int dir_events(struct dir *d, uint64_t *cursor, struct dir_event *out, size_t cap, size_t *n_out,
+               uint64_t *lost);
+
+/* A process reusing a kept region (region.persist) after every process
+ * that held it has gone: frees every reservation and drops every pin whose
+ * owner is dead (asking /proc afresh), counts a restart, and says in
+ * *freed (may be NULL) how many it freed. Ready entries stay. */
+int dir_restart(struct dir *d, uint32_t *freed, char *why, size_t why_cap);
 
 /* The reserved entry's blocks are written: lookups find it from now on.
  * ECC_ERR_CLOSED if the reservation is gone (reclaimed, or ref stale);

@@ -128,6 +128,28 @@ int ecc_unpin(ecc_connector_t *c, uint64_t token);
 int ecc_remove(ecc_connector_t *c, const char *key);
 int ecc_list(ecc_connector_t *c, uint64_t *cursor, ecc_listed_t *out, size_t cap, size_t *n_out);
 
+/* The cache (ABI 1.2; see "The cache" in ecc_plugin_v1.h). ECC_ERR_UNSUPPORTED
+ * when the plugin is older or lacks the function, or the connector's region
+ * has no directory. ecc_wait_ready refuses ranks above ECC_RANKS_MAX itself,
+ * as ecc_lookup does. */
+int ecc_reserve_ex(ecc_connector_t *c, const ecc_reserve_args_t *args, ecc_entry_t *out);
+int ecc_peek(ecc_connector_t *c, const char *const *keys, size_t n, ecc_peek_t *out);
+int ecc_wait_ready(ecc_connector_t *c, const char *key, uint32_t ranks, uint64_t timeout_ns,
+                   ecc_entry_t *out, ecc_entry_meta_t *meta);
+int ecc_lookup_ex(ecc_connector_t *c, const char *const *keys, size_t n, uint32_t ranks,
+                  ecc_entry_t *out, ecc_entry_meta_t *meta);
+int ecc_load_typed(ecc_connector_t *c, const ecc_load_typed_t *entries, size_t n,
+                   void *compute_stream);
+int ecc_list_ex(ecc_connector_t *c, uint64_t *cursor, ecc_listed_t *out, ecc_entry_meta_t *meta,
+                size_t cap, size_t *n_out);
+int ecc_events(ecc_connector_t *c, uint64_t *cursor, ecc_event_t *out, size_t cap, size_t *n_out,
+               uint64_t *lost);
+
+/* A dtype's name ("float16"; "none" for ECC_DTYPE_NONE) and its bytes per
+ * element (0 for none); NULL and 0 for a value that is no dtype. */
+const char *ecc_dtype_name(uint32_t dtype);
+size_t ecc_dtype_bytes(uint32_t dtype);
+
 /* The loaded plugin's table header, as negotiated. */
 typedef struct ecc_plugin_meta {
   char path[4096];           /* resolved plugin file */

@@ -19,7 +19,7 @@ from ctypes import (
 )
 
 ABI_MAJOR = 1
-ABI_MINOR = 1
+ABI_MINOR = 2
 KEY_MAX = 127
 ENTRY_MAX_EXTENTS = 8
 HIST_BOUNDS = (500000, 1000000, 2000000, 5000000, 10000000, 20000000, 50000000, 100000000,
@@ -52,7 +52,20 @@ ENTRY_STATE_TABLE = (("ECC_ENTRY_ABSENT", 0, "absent"), ("ECC_ENTRY_RESERVED", 1
 # (name, bit number, short name), as ECC_CAP_MAP.
 CAP_TABLE = (("ECC_CAP_SAVE", 0, "save"), ("ECC_CAP_LOAD", 1, "load"),
              ("ECC_CAP_HOST_ENGINE", 2, "host-engine"), ("ECC_CAP_CUDA_ENGINE", 3, "cuda-engine"),
-             ("ECC_CAP_STATS", 4, "stats"), ("ECC_CAP_DIRECTORY", 5, "directory"))
+             ("ECC_CAP_STATS", 4, "stats"), ("ECC_CAP_DIRECTORY", 5, "directory"),
+             ("ECC_CAP_CACHE", 6, "cache"))
+# (name, value, text, bytes per element), as ECC_DTYPE_MAP.
+DTYPE_TABLE = (("ECC_DTYPE_NONE", 0, "none", 0), ("ECC_DTYPE_FLOAT32", 1, "float32", 4),
+               ("ECC_DTYPE_FLOAT16", 2, "float16", 2), ("ECC_DTYPE_BFLOAT16", 3, "bfloat16", 2),
+               ("ECC_DTYPE_FLOAT64", 4, "float64", 8), ("ECC_DTYPE_INT8", 5, "int8", 1),
+               ("ECC_DTYPE_UINT8", 6, "uint8", 1), ("ECC_DTYPE_INT16", 7, "int16", 2),
+               ("ECC_DTYPE_INT32", 8, "int32", 4), ("ECC_DTYPE_INT64", 9, "int64", 8),
+               ("ECC_DTYPE_FLOAT8_E4M3", 10, "float8_e4m3fn", 1),
+               ("ECC_DTYPE_FLOAT8_E5M2", 11, "float8_e5m2", 1))
+# (name, value, text), as ECC_EVENT_MAP.
+EVENT_TABLE = (("ECC_EVENT_STORED", 1, "stored"), ("ECC_EVENT_EVICTED", 2, "evicted"),
+               ("ECC_EVENT_REMOVED", 3, "removed"), ("ECC_EVENT_RECLAIMED", 4, "reclaimed"))
+TENSOR_MAX_DIMS = 4
 
 Status = enum.IntEnum("Status", [(name, value) for name, value, _ in STATUS_TABLE])
 Status.__doc__ = "An ECC_* status code: .name is the C name, the value the C value."
@@ -148,6 +161,14 @@ class DirectoryStatsRecord(Structure):
     _fields_ = [(name, c_uint64) for name in DIRECTORY_STATS_FIELDS]
 
 
+CACHE_STATS_FIELDS = ("waits", "waits_ready", "waits_absent", "wait_timeouts",
+                      "encoder_us_saved", "events", "restarts")
+
+
+class CacheStatsRecord(Structure):
+    _fields_ = [(name, c_uint64) for name in CACHE_STATS_FIELDS]
+
+
 class StatsRecord(Structure):
     _fields_ = [
         ("struct_size", c_uint32),
@@ -157,6 +178,7 @@ class StatsRecord(Structure):
         ("saves_skipped", c_uint64),
         ("pin_ns", c_uint64),
         ("directory", DirectoryStatsRecord),
+        ("cache", CacheStatsRecord),
     ]
 
 
@@ -174,6 +196,9 @@ class InfoRecord(Structure):
         ("save_rank", c_uint32),
         ("pinned", c_uint32),
         ("max_inflight", c_uint64),
+        ("persist", c_uint32),
+        ("restarted", c_uint32),
+        ("policy", c_char * 16),
     ]
 
 
@@ -217,6 +242,52 @@ class ListedRecord(Structure):
     ]
 
 
+class Tensor(Structure):
+    _fields_ = [("dtype", c_uint32), ("n_dims", c_uint32), ("dims", c_uint64 * TENSOR_MAX_DIMS)]
+
+
+class EntryMeta(Structure):
+    _fields_ = [("cost_us", c_uint64), ("hits", c_uint64), ("type", Tensor)]
+
+
+class ReserveArgs(Structure):
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("reserved", c_uint32),
+        ("key", c_char_p),
+        ("nbytes", c_uint64),
+        ("cost_us", c_uint64),
+        ("type", Tensor),
+    ]
+
+
+class PeekRecord(Structure):
+    _fields_ = [("state", c_int32), ("pins", c_uint32), ("nbytes", c_uint64), ("meta", EntryMeta)]
+
+
+class LoadTyped(Structure):
+    _fields_ = [
+        ("transfer_id", c_uint64),
+        ("token", c_uint64),
+        ("dst", c_uint64),
+        ("dst_capacity", c_uint64),
+        ("type", Tensor),
+    ]
+
+
+class EventRecord(Structure):
+    _fields_ = [
+        ("seq", c_uint64),
+        ("time_ns", c_uint64),
+        ("instance", c_uint64),
+        ("nbytes", c_uint64),
+        ("cost_us", c_uint64),
+        ("kind", c_int32),
+        ("reserved", c_uint32),
+        ("key", c_char * (KEY_MAX + 1)),
+    ]
+
+
 # The C name of each struct above, for the layout test.
 C_STRUCTS = {
     "ecc_kv_t": KeyValue,
@@ -233,4 +304,11 @@ C_STRUCTS = {
     "ecc_save_reserved_t": SaveReserved,
     "ecc_load_pinned_t": LoadPinned,
     "ecc_listed_t": ListedRecord,
+    "ecc_cache_stats_t": CacheStatsRecord,
+    "ecc_tensor_t": Tensor,
+    "ecc_entry_meta_t": EntryMeta,
+    "ecc_reserve_args_t": ReserveArgs,
+    "ecc_peek_t": PeekRecord,
+    "ecc_load_typed_t": LoadTyped,
+    "ecc_event_t": EventRecord,
 }

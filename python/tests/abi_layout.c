@@ -82,6 +82,15 @@ static void counters(void)
   FIELD(ecc_stats_t, saves_skipped);
   FIELD(ecc_stats_t, pin_ns);
   FIELD(ecc_stats_t, directory);
+  FIELD(ecc_stats_t, cache);
+  STRUCT(ecc_cache_stats_t);
+  FIELD(ecc_cache_stats_t, waits);
+  FIELD(ecc_cache_stats_t, waits_ready);
+  FIELD(ecc_cache_stats_t, waits_absent);
+  FIELD(ecc_cache_stats_t, wait_timeouts);
+  FIELD(ecc_cache_stats_t, encoder_us_saved);
+  FIELD(ecc_cache_stats_t, events);
+  FIELD(ecc_cache_stats_t, restarts);
 }
 
 static void description(void)
@@ -99,6 +108,9 @@ static void description(void)
   FIELD(ecc_info_t, save_rank);
   FIELD(ecc_info_t, pinned);
   FIELD(ecc_info_t, max_inflight);
+  FIELD(ecc_info_t, persist);
+  FIELD(ecc_info_t, restarted);
+  FIELD(ecc_info_t, policy);
 }
 
 static void directory(void)
@@ -132,6 +144,45 @@ static void directory(void)
   FIELD(ecc_listed_t, idle_ns);
 }
 
+static void cache(void)
+{
+  STRUCT(ecc_tensor_t);
+  FIELD(ecc_tensor_t, dtype);
+  FIELD(ecc_tensor_t, n_dims);
+  FIELD(ecc_tensor_t, dims);
+  STRUCT(ecc_entry_meta_t);
+  FIELD(ecc_entry_meta_t, cost_us);
+  FIELD(ecc_entry_meta_t, hits);
+  FIELD(ecc_entry_meta_t, type);
+  STRUCT(ecc_reserve_args_t);
+  FIELD(ecc_reserve_args_t, struct_size);
+  FIELD(ecc_reserve_args_t, reserved);
+  FIELD(ecc_reserve_args_t, key);
+  FIELD(ecc_reserve_args_t, nbytes);
+  FIELD(ecc_reserve_args_t, cost_us);
+  FIELD(ecc_reserve_args_t, type);
+  STRUCT(ecc_peek_t);
+  FIELD(ecc_peek_t, state);
+  FIELD(ecc_peek_t, pins);
+  FIELD(ecc_peek_t, nbytes);
+  FIELD(ecc_peek_t, meta);
+  STRUCT(ecc_load_typed_t);
+  FIELD(ecc_load_typed_t, transfer_id);
+  FIELD(ecc_load_typed_t, token);
+  FIELD(ecc_load_typed_t, dst);
+  FIELD(ecc_load_typed_t, dst_capacity);
+  FIELD(ecc_load_typed_t, type);
+  STRUCT(ecc_event_t);
+  FIELD(ecc_event_t, seq);
+  FIELD(ecc_event_t, time_ns);
+  FIELD(ecc_event_t, instance);
+  FIELD(ecc_event_t, nbytes);
+  FIELD(ecc_event_t, cost_us);
+  FIELD(ecc_event_t, kind);
+  FIELD(ecc_event_t, reserved);
+  FIELD(ecc_event_t, key);
+}
+
 static void closed_sets(void)
 {
 #define ROW(set, name, value, text) printf("%s %s %d %s\n", set, #name, (int)(value), text);
@@ -140,11 +191,16 @@ static void closed_sets(void)
 #define DIR_ROW(name, value, text) ROW("dir", name, value, text)
 #define STATE_ROW(name, value, text) ROW("state", name, value, text)
 #define CAP_ROW(name, bit, text) ROW("cap", name, bit, text)
+#define DTYPE_ROW(name, value, text, bytes) \
+  printf("dtype %s %d %s %d\n", #name, (int)(value), text, (int)(bytes));
+#define EVENT_ROW(name, value, text) ROW("event", name, value, text)
   ECC_STATUS_MAP(STATUS_ROW)
   ECC_LOG_LEVEL_MAP(LEVEL_ROW)
   ECC_DIR_MAP(DIR_ROW)
   ECC_ENTRY_STATE_MAP(STATE_ROW)
   ECC_CAP_MAP(CAP_ROW)
+  ECC_DTYPE_MAP(DTYPE_ROW)
+  ECC_EVENT_MAP(EVENT_ROW)
 #define HIST_ROW(bound) printf("hist %llu\n", (unsigned long long)(bound));
   ECC_HIST_BOUNDS(HIST_ROW)
   printf("const ECC_KEY_MAX %d\n", ECC_KEY_MAX);
@@ -152,6 +208,7 @@ static void closed_sets(void)
   printf("const ECC_HIST_BUCKETS %d\n", ECC_HIST_BUCKETS);
   printf("const ECC_ABI_MAJOR %d\n", ECC_ABI_MAJOR);
   printf("const ECC_ABI_MINOR %d\n", ECC_ABI_MINOR);
+  printf("const ECC_TENSOR_MAX_DIMS %d\n", ECC_TENSOR_MAX_DIMS);
 }
 
 int main(void)
@@ -160,6 +217,7 @@ int main(void)
   counters();
   description();
   directory();
+  cache();
   closed_sets();
   return 0;
 }

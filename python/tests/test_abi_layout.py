@@ -74,7 +74,7 @@ def _table(rows, kind):
 
 @pytest.mark.parametrize("kind, table", [
     ("status", _abi.STATUS_TABLE), ("level", _abi.LOG_LEVEL_TABLE), ("dir", _abi.DIR_TABLE),
-    ("state", _abi.ENTRY_STATE_TABLE), ("cap", _abi.CAP_TABLE)])
+    ("state", _abi.ENTRY_STATE_TABLE), ("cap", _abi.CAP_TABLE), ("event", _abi.EVENT_TABLE)])
 def test_closed_sets_match_the_x_macro_tables(layout, kind, table):
     assert table == _table(layout[2], kind)
 
@@ -88,6 +88,12 @@ def test_constants_match(layout):
     assert int(consts["ECC_ABI_MAJOR"]) == _abi.ABI_MAJOR
     assert int(consts["ECC_ABI_MINOR"]) == _abi.ABI_MINOR
     assert tuple(int(b) for b in rows["hist"]) == ecc.HIST_BOUNDS
+    assert int(consts["ECC_TENSOR_MAX_DIMS"]) == _abi.TENSOR_MAX_DIMS
+
+
+def test_dtype_table_matches(layout):
+    rows = tuple(tuple(int(x) if x.isdigit() else x for x in r.split()) for r in layout[2]["dtype"])
+    assert rows == _abi.DTYPE_TABLE
 
 
 def test_status_enum_is_the_table():

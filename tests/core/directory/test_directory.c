@@ -39,8 +39,11 @@ static void fx_open(struct fx *f, uint32_t blocks, uint64_t bs, uint32_t entries
                     size_t extra)
 {
   memset(f, 0, sizeof(*f));
-  f->p = (struct dir_params){
-      .num_blocks = blocks, .block_size = bs, .max_entries = entries, .max_pins = pins};
+  f->p = (struct dir_params){.num_blocks = blocks,
+                             .block_size = bs,
+                             .max_entries = entries,
+                             .max_pins = pins,
+                             .event_slots = 16 /* the tables are what these tests look at */};
   f->bytes = dir_bytes(&f->p);
   cr_assert_gt(f->bytes, 0);
   f->mem = mmap(NULL, f->bytes + extra, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
