@@ -8,7 +8,7 @@ from ._abi import (ENTRY_MAX_EXTENTS, HIST_BOUNDS, HIST_BUCKETS, KEY_MAX, EntryS
 from ._lib import LibraryNotFound
 from .connector import Connector
 from .errors import Busy, EccError
-from .records import Completion, DirectoryStats, DirStats, Entry, Info, Listed, Stats
+from .records import CacheStats, Completion, DirectoryStats, DirStats, Entry, Info, Listed, Stats
 
 __version__ = "1.0.0"
 
@@ -27,6 +27,6 @@ def library_version():
 
 
 __all__ = ["Connector", "EccError", "Busy", "Status", "LogLevel", "EntryState", "Completion",
-           "Entry", "Listed", "Stats", "DirStats", "DirectoryStats", "Info", "LibraryNotFound",
-           "KEY_MAX", "ENTRY_MAX_EXTENTS", "HIST_BOUNDS", "HIST_BUCKETS", "library_path",
+           "Entry", "Listed", "Stats", "DirStats", "DirectoryStats", "CacheStats", "Info",
+           "LibraryNotFound", "KEY_MAX", "ENTRY_MAX_EXTENTS", "HIST_BOUNDS", "HIST_BUCKETS", "library_path",
            "library_version"] + [member.name for member in Status]

@@ -7,7 +7,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from ._abi import HIST_BOUNDS
 from .errors import EccError
-from .records import DirectoryStats, DirStats, Stats
+from .records import CacheStats, DirectoryStats, DirStats, Stats
 
 # (name suffix, DirStats field, scale, help)
 DIRECTION_COUNTERS = (
@@ -38,7 +38,7 @@ DIRECTORY_COUNTERS = (
 )
 
 _ZERO_DIR = DirStats(0, 0, 0, 0, 0, 0, (0,) * (len(HIST_BOUNDS) + 1))
-_ZERO = Stats(_ZERO_DIR, _ZERO_DIR, 0, 0, DirectoryStats(*([0] * 15)))
+_ZERO = Stats(_ZERO_DIR, _ZERO_DIR, 0, 0, DirectoryStats(*([0] * 15)), CacheStats(*([0] * 7)))
 
 
 def _size_histogram(name, direction, d):

@@ -123,19 +123,40 @@ class DirectoryStats:
 
 
 @dataclass(frozen=True)
+class CacheStats:
+    """The region's cache counters of ABI 1.2 (all 0 without a directory, or
+    from an older plugin), counted since the region was made."""
+
+    waits: int
+    waits_ready: int
+    waits_absent: int
+    wait_timeouts: int
+    encoder_us_saved: int
+    events: int
+    restarts: int
+
+    @classmethod
+    def from_record(cls, r):
+        return cls(*(getattr(r, f.name) for f in fields(cls)))
+
+
+@dataclass(frozen=True)
 class Stats:
-    """A connector's counters since it was opened, and its region's directory."""
+    """A connector's counters since it was opened, and its region's directory
+    and cache."""
 
     save: DirStats
     load: DirStats
     saves_skipped: int
     pin_ns: int
     directory: DirectoryStats
+    cache: CacheStats
 
     @classmethod
     def from_record(cls, r):
         return cls(DirStats.from_record(r.save), DirStats.from_record(r.load), r.saves_skipped,
-                   r.pin_ns, DirectoryStats.from_record(r.directory))
+                   r.pin_ns, DirectoryStats.from_record(r.directory),
+                   CacheStats.from_record(r.cache))
 
 
 @dataclass(frozen=True)
