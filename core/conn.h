@@ -50,6 +50,18 @@ int conn_load_pinned(struct conn *c, const ecc_load_pinned_v1_t *e, size_t n, vo
 int conn_unpin(struct conn *c, uint64_t token);
 int conn_remove(struct conn *c, const char *key);
 int conn_list(struct conn *c, uint64_t *cursor, ecc_listed_v1_t *out, size_t cap, size_t *n_out);
+/* The cache of ABI 1.2 (see "The cache" in ecc_plugin_v1.h). */
+int conn_reserve_ex(struct conn *c, const ecc_reserve_args_v1_t *args, ecc_entry_v1_t *out);
+int conn_peek(struct conn *c, const char *const *keys, size_t n, ecc_peek_v1_t *out);
+int conn_wait_ready(struct conn *c, const char *key, uint32_t ranks, uint64_t timeout_ns,
+                    ecc_entry_v1_t *out, ecc_entry_meta_v1_t *meta);
+int conn_lookup_ex(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
+                   ecc_entry_v1_t *out, ecc_entry_meta_v1_t *meta);
+int conn_load_typed(struct conn *c, const ecc_load_typed_v1_t *e, size_t n, void *stream);
+int conn_list_ex(struct conn *c, uint64_t *cursor, ecc_listed_v1_t *out, ecc_entry_meta_v1_t *meta,
+                 size_t cap, size_t *n_out);
+int conn_events(struct conn *c, uint64_t *cursor, ecc_event_v1_t *out, size_t cap, size_t *n_out,
+                uint64_t *lost);
 /* Wait for everything in flight, release it all, close the region. */
 void conn_destroy(struct conn *c);
 

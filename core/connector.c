@@ -213,7 +213,7 @@ int conn_stats(struct conn *c, ecc_stats_v1_t *out)
   lock_mutex_lock(&c->inflight.lock);
   copy = c->inflight.stats;
   lock_mutex_unlock(&c->inflight.lock);
-  rc = directory_counters(c, &copy.directory);
+  rc = directory_counters(c, &copy.directory, &copy.cache);
   if (rc != ECC_OK)
     return rc;
   copy_versioned(out, &out->struct_size, &copy, sizeof(copy));

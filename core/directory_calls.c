@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "common/clock.h"
+#include "common/tensor.h"
 #include "core/internal.h"
 #include "core/settle.h"
 #include "core/tokens.h"
@@ -20,8 +21,8 @@
 
 /* token_read for `what`: ECC_OK, or ECC_ERR_CLOSED logged naming the kind
  * the token is and the one expected. */
-static int token_ref(struct conn *c, const char *what, uint64_t token, enum token_kind kind,
-                     struct dir_ref *ref)
+int directory_token_ref(struct conn *c, const char *what, uint64_t token, enum token_kind kind,
+                        struct dir_ref *ref)
 {
   enum token_verdict v = token_read(token, kind, ref);
   if (v == TOKEN_NAMES)
@@ -34,8 +35,8 @@ static int token_ref(struct conn *c, const char *what, uint64_t token, enum toke
                   token_kind_text(kind));
 }
 
-static void entry_out(const struct dir_entry_info *info, int32_t state, uint64_t token,
-                      ecc_entry_v1_t *out)
+void directory_entry_out(const struct dir_entry_info *info, int32_t state, uint64_t token,
+                         ecc_entry_v1_t *out)
 {
   memset(out, 0, sizeof(*out));
   out->state = state;
@@ -48,9 +49,17 @@ static void entry_out(const struct dir_entry_info *info, int32_t state, uint64_t
   }
 }
 
+void directory_meta_out(const struct dir_entry_info *info, ecc_entry_meta_v1_t *meta)
+{
+  memset(meta, 0, sizeof(*meta));
+  meta->cost_us = info->meta.cost_us;
+  meta->hits = info->hits;
+  meta->type = info->meta.type;
+}
+
 /* ---- checks every call shares ------------------------------------------- */
 
-static int need_directory(struct conn *c, const char *what)
+int directory_need(struct conn *c, const char *what)
 {
   if (c->has_dir)
     return ECC_OK;
@@ -61,9 +70,9 @@ static int need_directory(struct conn *c, const char *what)
 
 /* A directory call of one direction's side: the directory, and a role that
  * moves that direction. */
-static int need_side(struct conn *c, const char *what, int direction)
+int directory_need_side(struct conn *c, const char *what, int direction)
 {
-  int rc = need_directory(c, what);
+  int rc = directory_need(c, what);
   int other = direction == ECC_DIR_SAVE ? ROLE_CONSUMER : ROLE_PRODUCER;
   if (rc == ECC_OK && c->cfg.role == other)
     rc = log_fail(&c->log, ECC_ERR_ROLE, "%s: this connector is a %s (connector.role)", what,
@@ -71,7 +80,7 @@ static int need_side(struct conn *c, const char *what, int direction)
   return rc;
 }
 
-static int check_key(struct conn *c, const char *what, size_t idx, const char *key)
+int directory_check_key(struct conn *c, const char *what, size_t idx, const char *key)
 {
   size_t len = key != NULL ? strnlen(key, ECC_KEY_MAX + 1) : 0;
   if (key == NULL || len == 0)
@@ -85,15 +94,16 @@ static int check_key(struct conn *c, const char *what, size_t idx, const char *k
 
 /* ---- reserve, abort, lookup, unpin, remove -------------------------------- */
 
-int conn_reserve(struct conn *c, const char *key, uint64_t nbytes, ecc_entry_v1_t *out)
+int directory_reserve(struct conn *c, const char *what, const char *key, uint64_t nbytes,
+                      const struct dir_meta *meta, ecc_entry_v1_t *out)
 {
-  int rc = need_side(c, "reserve", ECC_DIR_SAVE);
+  int rc = directory_need_side(c, what, ECC_DIR_SAVE);
   if (rc == ECC_OK && out == NULL)
-    rc = log_fail(&c->log, ECC_ERR_INVALID, "reserve: out is NULL");
+    rc = log_fail(&c->log, ECC_ERR_INVALID, "%s: out is NULL", what);
   if (rc == ECC_OK)
-    rc = check_key(c, "reserve", 0, key);
+    rc = directory_check_key(c, what, 0, key);
   if (rc == ECC_OK && nbytes == 0)
-    rc = log_fail(&c->log, ECC_ERR_INVALID, "reserve: %s: 0 bytes", key);
+    rc = log_fail(&c->log, ECC_ERR_INVALID, "%s: %s: 0 bytes", what, key);
   if (rc == ECC_OK)
     rc = directory_need_region(c);
   if (rc != ECC_OK)
@@ -101,16 +111,22 @@ int conn_reserve(struct conn *c, const char *key, uint64_t nbytes, ecc_entry_v1_
   char why[256] = "";
   int outcome = DIR_RESERVED;
   struct dir_entry_info info;
-  rc = dir_reserve(&c->dir, key, nbytes, &outcome, &info, why, sizeof(why));
+  rc = dir_reserve_ex(&c->dir, key, nbytes, meta, &outcome, &info, why, sizeof(why));
   if (rc != ECC_OK)
     return log_fail_at(&c->log, rc == ECC_ERR_BUSY ? ECC_LOG_DEBUG : ECC_LOG_ERROR,
-                       directory_code(rc), "reserve %s (%" PRIu64 " bytes): %s", key, nbytes, why);
+                       directory_code(rc), "%s %s (%" PRIu64 " bytes): %s", what, key, nbytes, why);
   if (outcome == DIR_RESERVED)
-    entry_out(&info, ECC_ENTRY_RESERVED, token_of(TOKEN_RESERVATION, info.ref.slot, info.ref.gen),
-              out);
+    directory_entry_out(&info, ECC_ENTRY_RESERVED,
+                        token_of(TOKEN_RESERVATION, info.ref.slot, info.ref.gen), out);
   else
-    entry_out(&info, outcome == DIR_FOUND_READY ? ECC_ENTRY_READY : ECC_ENTRY_WRITING, 0, out);
+    directory_entry_out(&info, outcome == DIR_FOUND_READY ? ECC_ENTRY_READY : ECC_ENTRY_WRITING, 0,
+                        out);
   return ECC_OK;
+}
+
+int conn_reserve(struct conn *c, const char *key, uint64_t nbytes, ecc_entry_v1_t *out)
+{
+  return directory_reserve(c, "reserve", key, nbytes, NULL, out);
 }
 
 /* A reservation ended by token: published (its blocks written elsewhere) or
@@ -118,11 +134,11 @@ int conn_reserve(struct conn *c, const char *key, uint64_t nbytes, ecc_entry_v1_
 static int end_reservation(struct conn *c, uint64_t token, const char *what,
                            int (*end)(struct dir *, struct dir_ref, char *, size_t))
 {
-  int rc = need_directory(c, what);
+  int rc = directory_need(c, what);
   if (rc != ECC_OK)
     return rc;
   struct dir_ref ref;
-  rc = token_ref(c, what, token, TOKEN_RESERVATION, &ref);
+  rc = directory_token_ref(c, what, token, TOKEN_RESERVATION, &ref);
   if (rc == ECC_OK)
     rc = directory_need_region(c);
   if (rc != ECC_OK)
@@ -161,7 +177,7 @@ static void release_pins(struct conn *c, const ecc_entry_v1_t *out, size_t n, ui
 }
 
 static int lookup_all(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
-                      ecc_entry_v1_t *out)
+                      ecc_entry_v1_t *out, ecc_entry_meta_v1_t *meta)
 {
   bool found[LOOKUP_CHUNK];
   struct dir_entry_info info[LOOKUP_CHUNK];
@@ -177,10 +193,14 @@ static int lookup_all(struct conn *c, const char *const *keys, size_t n, uint32_
     }
     for (size_t i = 0; i < k; i++) {
       if (found[i])
-        entry_out(&info[i], ECC_ENTRY_READY, token_of(TOKEN_PIN, pins[i].slot, pins[i].gen),
-                  &out[done + i]);
+        directory_entry_out(&info[i], ECC_ENTRY_READY,
+                            token_of(TOKEN_PIN, pins[i].slot, pins[i].gen), &out[done + i]);
       else
         memset(&out[done + i], 0, sizeof(out[done + i])); /* ECC_ENTRY_ABSENT is 0 */
+      if (meta != NULL && found[i])
+        directory_meta_out(&info[i], &meta[done + i]);
+      else if (meta != NULL)
+        memset(&meta[done + i], 0, sizeof(meta[done + i]));
     }
     done += k;
   }
@@ -188,7 +208,7 @@ static int lookup_all(struct conn *c, const char *const *keys, size_t n, uint32_
 }
 
 static int lookup_checked(struct conn *c, int rc, const char *const *keys, size_t n, uint32_t ranks,
-                          ecc_entry_v1_t *out)
+                          ecc_entry_v1_t *out, ecc_entry_meta_v1_t *meta)
 {
   if (rc == ECC_OK && n > 0 && (keys == NULL || out == NULL))
     rc = log_fail(&c->log, ECC_ERR_INVALID, "lookup: %s is NULL", keys == NULL ? "keys" : "out");
@@ -200,32 +220,40 @@ static int lookup_checked(struct conn *c, int rc, const char *const *keys, size_
                   "of the engine that loads the entry",
                   ranks, ECC_RANKS_MAX);
   for (size_t i = 0; rc == ECC_OK && i < n; i++)
-    rc = check_key(c, "lookup", i, keys[i]);
+    rc = directory_check_key(c, "lookup", i, keys[i]);
   if (rc == ECC_OK && n > 0)
     rc = directory_need_region(c);
   if (rc != ECC_OK || n == 0)
     return rc;
-  return lookup_all(c, keys, n, ranks, out);
+  return lookup_all(c, keys, n, ranks, out, meta);
 }
 
 int conn_lookup(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
                 ecc_entry_v1_t *out)
 {
-  return lookup_checked(c, need_side(c, "lookup", ECC_DIR_LOAD), keys, n, ranks, out);
+  return lookup_checked(c, directory_need_side(c, "lookup", ECC_DIR_LOAD), keys, n, ranks, out,
+                        NULL);
+}
+
+int conn_lookup_ex(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
+                   ecc_entry_v1_t *out, ecc_entry_meta_v1_t *meta)
+{
+  return lookup_checked(c, directory_need_side(c, "lookup_ex", ECC_DIR_LOAD), keys, n, ranks, out,
+                        meta);
 }
 
 int conn_lookup_for_peer(struct conn *c, const char *const *keys, size_t n, uint32_t ranks,
                          ecc_entry_v1_t *out)
 {
-  return lookup_checked(c, need_directory(c, "lookup"), keys, n, ranks, out);
+  return lookup_checked(c, directory_need(c, "lookup"), keys, n, ranks, out, NULL);
 }
 
 int conn_unpin_ranks(struct conn *c, uint64_t token, uint32_t ranks)
 {
-  int rc = need_directory(c, "unpin");
+  int rc = directory_need(c, "unpin");
   struct dir_ref ref;
   if (rc == ECC_OK)
-    rc = token_ref(c, "unpin", token, TOKEN_PIN, &ref);
+    rc = directory_token_ref(c, "unpin", token, TOKEN_PIN, &ref);
   if (rc == ECC_OK)
     rc = directory_need_region(c);
   if (rc != ECC_OK)
@@ -247,9 +275,9 @@ int conn_unpin(struct conn *c, uint64_t token)
 
 int conn_remove(struct conn *c, const char *key)
 {
-  int rc = need_directory(c, "remove");
+  int rc = directory_need(c, "remove");
   if (rc == ECC_OK)
-    rc = check_key(c, "remove", 0, key);
+    rc = directory_check_key(c, "remove", 0, key);
   if (rc == ECC_OK)
     rc = directory_need_region(c);
   if (rc != ECC_OK)
@@ -266,6 +294,7 @@ int conn_remove(struct conn *c, const char *key)
 struct list_walk {
   uint64_t from; /* first slot wanted */
   ecc_listed_v1_t *out;
+  ecc_entry_meta_v1_t *meta; /* may be NULL */
   size_t cap, n;
   uint64_t next; /* slot after the last one taken */
   uint64_t now_ns;
@@ -276,6 +305,8 @@ static void list_one(void *user, const struct dir_entry_info *e)
   struct list_walk *w = user;
   if (e->ref.slot < w->from || w->n == w->cap)
     return;
+  if (w->meta != NULL)
+    directory_meta_out(e, &w->meta[w->n]);
   ecc_listed_v1_t *o = &w->out[w->n++];
   memset(o, 0, sizeof(*o));
   memcpy(o->key, e->key, sizeof(o->key));
@@ -291,13 +322,14 @@ static void list_one(void *user, const struct dir_entry_info *e)
     w->next = (uint64_t)e->ref.slot + 1;
 }
 
-int conn_list(struct conn *c, uint64_t *cursor, ecc_listed_v1_t *out, size_t cap, size_t *n_out)
+static int list_walked(struct conn *c, const char *what, uint64_t *cursor, ecc_listed_v1_t *out,
+                       ecc_entry_meta_v1_t *meta, size_t cap, size_t *n_out)
 {
   if (n_out != NULL)
     *n_out = 0;
-  int rc = need_directory(c, "list");
+  int rc = directory_need(c, what);
   if (rc == ECC_OK && (cursor == NULL || n_out == NULL || (out == NULL && cap > 0)))
-    rc = log_fail(&c->log, ECC_ERR_INVALID, "list: %s is NULL",
+    rc = log_fail(&c->log, ECC_ERR_INVALID, "%s: %s is NULL", what,
                   cursor == NULL  ? "cursor"
                   : n_out == NULL ? "n_out"
                                   : "out");
@@ -305,18 +337,30 @@ int conn_list(struct conn *c, uint64_t *cursor, ecc_listed_v1_t *out, size_t cap
     rc = directory_need_region(c);
   if (rc != ECC_OK)
     return rc;
-  struct list_walk w = {*cursor, out, cap, 0, *cursor, ecc_now_ns()};
+  struct list_walk w = {*cursor, out, meta, cap, 0, *cursor, ecc_now_ns()};
   rc = dir_list(&c->dir, list_one, &w);
   if (rc != ECC_OK)
-    return log_fail(&c->log, directory_code(rc), "list: the directory could not be read");
+    return log_fail(&c->log, directory_code(rc), "%s: the directory could not be read", what);
   *cursor = w.next;
   *n_out = w.n;
   return ECC_OK;
 }
 
-int directory_counters(struct conn *c, ecc_directory_stats_v1_t *out)
+int conn_list(struct conn *c, uint64_t *cursor, ecc_listed_v1_t *out, size_t cap, size_t *n_out)
+{
+  return list_walked(c, "list", cursor, out, NULL, cap, n_out);
+}
+
+int conn_list_ex(struct conn *c, uint64_t *cursor, ecc_listed_v1_t *out, ecc_entry_meta_v1_t *meta,
+                 size_t cap, size_t *n_out)
+{
+  return list_walked(c, "list_ex", cursor, out, meta, cap, n_out);
+}
+
+int directory_counters(struct conn *c, ecc_directory_stats_v1_t *out, ecc_cache_stats_v1_t *cache)
 {
   memset(out, 0, sizeof(*out));
+  memset(cache, 0, sizeof(*cache));
   if (!c->has_dir)
     return ECC_OK;
   int rc = directory_need_region(c);
@@ -330,6 +374,9 @@ int directory_counters(struct conn *c, ecc_directory_stats_v1_t *out)
                                     k.pins_live, k.reservations, k.dedup_hits,  k.lookups,
                                     k.hits,      k.misses,       k.evictions,   k.removals,
                                     k.pins,      k.reclaimed,    k.full};
+  *cache = (ecc_cache_stats_v1_t){k.waits,         k.waits_ready,      k.waits_absent,
+                                  k.wait_timeouts, k.encoder_us_saved, k.events,
+                                  k.restarts};
   return ECC_OK;
 }
 
@@ -382,7 +429,7 @@ static int check_saved(struct conn *c, const ecc_save_reserved_v1_t *e, size_t i
   struct dir_ref ref;
   char what[48];
   snprintf(what, sizeof(what), "save_reserved: entry %zu", idx);
-  int rc = token_ref(c, what, e->token, TOKEN_RESERVATION, &ref);
+  int rc = directory_token_ref(c, what, e->token, TOKEN_RESERVATION, &ref);
   if (rc != ECC_OK)
     return rc;
   if (e->src == 0 || e->nbytes == 0)
@@ -469,7 +516,7 @@ int conn_save_reserved(struct conn *c, const ecc_save_reserved_v1_t *e, size_t n
 {
   if (n == 0)
     return ECC_OK;
-  int rc = need_side(c, "save_reserved", ECC_DIR_SAVE);
+  int rc = directory_need_side(c, "save_reserved", ECC_DIR_SAVE);
   if (rc == ECC_OK && e == NULL)
     rc = log_fail(&c->log, ECC_ERR_INVALID, "save_reserved: entries is NULL but n = %zu", n);
   for (size_t i = 0; rc == ECC_OK && i < n; i++)
@@ -503,15 +550,61 @@ static int check_dst(struct conn *c, const char *what, size_t idx, const ecc_loa
   return ECC_OK;
 }
 
-/* Entry i's pin is live and its destination holds the entry: it is added
- * to the transfer (nothing in the directory changes). */
-static int add_pinned(struct conn *c, struct transfer *t, const ecc_load_pinned_v1_t *e, size_t idx)
+/* The records of a load_pinned or a load_typed call: one or the other. */
+struct pinned_list {
+  const char *what; /* "load_pinned" or "load_typed" */
+  const ecc_load_pinned_v1_t *plain;
+  const ecc_load_typed_v1_t *typed;
+};
+
+/* Record i as load_pinned's, and the type it declares (NULL: none). */
+static ecc_load_pinned_v1_t pinned_at(const struct pinned_list *l, size_t i,
+                                      const ecc_tensor_v1_t **type)
+{
+  *type = NULL;
+  if (l->plain != NULL)
+    return l->plain[i];
+  const ecc_load_typed_v1_t *t = &l->typed[i];
+  *type = &t->type;
+  return (ecc_load_pinned_v1_t){t->transfer_id, t->token, t->dst, t->dst_capacity};
+}
+
+/* A typed entry must be of the declared type, an untyped one of its bytes. */
+static int check_type(struct conn *c, size_t idx, const ecc_load_pinned_v1_t *e,
+                      const ecc_tensor_v1_t *want, const struct dir_entry_info *info)
+{
+  char a[TENSOR_TEXT_MAX], b[TENSOR_TEXT_MAX], why[128] = "";
+  uint64_t bytes = 0;
+  if (!tensor_valid(want, &bytes, why, sizeof(why)) || tensor_untyped(want))
+    return log_fail(&c->log, ECC_ERR_INVALID,
+                    "load_typed: entry %zu (transfer %" PRIu64 "): the declared type %s is not "
+                    "one: %s",
+                    idx, e->transfer_id, tensor_format(want, a, sizeof(a)),
+                    why[0] != '\0' ? why : "give a dtype and 1 to 4 dimensions");
+  const ecc_tensor_v1_t *have = &info->meta.type;
+  bool same = tensor_untyped(have) ? bytes == info->nbytes : tensor_equal(want, have);
+  if (same)
+    return ECC_OK;
+  return log_fail(&c->log, ECC_ERR_RANGE,
+                  "load_typed: entry %zu (transfer %" PRIu64 ", %s): declared %s (%" PRIu64
+                  " bytes), but the entry is %s (%" PRIu64 " bytes)",
+                  idx, e->transfer_id, info->key, tensor_format(want, a, sizeof(a)), bytes,
+                  tensor_format(have, b, sizeof(b)), info->nbytes);
+}
+
+/* Entry i's pin is live, its destination holds the entry and its declared
+ * type (if any) is the entry's: it is added to the transfer (nothing in the
+ * directory changes). */
+static int add_pinned(struct conn *c, struct transfer *t, const struct pinned_list *l, size_t idx)
 {
   struct dir_ref ref;
   char what[80];
-  snprintf(what, sizeof(what), "load_pinned: entry %zu (transfer %" PRIu64 ")", idx,
+  const ecc_tensor_v1_t *type;
+  ecc_load_pinned_v1_t rec = pinned_at(l, idx, &type);
+  const ecc_load_pinned_v1_t *e = &rec;
+  snprintf(what, sizeof(what), "%s: entry %zu (transfer %" PRIu64 ")", l->what, idx,
            e->transfer_id);
-  int rc = token_ref(c, what, e->token, TOKEN_PIN, &ref);
+  int rc = directory_token_ref(c, what, e->token, TOKEN_PIN, &ref);
   if (rc != ECC_OK)
     return rc;
   struct dir_entry_info info;
@@ -519,7 +612,9 @@ static int add_pinned(struct conn *c, struct transfer *t, const ecc_load_pinned_
   rc = dir_pinned(&c->dir, token_pin_ref(ref), &info, why, sizeof(why));
   if (rc != ECC_OK)
     return log_fail(&c->log, directory_code(rc), "%s: %s", what, why);
-  if ((rc = check_dst(c, "load_pinned", idx, e, &info)) != ECC_OK)
+  if (type != NULL && (rc = check_type(c, idx, e, type, &info)) != ECC_OK)
+    return rc;
+  if ((rc = check_dst(c, l->what, idx, e, &info)) != ECC_OK)
     return rc;
   add_runs(c, &t->view.desc, e->dst, &info, 0);
   t->done[t->n_done] = (struct done_rec){e->transfer_id, info.nbytes};
@@ -527,15 +622,15 @@ static int add_pinned(struct conn *c, struct transfer *t, const ecc_load_pinned_
   return ECC_OK;
 }
 
-static int start_pinned(struct conn *c, struct transfer *t, const ecc_load_pinned_v1_t *e, size_t n,
+static int start_pinned(struct conn *c, struct transfer *t, const struct pinned_list *l, size_t n,
                         void *stream)
 {
   int rc = ECC_OK;
   if (desc_reserve(&t->view.desc, (uint64_t)n * DIR_MAX_RUNS) != 0 ||
       transfer_reserve_done(t, n) != 0 || transfer_reserve_tokens(t, n) != 0)
-    rc = log_fail(&c->log, ECC_ERR_NOMEM, "load_pinned: out of memory for %zu entries", n);
+    rc = log_fail(&c->log, ECC_ERR_NOMEM, "%s: out of memory for %zu entries", l->what, n);
   for (size_t i = 0; rc == ECC_OK && i < n; i++)
-    rc = add_pinned(c, t, &e[i], i);
+    rc = add_pinned(c, t, l, i);
   if (rc == ECC_OK)
     rc = inflight_room(c, ECC_DIR_LOAD);
   t->view.direction = ECC_DIR_LOAD;
@@ -544,28 +639,40 @@ static int start_pinned(struct conn *c, struct transfer *t, const ecc_load_pinne
   return rc;
 }
 
-int conn_load_pinned(struct conn *c, const ecc_load_pinned_v1_t *e, size_t n, void *stream)
+static int load_listed(struct conn *c, const struct pinned_list *l, size_t n, void *stream)
 {
   if (n == 0)
     return ECC_OK;
-  int rc = need_side(c, "load_pinned", ECC_DIR_LOAD);
-  if (rc == ECC_OK && e == NULL)
-    rc = log_fail(&c->log, ECC_ERR_INVALID, "load_pinned: entries is NULL but n = %zu", n);
+  int rc = directory_need_side(c, l->what, ECC_DIR_LOAD);
+  if (rc == ECC_OK && l->plain == NULL && l->typed == NULL)
+    rc = log_fail(&c->log, ECC_ERR_INVALID, "%s: entries is NULL but n = %zu", l->what, n);
   if (rc != ECC_OK)
     return rc;
   lock_mutex_lock(&c->step_lock);
   rc = directory_need_region(c);
   struct transfer *t = rc == ECC_OK ? transfer_get(&c->pool) : NULL;
   if (rc == ECC_OK && t == NULL)
-    rc = log_fail(&c->log, ECC_ERR_NOMEM, "load_pinned: out of memory for a transfer");
+    rc = log_fail(&c->log, ECC_ERR_NOMEM, "%s: out of memory for a transfer", l->what);
   if (rc == ECC_OK)
-    rc = start_pinned(c, t, e, n, stream);
+    rc = start_pinned(c, t, l, n, stream);
   if (rc == ECC_OK)
     rc = inflight_queue_load(c, t, stream);
   else if (t != NULL)
     transfer_put(&c->pool, t);
   lock_mutex_unlock(&c->step_lock);
   return rc;
+}
+
+int conn_load_pinned(struct conn *c, const ecc_load_pinned_v1_t *e, size_t n, void *stream)
+{
+  struct pinned_list l = {.what = "load_pinned", .plain = e};
+  return load_listed(c, &l, n, stream);
+}
+
+int conn_load_typed(struct conn *c, const ecc_load_typed_v1_t *e, size_t n, void *stream)
+{
+  struct pinned_list l = {.what = "load_typed", .typed = e};
+  return load_listed(c, &l, n, stream);
 }
 
 /* ---- held loads ------------------------------------------------------------ */
@@ -600,7 +707,7 @@ static int add_held(struct conn *c, struct transfer *t, const ecc_load_pinned_v1
 int conn_load_held(struct conn *c, const ecc_load_pinned_v1_t *e, void *stream, uint32_t **hold)
 {
   struct dir_ref ref;
-  int rc = token_ref(c, "load (held)", e->token, TOKEN_RESERVATION, &ref);
+  int rc = directory_token_ref(c, "load (held)", e->token, TOKEN_RESERVATION, &ref);
   if (rc != ECC_OK)
     return rc;
   lock_mutex_lock(&c->step_lock);

@@ -19,6 +19,7 @@
 #include "core/engine/engine.h"
 #include "core/inflight.h"
 #include "core/region/region.h"
+#include "core/tokens.h"
 #include "core/transfer.h"
 #include "ecc_plugin_v1.h"
 
@@ -125,10 +126,27 @@ int blocks_claim_saves(struct conn *c, struct transfer *t, const ecc_save_entry_
                        uint64_t blocks);
 /* ---- directory_calls.c ---- */
 
-/* The directory's counters; zeros without one. ECC_ERR_REGION when the
- * region's file was removed, replaced or truncated, or the directory's
- * error (its lock's timeout): nothing written but zeros. */
-int directory_counters(struct conn *c, ecc_directory_stats_v1_t *out);
+/* What the directory's calls and the cache's (cache_calls.c) share: a
+ * token read as `kind` (ECC_ERR_CLOSED logged naming what it is); an entry
+ * and its minor-2 metadata as the ABI reports them; the directory present
+ * (ECC_ERR_UNSUPPORTED), and a role that moves `direction`
+ * (ECC_ERR_ROLE); a key's length; and reserve with what it records. */
+int directory_token_ref(struct conn *c, const char *what, uint64_t token, enum token_kind kind,
+                        struct dir_ref *ref);
+void directory_entry_out(const struct dir_entry_info *info, int32_t state, uint64_t token,
+                         ecc_entry_v1_t *out);
+void directory_meta_out(const struct dir_entry_info *info, ecc_entry_meta_v1_t *meta);
+int directory_need(struct conn *c, const char *what);
+int directory_need_side(struct conn *c, const char *what, int direction);
+int directory_check_key(struct conn *c, const char *what, size_t idx, const char *key);
+int directory_reserve(struct conn *c, const char *what, const char *key, uint64_t nbytes,
+                      const struct dir_meta *meta, ecc_entry_v1_t *out);
+
+/* The directory's counters and the cache's, read at once; zeros without a
+ * directory. ECC_ERR_REGION when the region's file was removed, replaced
+ * or truncated, or the directory's error (its lock's timeout): nothing
+ * written but zeros. */
+int directory_counters(struct conn *c, ecc_directory_stats_v1_t *out, ecc_cache_stats_v1_t *cache);
 
 /* ---- poll.c ---- */
 

@@ -102,8 +102,8 @@ ECC_API int ecc_peek(ecc_connector_t *c, const char *const *keys, size_t n, ecc_
   return rc;
 }
 
-ECC_API int ecc_wait_ready(ecc_connector_t *c, const char *key, uint32_t ranks,
-                           uint64_t timeout_ns, ecc_entry_t *out, ecc_entry_meta_t *meta)
+ECC_API int ecc_wait_ready(ecc_connector_t *c, const char *key, uint32_t ranks, uint64_t timeout_ns,
+                           ecc_entry_t *out, ecc_entry_meta_t *meta)
 {
   if (c == NULL)
     return ECC_ERR_INVALID;
@@ -120,8 +120,8 @@ ECC_API int ecc_wait_ready(ecc_connector_t *c, const char *key, uint32_t ranks,
   if (rc == ECC_OK) {
     rc = shim_check_entry(c, "wait_ready", 0, out);
     if (rc == ECC_OK && out->state == ECC_ENTRY_RESERVED)
-      rc = shim_fail(c, ECC_ERR_INCOMPATIBLE,
-                     "plugin '%s' answered wait_ready with a reservation", c->plugin.ops.name);
+      rc = shim_fail(c, ECC_ERR_INCOMPATIBLE, "plugin '%s' answered wait_ready with a reservation",
+                     c->plugin.ops.name);
   }
   if (rc == ECC_OK)
     rc = check_meta(c, "wait_ready", meta, 1);
@@ -142,8 +142,8 @@ ECC_API int ecc_lookup_ex(ecc_connector_t *c, const char *const *keys, size_t n,
   else
     rc = ranks_bounded(c, "lookup_ex", ranks);
   if (rc == ECC_OK)
-    rc = shim_checked(c, "lookup_ex",
-                      c->plugin.ops.lookup_ex(c->handle, keys, n, ranks, out, meta));
+    rc =
+        shim_checked(c, "lookup_ex", c->plugin.ops.lookup_ex(c->handle, keys, n, ranks, out, meta));
   for (size_t i = 0; rc == ECC_OK && out != NULL && i < n; i++) {
     rc = shim_check_entry(c, "lookup_ex", i, &out[i]);
     if (rc == ECC_OK && out[i].state != ECC_ENTRY_READY && out[i].state != ECC_ENTRY_ABSENT)
@@ -188,8 +188,7 @@ ECC_API int ecc_list_ex(ecc_connector_t *c, uint64_t *cursor, ecc_listed_t *out,
   if (c->plugin.ops.list_ex == NULL)
     rc = ECC_ERR_UNSUPPORTED;
   else
-    rc = shim_checked(c, "list_ex",
-                      c->plugin.ops.list_ex(c->handle, cursor, out, meta, cap, &n));
+    rc = shim_checked(c, "list_ex", c->plugin.ops.list_ex(c->handle, cursor, out, meta, cap, &n));
   if (rc == ECC_OK)
     rc = shim_check_listed(c, out, n, cap);
   if (rc == ECC_OK)

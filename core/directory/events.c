@@ -104,8 +104,8 @@ static bool copy_record(const void *mem, uint32_t slots, uint64_t seq, struct di
   return out->kind >= ECC_EVENT_STORED && out->kind <= ECC_EVENT_RECLAIMED;
 }
 
-size_t ev_read(const void *mem, uint32_t slots, uint64_t *cursor, struct dir_event *out,
-               size_t cap, uint64_t *lost)
+size_t ev_read(const void *mem, uint32_t slots, uint64_t *cursor, struct dir_event *out, size_t cap,
+               uint64_t *lost)
 {
   uint64_t next = ev_next(mem);
   uint64_t at = *cursor == 0 || *cursor > next ? (*cursor == 0 ? 1 : next) : *cursor;

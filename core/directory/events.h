@@ -43,7 +43,7 @@ uint64_t ev_next(const void *mem);
  * many from the cursor on were overwritten (or found damaged) and skipped.
  * cap 0 sets *cursor to ev_next. A cursor past ev_next is taken as
  * ev_next. */
-size_t ev_read(const void *mem, uint32_t slots, uint64_t *cursor, struct dir_event *out,
-               size_t cap, uint64_t *lost);
+size_t ev_read(const void *mem, uint32_t slots, uint64_t *cursor, struct dir_event *out, size_t cap,
+               uint64_t *lost);
 
 #endif /* ECC_EVENTS_H */

@@ -67,7 +67,30 @@ static int shm_create(const ecc_create_args_v1_t *args, ecc_handle_t *out)
   X(shm_remove, conn_remove, (ecc_handle_t h, const char *key), (c, key))                         \
   X(shm_list, conn_list,                                                                          \
     (ecc_handle_t h, uint64_t * cursor, ecc_listed_v1_t * out, size_t cap, size_t * n_out),       \
-    (c, cursor, out, cap, n_out))
+    (c, cursor, out, cap, n_out))                                                                 \
+  X(shm_reserve_ex, conn_reserve_ex,                                                              \
+    (ecc_handle_t h, const ecc_reserve_args_v1_t *args, ecc_entry_v1_t *out), (c, args, out))     \
+  X(shm_peek, conn_peek, (ecc_handle_t h, const char *const *keys, size_t n, ecc_peek_v1_t *out), \
+    (c, keys, n, out))                                                                            \
+  X(shm_wait_ready, conn_wait_ready,                                                              \
+    (ecc_handle_t h, const char *key, uint32_t ranks, uint64_t timeout_ns, ecc_entry_v1_t *out,   \
+     ecc_entry_meta_v1_t *meta),                                                                  \
+    (c, key, ranks, timeout_ns, out, meta))                                                       \
+  X(shm_lookup_ex, conn_lookup_ex,                                                                \
+    (ecc_handle_t h, const char *const *keys, size_t n, uint32_t ranks, ecc_entry_v1_t *out,      \
+     ecc_entry_meta_v1_t *meta),                                                                  \
+    (c, keys, n, ranks, out, meta))                                                               \
+  X(shm_load_typed, conn_load_typed,                                                              \
+    (ecc_handle_t h, const ecc_load_typed_v1_t *entries, size_t n, void *compute_stream),         \
+    (c, entries, n, compute_stream))                                                              \
+  X(shm_list_ex, conn_list_ex,                                                                    \
+    (ecc_handle_t h, uint64_t * cursor, ecc_listed_v1_t * out, ecc_entry_meta_v1_t * meta,        \
+     size_t cap, size_t * n_out),                                                                 \
+    (c, cursor, out, meta, cap, n_out))                                                           \
+  X(shm_events, conn_events,                                                                      \
+    (ecc_handle_t h, uint64_t * cursor, ecc_event_v1_t * out, size_t cap, size_t * n_out,         \
+     uint64_t * lost),                                                                            \
+    (c, cursor, out, cap, n_out, lost))
 
 SHM_HANDLE_CALLS(HANDLES_FORWARD)
 
@@ -91,10 +114,11 @@ static int shm_validate(const ecc_kv_v1_t *config, size_t n_config, char *err, s
 #ifdef ECC_HAVE_CUDA
 #define SHM_CAPS                                                                           \
   (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS | ECC_CAP_DIRECTORY | \
-   ECC_CAP_CUDA_ENGINE)
+   ECC_CAP_CACHE | ECC_CAP_CUDA_ENGINE)
 #else
-#define SHM_CAPS \
-  (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS | ECC_CAP_DIRECTORY)
+#define SHM_CAPS                                                                           \
+  (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS | ECC_CAP_DIRECTORY | \
+   ECC_CAP_CACHE)
 #endif
 
 ECC_PLUGIN_EXPORT const ecc_plugin_v1_t ecc_plugin_v1 = {
@@ -124,4 +148,11 @@ ECC_PLUGIN_EXPORT const ecc_plugin_v1_t ecc_plugin_v1 = {
     .unpin = shm_unpin,
     .remove = shm_remove,
     .list = shm_list,
+    .reserve_ex = shm_reserve_ex,
+    .peek = shm_peek,
+    .wait_ready = shm_wait_ready,
+    .lookup_ex = shm_lookup_ex,
+    .load_typed = shm_load_typed,
+    .list_ex = shm_list_ex,
+    .events = shm_events,
 };
