@@ -136,8 +136,8 @@ int conn_wait_ready(struct conn *c, const char *key, uint32_t ranks, uint64_t ti
   memset(out, 0, sizeof(*out));
   if (meta != NULL)
     memset(meta, 0, sizeof(*meta));
-  if (result == DIR_WAIT_TIMEOUT)
-    out->state = ECC_ENTRY_WRITING;
+  if (result == DIR_WAIT_TIMEOUT) /* the reservation still being written */
+    directory_entry_out(&info, ECC_ENTRY_WRITING, 0, out);
   if (result != DIR_WAIT_READY)
     return ECC_OK;
   uint64_t token = ranks > 0 ? token_of(TOKEN_PIN, pin.slot, pin.gen) : 0;

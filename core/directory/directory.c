@@ -2294,6 +2294,7 @@ static int wait_look(struct dir *d, struct waiter *w, bool fresh, bool *over, in
   }
   *over = false;
   w->seen = atomic_load_explicit(&sh->wake, memory_order_acquire);
+  fill_info(sh, s, w->info); /* the reservation, should the wait time out */
   return ECC_OK;
 }
 
