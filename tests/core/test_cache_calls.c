@@ -37,11 +37,8 @@ static const char *last(ecc_connector_t *c)
 static ecc_entry_t reserve_typed(ecc_connector_t *c, const char *key, uint64_t nbytes,
                                  uint64_t cost_us, ecc_tensor_t type)
 {
-  ecc_reserve_args_t a = {.struct_size = sizeof(a),
-                          .key = key,
-                          .nbytes = nbytes,
-                          .cost_us = cost_us,
-                          .type = type};
+  ecc_reserve_args_t a = {
+      .struct_size = sizeof(a), .key = key, .nbytes = nbytes, .cost_us = cost_us, .type = type};
   ecc_entry_t e;
   int rc = ecc_reserve_ex(c, &a, &e);
   cr_assert_eq(rc, ECC_OK, "reserve_ex %s: %d %s", key, rc, last(c));
@@ -75,10 +72,10 @@ static ecc_peek_t peek_one(ecc_connector_t *c, const char *key)
 
 /* What a waiter process reports on its pipe. */
 struct waited {
-  int32_t rc, state;      /* of wait_ready */
-  uint64_t woke_ns;       /* CLOCK_MONOTONIC when wait_ready returned */
-  int32_t reserve_rc;     /* of the reserve it makes next */
-  int32_t reserve_state;  /* RESERVED for the one that took the key over */
+  int32_t rc, state;     /* of wait_ready */
+  uint64_t woke_ns;      /* CLOCK_MONOTONIC when wait_ready returned */
+  int32_t reserve_rc;    /* of the reserve it makes next */
+  int32_t reserve_state; /* RESERVED for the one that took the key over */
 };
 
 static int run_writer(const char *ini, int fd)
@@ -370,7 +367,8 @@ Test(cache_calls, a_type_that_is_not_the_size_is_refused_and_reserves_nothing)
 {
   const char *ini = th_ini("both", th_region_name(), BS, NB, DIR_ON);
   ecc_connector_t *c = th_open_as(ini, "both");
-  ecc_reserve_args_t a = {.struct_size = sizeof(a), .key = "t", .nbytes = 3 * BS, .type = f16(2, BS / 2)};
+  ecc_reserve_args_t a = {
+      .struct_size = sizeof(a), .key = "t", .nbytes = 3 * BS, .type = f16(2, BS / 2)};
   ecc_entry_t e;
   cr_assert_eq(ecc_reserve_ex(c, &a, &e), ECC_ERR_INVALID);
   cr_assert(strstr(last(c), "float16[2, 512]") != NULL && strstr(err, "3072") != NULL, "%s", err);
@@ -434,7 +432,10 @@ Test(cache_calls, an_untyped_entry_loads_typed_by_its_bytes)
   const char *keys[1] = {"raw"};
   ecc_entry_t e;
   cr_assert_eq(ecc_lookup(c, keys, 1, 1, &e), ECC_OK);
-  ecc_load_typed_t l = {1, e.token, (uint64_t)(uintptr_t)dst, sizeof(dst),
+  ecc_load_typed_t l = {1,
+                        e.token,
+                        (uint64_t)(uintptr_t)dst,
+                        sizeof(dst),
                         {.dtype = ECC_DTYPE_FLOAT32, .n_dims = 1, .dims = {BS}}};
   cr_assert_eq(ecc_load_typed(c, &l, 1, NULL), ECC_ERR_RANGE);
   cr_assert(strstr(last(c), "untyped") != NULL, "%s", err);
