@@ -93,7 +93,7 @@ engine-names @@ core/config/config.c @@ return choice_name(engines, N_OF(engines
 dtype-bytes @@ core/config/config.c @@ c->block_size = (uint64_t)h * (uint64_t)per; @@ c->block_size = (uint64_t)h * 2;
 tmpfs-into-reap @@ core/config/config.c @@ N_OF(bools), &c->require_tmpfs, @@ N_OF(bools), &c->reap_orphans,
 # The plugin's table.
-caps-without-stats @@ plugins/shm/plugin.c @@ ECC_CAP_STATS | ECC_CAP_DIRECTORY) @@ ECC_CAP_DIRECTORY)
+caps-without-stats @@ plugins/shm/plugin.c @@ ECC_CAP_STATS | ECC_CAP_DIRECTORY | @@ ECC_CAP_DIRECTORY |
 params-one-short @@ plugins/shm/plugin.c @@ .n_params = CONFIG_N_PARAMS, @@ .n_params = CONFIG_N_PARAMS - 1,
 # The host library, eccctl and the shipped templates.
 log-level-shifted @@ host-shim/*.c @@ return (int)i; @@ return (int)i + 1;
@@ -132,6 +132,12 @@ ucx-gone-peers-kept @@ plugins/ucx/net.c @@ for (unsigned i = 0; n->p.server && 
 ucx-client-pins-unbounded @@ plugins/ucx/server.c @@ } else if (ss != NULL && ss->n_held + q->n_keys > s->max_pins) { @@ } else if (false) {
 ucx-ranks-unbounded @@ plugins/ucx/server.c @@ if (q->ranks > ECC_RANKS_MAX) { @@ if (false) {
 dir-new-entry-unmarked @@ core/directory/directory.c @@ hand passes it once before it may be evicted. */\n  e->marked = 1; @@ hand passes it once before it may be evicted. */\n  e->marked = 0;
+# The cache of ABI 1.2.
+type-untyped-any-bytes @@ core/directory_calls.c @@ bool same = tensor_untyped(have) ? bytes == info->nbytes : tensor_equal(want, have); @@ bool same = tensor_untyped(have) || tensor_equal(want, have);
+reserve-ex-type-unchecked @@ core/cache_calls.c @@ if (rc == ECC_OK && args->nbytes > 0)\n    rc = check_reserved_type(c, args); @@ if (rc == ECC_OK && args->nbytes > 0)\n    rc = ECC_OK;
+wait-writer-always-gone @@ core/directory/directory.c @@ if (reservation_stale(d, e, now, fresh)) {\n    reclaim_entry(sh, s);\n    return ECC_OK; @@ if (true) {\n    reclaim_entry(sh, s);\n    return ECC_OK;
+remove-told-as-eviction @@ core/directory/directory.c @@ note_event(sh, e, ECC_EVENT_REMOVED); @@ note_event(sh, e, ECC_EVENT_EVICTED);
+peek-counts-a-hit @@ core/directory/directory.c @@ out->hits = e->hits;\n  out->meta = e->meta;\n}\n\nint dir_peek @@ out->hits = e->hits;\n  out->meta = e->meta;\n  ((struct dir_shared *)sh)->lookups++;\n}\n\nint dir_peek
 EOF
 }
 

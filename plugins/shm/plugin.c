@@ -111,14 +111,13 @@ static int shm_validate(const ecc_kv_v1_t *config, size_t n_config, char *err, s
   return rc == ECC_OK ? conn_validate(&cfg, err, err_cap) : rc;
 }
 
-#ifdef ECC_HAVE_CUDA
-#define SHM_CAPS                                                                           \
-  (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS | ECC_CAP_DIRECTORY | \
-   ECC_CAP_CACHE | ECC_CAP_CUDA_ENGINE)
-#else
-#define SHM_CAPS                                                                           \
+#define SHM_CAPS_ANY_ENGINE                                                                \
   (ECC_CAP_SAVE | ECC_CAP_LOAD | ECC_CAP_HOST_ENGINE | ECC_CAP_STATS | ECC_CAP_DIRECTORY | \
    ECC_CAP_CACHE)
+#ifdef ECC_HAVE_CUDA
+#define SHM_CAPS (SHM_CAPS_ANY_ENGINE | ECC_CAP_CUDA_ENGINE)
+#else
+#define SHM_CAPS SHM_CAPS_ANY_ENGINE
 #endif
 
 ECC_PLUGIN_EXPORT const ecc_plugin_v1_t ecc_plugin_v1 = {
