@@ -49,6 +49,8 @@ static struct dir_params directory_params(const struct plugin_config *cfg)
       .reserve_timeout_ns = (uint64_t)cfg->dir_reserve_timeout_ms * 1000000u,
       .pin_timeout_ns = (uint64_t)cfg->dir_pin_timeout_ms * 1000000u,
       .lock_timeout_ns = (uint64_t)cfg->dir_lock_timeout_ms * 1000000u,
+      .policy = (uint32_t)cfg->dir_policy,
+      .event_slots = cfg->dir_event_slots,
   };
   return p;
 }

@@ -6,9 +6,14 @@ from . import _lib
 from ._abi import (ENTRY_MAX_EXTENTS, HIST_BOUNDS, HIST_BUCKETS, KEY_MAX, EntryState, LogLevel,
                    Status)
 from ._lib import LibraryNotFound
+from ._types import DTYPE_VALUE, empty_like_entry
 from .connector import Connector
 from .errors import Busy, EccError
-from .records import CacheStats, Completion, DirectoryStats, DirStats, Entry, Info, Listed, Stats
+from .records import (CacheStats, Completion, DirectoryStats, DirStats, Entry, Event, Info, Listed,
+                      Peeked, Stats)
+
+# The dtype names a typed entry may have, as ECC_DTYPE_MAP names them.
+DTYPES = tuple(DTYPE_VALUE)
 
 __version__ = "1.0.0"
 
@@ -27,6 +32,7 @@ def library_version():
 
 
 __all__ = ["Connector", "EccError", "Busy", "Status", "LogLevel", "EntryState", "Completion",
-           "Entry", "Listed", "Stats", "DirStats", "DirectoryStats", "CacheStats", "Info",
-           "LibraryNotFound", "KEY_MAX", "ENTRY_MAX_EXTENTS", "HIST_BOUNDS", "HIST_BUCKETS", "library_path",
+           "Entry", "Peeked", "Event", "Listed", "Stats", "DirStats", "DirectoryStats",
+           "CacheStats", "Info", "LibraryNotFound", "KEY_MAX", "ENTRY_MAX_EXTENTS", "HIST_BOUNDS",
+           "HIST_BUCKETS", "DTYPES", "empty_like_entry", "library_path",
            "library_version"] + [member.name for member in Status]

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Finding and loading libecc-host.so (ECC_HOST_LIBRARY, then beside the package's
 install, then the build tree, then the dynamic loader's path) and declaring the
-ctypes prototype of every function the client calls. Loaded once, on first use."""
+ctypes prototype of every function the client calls (those of ABI 1.2 where the
+library has them). Loaded once, on first use."""
 
 import ctypes
 import os
@@ -103,7 +104,7 @@ def find_and_open():
     return lib, NAMES[0]
 
 
-# name: (restype, argtypes)
+# name: (restype, argtypes), of ABI 1.1: a library without one is refused.
 _PROTOTYPES = {
     "ecc_open": (c_int, [c_char_p, POINTER(_abi.OpenOptions), POINTER(c_void_p), c_char_p,
                          c_size_t]),
@@ -128,6 +129,26 @@ _PROTOTYPES = {
     "ecc_strerror": (c_char_p, [c_int]),
     "ecc_version": (c_char_p, []),
 }
+REQUIRED_MINOR = 1
+
+# The cache's functions (ABI 1.2): declared where the library has them, so that
+# a 1.1 library still serves every older call (has() tells which are there).
+_CACHE_PROTOTYPES = {
+    "ecc_reserve_ex": (c_int, [c_void_p, POINTER(_abi.ReserveArgs), POINTER(_abi.EntryRecord)]),
+    "ecc_peek": (c_int, [c_void_p, POINTER(c_char_p), c_size_t, POINTER(_abi.PeekRecord)]),
+    "ecc_wait_ready": (c_int, [c_void_p, c_char_p, c_uint32, c_uint64, POINTER(_abi.EntryRecord),
+                               POINTER(_abi.EntryMeta)]),
+    "ecc_lookup_ex": (c_int, [c_void_p, POINTER(c_char_p), c_size_t, c_uint32,
+                              POINTER(_abi.EntryRecord), POINTER(_abi.EntryMeta)]),
+    "ecc_load_typed": (c_int, [c_void_p, POINTER(_abi.LoadTyped), c_size_t, c_void_p]),
+    "ecc_list_ex": (c_int, [c_void_p, POINTER(c_uint64), POINTER(_abi.ListedRecord),
+                            POINTER(_abi.EntryMeta), c_size_t, POINTER(c_size_t)]),
+    "ecc_events": (c_int, [c_void_p, POINTER(c_uint64), POINTER(_abi.EventRecord), c_size_t,
+                           POINTER(c_size_t), POINTER(c_uint64)]),
+    "ecc_dtype_name": (c_char_p, [c_uint32]),
+}
+CACHE_MINOR = 2
+_present = frozenset()  # the names of _CACHE_PROTOTYPES the loaded library has
 
 
 def _declare(lib, path):
@@ -136,8 +157,15 @@ def _declare(lib, path):
             fn = getattr(lib, name)
         except AttributeError:
             raise LibraryNotFound(f"{path} has no {name}: not a libecc-host.so of ABI "
-                                  f"{_abi.ABI_MAJOR}.{_abi.ABI_MINOR} or newer") from None
+                                  f"{_abi.ABI_MAJOR}.{REQUIRED_MINOR} or newer") from None
         fn.restype, fn.argtypes = restype, argtypes
+    present = set()
+    for name, (restype, argtypes) in _CACHE_PROTOTYPES.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype, fn.argtypes = restype, argtypes
+            present.add(name)
+    return frozenset(present)
 
 
 def _check_version(lib, path):
@@ -154,13 +182,26 @@ def load():
 
 
 def _load_once():
-    global _loaded
+    global _loaded, _present
     if _loaded is None:
         lib, path = find_and_open()
-        _declare(lib, path)
+        present = _declare(lib, path)
         _check_version(lib, path)
-        _loaded = (lib, path)
+        _loaded, _present = (lib, path), present
     return _loaded[0]
+
+
+def has(name):
+    """Whether the loaded library has the cache function `name` (ABI 1.2)."""
+    load()
+    return name in _present
+
+
+def lacking(name, what):
+    """The text of a call refused because the library predates `name`."""
+    version = load().ecc_version().decode()
+    return (f"{what}: {path()} is libecc-host {version}, which has no {name} "
+            f"(ABI {_abi.ABI_MAJOR}.{CACHE_MINOR}, the cache): install a newer libecc-host.so")
 
 
 def path():

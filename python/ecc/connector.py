@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """ecc.Connector: one connector opened from an INI file, every call of ecc_host.h
-(the six operations, stats, describe and the directory of ABI 1.1) with its
-arguments checked, its errors raised, and its buffers kept alive until polled."""
+(the six operations, stats, describe, the directory of ABI 1.1 and, through
+_cache.py, the cache of 1.2) with its arguments checked, its errors raised, and
+its buffers kept alive until polled."""
 
 import atexit
 import ctypes
@@ -11,48 +12,28 @@ import threading
 import weakref
 from ctypes import byref, c_char_p, c_size_t, c_uint64, c_void_p, sizeof
 
-from . import _abi, _lib
+from . import _abi, _args, _lib
 from ._abi import EntryState, Status
+from ._args import U32_MAX, U64_MAX
+from ._args import key as _key
+from ._args import token as _token
+from ._args import uint as _uint
 from ._blocks import blocks_of
 from ._buffers import check_reachable, memory_of
+from ._cache import CacheCalls
 from ._guard import Guard, held
 from ._pending import Pending
 from ._streams import stream_value
+from ._types import DTYPE_VALUE, descriptor, reserve_type, type_of
 from .errors import EccError, error, invalid
 from .records import Completion, Entry, Info, Listed, Stats
 
-U32_MAX, U64_MAX = (1 << 32) - 1, (1 << 64) - 1
 POLL_DEFAULT = 256
 LIST_PAGE = 256
 
 
 def _nothing():
     pass
-
-
-def _uint(value, limit, what, low=0):
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    value = value.__index__()
-    if not low <= value <= limit:
-        raise invalid(f"{what} is {value}, not in {low}..{limit}")
-    return value
-
-
-def _token(token, what):
-    if isinstance(token, Entry):
-        token = token.token
-    return _uint(token, U64_MAX, f"{what}: token")
-
-
-def _key(key, what):
-    if isinstance(key, str):
-        key = key.encode("utf-8", "surrogateescape")
-    elif not isinstance(key, bytes):
-        raise TypeError(f"{what}: a key must be str or bytes, not {type(key).__name__}")
-    if b"\0" in key:
-        raise invalid(f"{what}: key {key!r} contains a NUL byte")
-    return key
 
 
 def _entries(entries, what, shape):
@@ -137,6 +118,7 @@ class _Core:
         self.submit = threading.RLock()
         self.closer = threading.RLock()  # one ecc_close, whoever else calls close
         self.reserved = {}  # token -> key, for reservations made through this connector
+        self.cache = None  # False once the plugin proved to lack the calls of ABI 1.2
         self.engine, self.device, self.save_rank = None, None, True
         _cores.add(self)
         _unclosed.add(self)
@@ -185,7 +167,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_close_unclosed)
 
 
-class Connector:
+class Connector(CacheCalls):
     """A connector opened from an INI file (see the README's Configuration).
 
     overrides: a dict of "section.key": "value" replacing or adding to the file's.
@@ -381,17 +363,31 @@ class Connector:
         self._call("describe", "ecc_describe", byref(out))
         return Info.from_record(out)
 
-    # ---- the directory (ABI 1.1) ----
+    # ---- the directory (ABI 1.1, and the typed forms of 1.2 where there are) ----
 
-    def reserve(self, key, nbytes):
+    def reserve(self, key, nbytes=None, *, cost_us=0, dtype=None, shape=None, like=None):
         """Blocks for a new entry (RESERVED, with a token) or the entry already
-        there (READY or WRITING: nothing to write)."""
+        there (READY or WRITING: nothing to write; it keeps the cost and type it
+        was reserved with). cost_us: encoder microseconds a hit on it saves (0:
+        unknown). dtype ("float16", a numpy or torch dtype) and shape, or like=
+        a tensor or array, record its type; nbytes then follows from them. A
+        cost or a type needs ABI 1.2."""
         self._core.guard.check("reserve")
         kb = _key(key, "reserve")
-        size = _uint(nbytes, U64_MAX, "reserve: nbytes")
-        out = _abi.EntryRecord()
-        self._call("reserve", "ecc_reserve", kb, size, byref(out))
-        entry = Entry.from_record(out)
+        size = None if nbytes is None else _uint(nbytes, U64_MAX, "reserve: nbytes")
+        cost = _uint(cost_us, U64_MAX, "reserve: cost_us")
+        size, value, dims = reserve_type(size, dtype, shape, like, "reserve")
+        out, meta = _abi.EntryRecord(), None
+        if cost or value:
+            meta = _abi.EntryMeta(cost_us=cost, type=descriptor(value, dims))
+            args = _abi.ReserveArgs(struct_size=sizeof(_abi.ReserveArgs), key=kb, nbytes=size,
+                                    cost_us=cost, type=meta.type)
+            self._cache_call("reserve", "ecc_reserve_ex", byref(args), byref(out))
+        else:
+            self._call("reserve", "ecc_reserve", kb, size, byref(out))
+        if out.state != EntryState.RESERVED:
+            meta = None  # found: its own cost and type, which reserve does not report
+        entry = Entry.from_record(out, meta)
         if entry.state == EntryState.RESERVED:
             self._core.reserved[entry.token] = kb
         return entry
@@ -429,36 +425,67 @@ class Connector:
 
     def lookup(self, keys, ranks=1):
         """One Entry per key (a str is one key): READY ones are pinned for `ranks`
-        releases (load_pinned completions polled, or unpin)."""
+        releases (load_pinned completions polled, or unpin) and carry their type
+        and cost (ABI 1.2)."""
         self._core.guard.check("lookup")
-        if isinstance(keys, (str, bytes)):
-            keys = [keys]
-        kbs = [_key(k, "lookup") for k in keys]
+        kbs = _args.keys(keys, "lookup")
         ranks = _uint(ranks, U32_MAX, "lookup: ranks")
         if not kbs:
             return []
-        out = (_abi.EntryRecord * len(kbs))()
-        self._call("lookup", "ecc_lookup", (c_char_p * len(kbs))(*kbs), len(kbs), ranks, out)
-        return [Entry.from_record(r) for r in out]
+        n = len(kbs)
+        ckeys, out, meta = (c_char_p * n)(*kbs), (_abi.EntryRecord * n)(), (_abi.EntryMeta * n)()
+        self._ex_or_old("lookup", "ecc_lookup_ex", (ckeys, n, ranks, out, meta), "ecc_lookup",
+                        (ckeys, n, ranks, out))
+        return [Entry.from_record(r, m) for r, m in zip(out, meta)]
 
     def load_pinned(self, transfer_id, token, dst, stream=None):
-        """Copy a pinned entry into `dst` (at least its size); poll reports transfer_id."""
+        """Copy a pinned entry into `dst` (at least its size; of exactly its dtype
+        and shape when `token` is a typed Entry); poll reports transfer_id."""
         self.load_pinned_many([(transfer_id, token, dst)], stream)
 
     def load_pinned_many(self, entries, stream=None):
-        """Copy [(transfer_id, token, dst), ...] in one batched transfer."""
+        """Copy [(transfer_id, token, dst), ...] in one batched transfer. A token
+        given as a typed Entry (from lookup or wait_ready) is loaded only into a
+        dst of exactly its dtype and shape (ECC_ERR_RANGE otherwise; pass
+        entry.token to load its raw bytes); in such a batch an untyped entry
+        given by its token needs a dst of exactly its size."""
         self._core.guard.check("load_pinned")
-        items = [self._pinned_item(e) for e in _entries(entries, "load_pinned_many",
-                                                        "(transfer_id, token, dst)")]
+        given = _entries(entries, "load_pinned_many", "(transfer_id, token, dst)")
+        items = [self._pinned_item(e) for e in given]
         handle = self._stream(stream, "load_pinned")
         if not items:
             return
+        typed = any(isinstance(e[1], Entry) and e[1].typed for e in given)
+        arr = self._typed_records(given, items) if typed else self._pinned_records(items)
+        add, undo = self._keep_loads([(tid, mem.owners) for tid, _, mem in items])
+        if not typed:
+            self._submit("load_pinned", "ecc_load_pinned", (arr, len(items), handle), add, undo)
+            return
+        self._cache_guarded("load_pinned", "ecc_load_typed", self._submit, "load_pinned",
+                            "ecc_load_typed", (arr, len(items), handle), add, undo)
+
+    @staticmethod
+    def _pinned_records(items):
         arr = (_abi.LoadPinned * len(items))()
         for rec, (tid, token, mem) in zip(arr, items):
             rec.transfer_id, rec.token, rec.dst, rec.dst_capacity = tid, token, mem.address, \
                 mem.nbytes
-        add, undo = self._keep_loads([(tid, mem.owners) for tid, _, mem in items])
-        self._submit("load_pinned", "ecc_load_pinned", (arr, len(items), handle), add, undo)
+        return arr
+
+    @staticmethod
+    def _typed_records(given, items):
+        """ecc_load_typed_t records: a typed entry declares its dst's type, an
+        untyped one its bytes (uint8 of the entry's size, or of dst's)."""
+        arr = (_abi.LoadTyped * len(items))()
+        for rec, entry, (tid, token, mem) in zip(arr, given, items):
+            rec.transfer_id, rec.token, rec.dst, rec.dst_capacity = tid, token, mem.address, \
+                mem.nbytes
+            if isinstance(entry[1], Entry) and entry[1].typed:
+                rec.type = descriptor(*type_of(entry[2], f"load_pinned {tid}: dst"))
+            else:
+                size = entry[1].nbytes if isinstance(entry[1], Entry) else mem.nbytes
+                rec.type = descriptor(DTYPE_VALUE["uint8"], (size,))
+        return arr
 
     def _pinned_item(self, entry):
         tid = _uint(entry[0], U64_MAX, "load_pinned: transfer_id")
@@ -476,14 +503,16 @@ class Connector:
         self._call("remove", "ecc_remove", _key(key, "remove"))
 
     def list(self):
-        """Every live entry (Listed), read a page at a time; entries may come and
-        go between pages."""
+        """Every live entry (Listed, with its type, cost and hits from ABI 1.2),
+        read a page at a time; entries may come and go between pages."""
         self._core.guard.check("list")
         cursor, got = c_uint64(0), c_size_t()
-        out = (_abi.ListedRecord * LIST_PAGE)()
+        out, meta = (_abi.ListedRecord * LIST_PAGE)(), (_abi.EntryMeta * LIST_PAGE)()
         found = []
         while True:
-            self._call("list", "ecc_list", byref(cursor), out, LIST_PAGE, byref(got))
+            self._ex_or_old("list", "ecc_list_ex", (byref(cursor), out, meta, LIST_PAGE,
+                                                    byref(got)),
+                            "ecc_list", (byref(cursor), out, LIST_PAGE, byref(got)))
             if got.value == 0:
                 return found
-            found.extend(Listed.from_record(r) for r in out[:got.value])
+            found.extend(Listed.from_record(r, m) for r, m in zip(out[:got.value], meta))

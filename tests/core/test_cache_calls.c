@@ -506,3 +506,29 @@ Test(cache_calls, an_entry_life_is_told_in_events)
   cr_assert_eq(n, 0, "the cursor did not move past what was read");
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
+
+Test(cache_calls, the_ring_keeps_event_slots_and_a_late_reader_learns_what_it_lost)
+{
+  const char *ini =
+      th_ini("both", th_region_name(), BS, NB, "[directory]\nenabled = true\nevent_slots = 16\n");
+  ecc_connector_t *c = th_open_as(ini, "both");
+  static uint8_t src[BS];
+  for (int i = 0; i < 10; i++) {
+    char key[16];
+    snprintf(key, sizeof(key), "e%d", i);
+    ecc_entry_t r;
+    cr_assert_eq(ecc_reserve(c, key, BS, &r), ECC_OK);
+    save_one(c, r.token, src, BS);
+    cr_assert_eq(ecc_remove(c, key), ECC_OK);
+  }
+  uint64_t cursor = 1, lost = 0;
+  ecc_event_t ev[32];
+  size_t n = 0;
+  cr_assert_eq(ecc_events(c, &cursor, ev, 32, &n, &lost), ECC_OK, "%s", last(c));
+  cr_assert_eq(lost, 4, "20 events through a ring of 16: %llu lost", (unsigned long long)lost);
+  cr_assert_eq(n, 16);
+  cr_assert_eq(ev[0].seq, 5);
+  cr_assert_eq(ev[15].seq, 20);
+  cr_assert_eq(cursor, 21);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
