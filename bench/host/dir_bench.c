@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench/host/dir_stampede.h"
 #include "bench/host/dir_trace.h"
 #include "common/clock.h"
 #include "core/directory/directory.h"
@@ -731,6 +732,9 @@ int main(int argc, char **argv)
   if (mismatches > 0)
     printf("directory counters: %d mismatches with what the workers saw (on stderr)\n", mismatches);
   print_churn(&t, &top, &lru, &lifo);
+  printf("\n");
+  if (stampede_run(8, 64, 8) != 0)
+    die("the stampede scenario failed");
   munmap(b.mem, b.bytes);
   munmap(b.res.map, b.res.map_bytes);
   free(scratch);
