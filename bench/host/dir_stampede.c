@@ -69,8 +69,7 @@ static void sleep_ns(uint64_t ns)
 }
 
 /* The key is this process's to encode: the encoder's time, then publish. */
-static void encode_and_publish(struct stampede *s, struct dir *d, struct dir_ref ref,
-                               unsigned slot)
+static void encode_and_publish(struct stampede *s, struct dir *d, struct dir_ref ref, unsigned slot)
 {
   char why[256];
   sleep_ns(ENCODE_NS);
@@ -236,8 +235,7 @@ static int stampede_once(unsigned procs, unsigned keys, unsigned rounds, bool po
   int ok = started == procs;
   for (unsigned i = 0; i < started; i++) {
     int status;
-    ok &= waitpid(pids[i], &status, 0) == pids[i] && WIFEXITED(status) &&
-          WEXITSTATUS(status) == 0;
+    ok &= waitpid(pids[i], &status, 0) == pids[i] && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
   int rc = ok ? report(&s) : -1;
   munmap(s.mem, s.total);

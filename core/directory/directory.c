@@ -543,15 +543,27 @@ static void gap_used(struct dir_shared *sh, uint32_t first, uint32_t n)
 
 /* ---- what others learn: wake-ups, events, hits ------------------------------ */
 
-/* Every end of a reservation bumps the futex word, and wakes the kernel
- * when someone sleeps on it. A waiter reads the word and registers under
- * the lock, and the ends happen under it, so no end falls between a
- * waiter's look and its sleep. A waiter killed asleep leaves `waiters`
- * one too high: later ends then make a futex call that wakes nobody. */
+/* Every end of a reservation bumps the futex word under the lock; the
+ * call that ended it wakes the sleepers once it has unlocked (dir_unlock),
+ * so that they do not wake into a lock still held for the length of the
+ * wake-ups. A waiter reads the word and registers under the lock, so no
+ * end falls between its look and its sleep: an end before it registered
+ * has already moved the word it reads. A waiter killed asleep leaves
+ * `waiters` one too high: later ends then make a futex call that wakes
+ * nobody. */
+static _Thread_local struct dir_shared *wake_due;
+
 static void wake_waiters(struct dir_shared *sh)
 {
   atomic_fetch_add_explicit(&sh->wake, 1, memory_order_release);
-  if (atomic_load_explicit(&sh->waiters, memory_order_acquire) != 0)
+  wake_due = sh;
+}
+
+static void wake_if_due(void)
+{
+  struct dir_shared *sh = wake_due;
+  wake_due = NULL;
+  if (sh != NULL && atomic_load_explicit(&sh->waiters, memory_order_acquire) != 0)
     syscall(SYS_futex, &sh->wake, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
@@ -1087,6 +1099,7 @@ static void dir_unlock(struct dir *d)
   __atomic_store_n(&d->sh->holder.pid, 0, __ATOMIC_RELAXED);
   d->sh->holder.start_ticks = 0;
   pthread_mutex_unlock(&d->sh->lock);
+  wake_if_due();
 }
 
 /* ---- format and attach --------------------------------------------------- */
