@@ -236,7 +236,9 @@ def _child_publishes(ini_path, overrides, reserved, seed):
 def test_a_wait_across_processes_wakes_when_the_child_publishes(ini, region_dir):
     o = region_overrides(region_dir, directory=True)
     with ecc.Connector(ini, o) as c:
-        ctx = multiprocessing.get_context("fork")
+        # A fresh interpreter, not a fork: a child forked from a process with
+        # threads may not start the connector's own (ThreadSanitizer stops it).
+        ctx = multiprocessing.get_context("spawn")
         reserved = ctx.Event()
         child = ctx.Process(target=_child_publishes, args=(ini, o, reserved, 12))
         child.start()
