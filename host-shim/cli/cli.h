@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ecc_host.h"
+
 /* Exit codes of every command. */
 #define CLI_OK 0    /* success */
 #define CLI_FAIL 1  /* the command ran and failed (bad config, mismatch...) */
@@ -20,12 +22,14 @@ int cmd_check(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
+int cmd_watch(int argc, char **argv);
 
 void help_info(FILE *out);
 void help_check(FILE *out);
 void help_demo(FILE *out);
 void help_ls(FILE *out);
 void help_stat(FILE *out);
+void help_watch(FILE *out);
 
 /* Print "eccctl CMD: <message>" and the command's synopsis to stderr;
  * returns CLI_USAGE. */
@@ -39,5 +43,13 @@ int cli_parse_u64(const char *cmd, const char *opt, const char *text, uint64_t m
 /* Print why CONFIG could not be used: the shim's message (or the code's
  * name when there is none), with the file named once. */
 void cli_config_error(const char *cmd, const char *config, const char *msg, int rc);
+
+/* The tools that read a region (dir_tools.c): join the region CONFIG names
+ * as a tool (no GPU, no pinning, no create, a short wait for a region that
+ * is not there), NULL after saying why; close it, returning `status` or
+ * CLI_FAIL when the close fails; say why a call failed, returning CLI_FAIL. */
+ecc_connector_t *cli_join_region(const char *cmd, const char *config);
+int cli_close_region(const char *cmd, ecc_connector_t *c, int status);
+int cli_call_error(const char *cmd, ecc_connector_t *c, int rc);
 
 #endif /* ECC_CLI_H */

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dir_tools.c - eccctl ls and eccctl stat: the live entries of a region's
- * directory, and its occupancy, fragmentation and counters. Both join a
- * region that exists (never create one) with the host engine, unpinned.
+ * directory (with their cost and type from a plugin of ABI 1.2), and its
+ * occupancy, fragmentation and counters. Both join a region that exists
+ * (never create one) with the host engine, unpinned, as eccctl watch does
+ * (cli_join_region).
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,9 +39,7 @@ static int parse_config(int argc, char **argv, const char **config)
   return CLI_OK;
 }
 
-/* Joins the region CONFIG names, as a tool: no GPU, no pinning, no create,
- * a short wait for a region that is not there. */
-static ecc_connector_t *join_region(const char *cmd, const char *config)
+ecc_connector_t *cli_join_region(const char *cmd, const char *config)
 {
   static const ecc_kv_t tool[] = {{"region.mode", "join"},
                                   {"region.join_timeout_ms", "1000"},
@@ -57,7 +58,7 @@ static ecc_connector_t *join_region(const char *cmd, const char *config)
   return c;
 }
 
-static int close_region(const char *cmd, ecc_connector_t *c, int status)
+int cli_close_region(const char *cmd, ecc_connector_t *c, int status)
 {
   int rc = ecc_close(c);
   if (rc != ECC_OK) {
@@ -67,7 +68,7 @@ static int close_region(const char *cmd, ecc_connector_t *c, int status)
   return status;
 }
 
-static int directory_error(const char *cmd, ecc_connector_t *c, int rc)
+int cli_call_error(const char *cmd, ecc_connector_t *c, int rc)
 {
   char err[MSG_CAP] = "";
   ecc_last_error(c, err, sizeof(err));
@@ -88,6 +89,34 @@ static const char *state_name(int32_t state)
   }
 }
 
+/* "float16[880, 3584]", "untyped", or "-" from a plugin before ABI 1.2. */
+static const char *type_text(const ecc_entry_meta_t *m, char *buf, size_t cap)
+{
+  if (m == NULL)
+    return "-";
+  if (m->type.dtype == ECC_DTYPE_NONE && m->type.n_dims == 0)
+    return "untyped";
+  const char *name = ecc_dtype_name(m->type.dtype);
+  int len = snprintf(buf, cap, "%s[", name != NULL ? name : "?");
+  for (uint32_t d = 0;
+       d < m->type.n_dims && d < ECC_TENSOR_MAX_DIMS && len > 0 && (size_t)len < cap; d++)
+    len +=
+        snprintf(buf + len, cap - (size_t)len, d == 0 ? "%" PRIu64 : ", %" PRIu64, m->type.dims[d]);
+  if (len > 0 && (size_t)len < cap)
+    snprintf(buf + len, cap - (size_t)len, "]");
+  return buf;
+}
+
+static void print_listed(const ecc_listed_t *e, const ecc_entry_meta_t *m)
+{
+  char type[128], cost[24] = "-";
+  if (m != NULL)
+    snprintf(cost, sizeof(cost), "%" PRIu64, m->cost_us);
+  printf("%-40s %14" PRIu64 " %6" PRIu32 " %5" PRIu32 " %-8s %4" PRIu32 " %10.3f %10.3f %10s  %s\n",
+         e->key, e->nbytes, e->n_blocks, e->n_extents, state_name(e->state), e->pins,
+         (double)e->age_ns / 1e9, (double)e->idle_ns / 1e9, cost, type_text(m, type, sizeof(type)));
+}
+
 int cmd_ls(int argc, char **argv)
 {
   const char *config = NULL;
@@ -98,27 +127,31 @@ int cmd_ls(int argc, char **argv)
   }
   if (rc != CLI_OK)
     return rc;
-  ecc_connector_t *c = join_region("ls", config);
+  ecc_connector_t *c = cli_join_region("ls", config);
   if (c == NULL)
     return CLI_FAIL;
   ecc_listed_t page[PAGE];
+  ecc_entry_meta_t meta[PAGE];
   uint64_t cursor = 0;
   size_t n = 0, total = 0;
-  printf("%-40s %14s %6s %5s %-8s %4s %10s %10s\n", "key", "bytes", "blocks", "runs", "state",
-         "pins", "age_s", "idle_s");
+  bool typed = true; /* until the plugin says it predates ABI 1.2 */
+  printf("%-40s %14s %6s %5s %-8s %4s %10s %10s %10s  %s\n", "key", "bytes", "blocks", "runs",
+         "state", "pins", "age_s", "idle_s", "cost_us", "type");
   do {
-    rc = ecc_list(c, &cursor, page, PAGE, &n);
+    rc = typed ? ecc_list_ex(c, &cursor, page, meta, PAGE, &n)
+               : ecc_list(c, &cursor, page, PAGE, &n);
+    if (rc == ECC_ERR_UNSUPPORTED && typed) {
+      typed = false;
+      continue;
+    }
     if (rc != ECC_OK)
-      return close_region("ls", c, directory_error("ls", c, rc));
+      return cli_close_region("ls", c, cli_call_error("ls", c, rc));
     for (size_t i = 0; i < n; i++)
-      printf("%-40s %14" PRIu64 " %6" PRIu32 " %5" PRIu32 " %-8s %4" PRIu32 " %10.3f %10.3f\n",
-             page[i].key, page[i].nbytes, page[i].n_blocks, page[i].n_extents,
-             state_name(page[i].state), page[i].pins, (double)page[i].age_ns / 1e9,
-             (double)page[i].idle_ns / 1e9);
+      print_listed(&page[i], typed ? &meta[i] : NULL);
     total += n;
   } while (n > 0);
   printf("%zu entries\n", total);
-  return close_region("ls", c, CLI_OK);
+  return cli_close_region("ls", c, CLI_OK);
 }
 
 static void print_directory(const ecc_info_t *info, const ecc_directory_stats_t *d)
@@ -155,7 +188,7 @@ int cmd_stat(int argc, char **argv)
   }
   if (rc != CLI_OK)
     return rc;
-  ecc_connector_t *c = join_region("stat", config);
+  ecc_connector_t *c = cli_join_region("stat", config);
   if (c == NULL)
     return CLI_FAIL;
   ecc_info_t info = {.struct_size = sizeof(info)};
@@ -170,9 +203,9 @@ int cmd_stat(int argc, char **argv)
   if (rc == ECC_OK)
     rc = ecc_list(c, &cursor, &probe, 0, &n);
   if (rc != ECC_OK)
-    return close_region("stat", c, directory_error("stat", c, rc));
+    return cli_close_region("stat", c, cli_call_error("stat", c, rc));
   print_directory(&info, &st.directory);
-  return close_region("stat", c, CLI_OK);
+  return cli_close_region("stat", c, CLI_OK);
 }
 
 void help_ls(FILE *out)

@@ -34,6 +34,8 @@ static const struct command commands[] = {
     {"ls", "eccctl ls CONFIG", "list the live entries of the region's directory", cmd_ls, help_ls},
     {"stat", "eccctl stat CONFIG", "occupancy, fragmentation and counters of the directory",
      cmd_stat, help_stat},
+    {"watch", "eccctl watch [--from-now] [--count N] CONFIG",
+     "print the region's residency events as JSON lines", cmd_watch, help_watch},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

@@ -642,3 +642,44 @@ Test(cli, ls_of_a_region_without_a_directory_says_so)
   cr_expect_not_null(strstr(r->err, "has no directory"), "%s", r->err);
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
+
+Test(cli, watch_prints_the_events_as_json_lines_and_ls_the_types)
+{
+  const char *region = th_region_name();
+  const char *extra = "[directory]\nenabled = true\n";
+  ecc_connector_t *c = th_open("both", region, DIR_BS, DIR_NB, extra);
+  static uint8_t src[2 * DIR_BS];
+  ecc_reserve_args_t a = {
+      .struct_size = sizeof(a),
+      .key = "cli\"typed",
+      .nbytes = sizeof(src),
+      .cost_us = 321,
+      .type = {.dtype = ECC_DTYPE_FLOAT16, .n_dims = 2, .dims = {2, DIR_BS / 2}}};
+  ecc_entry_t e;
+  cr_assert_eq(ecc_reserve_ex(c, &a, &e), ECC_OK);
+  ecc_save_reserved_t s = {e.token, (uint64_t)(uintptr_t)src, sizeof(src)};
+  cr_assert_eq(ecc_save_reserved(c, &s, 1), ECC_OK);
+  cr_assert_eq(ecc_flush(c, NULL), ECC_OK);
+  ecc_completion_t done;
+  cr_assert_eq(th_poll_until(c, &done, 1, 5000), 1);
+
+  const char *ini = th_ini("both", region, DIR_BS, DIR_NB, extra);
+  struct run *r = cli("ls '%s'", ini);
+  cr_assert_eq(r->status, 0, "ls: %s", r->err);
+  cr_expect_not_null(strstr(r->out, "float16[2, 512]"), "%s", r->out);
+  cr_expect_not_null(strstr(r->out, " 321 "), "%s", r->out);
+
+  cr_assert_eq(ecc_remove(c, "cli\"typed"), ECC_OK);
+  r = cli("watch --count 2 '%s'", ini);
+  cr_assert_eq(r->status, 0, "watch: %s", r->err);
+  const char *first = strstr(r->out, "{\"seq\":1,");
+  const char *second = strstr(r->out, "{\"seq\":2,");
+  cr_assert(first != NULL && second != NULL && first < second, "%s", r->out);
+  cr_expect_not_null(strstr(first, "\"kind\":\"stored\",\"key\":\"cli\\\"typed\""), "%s", r->out);
+  cr_expect_not_null(strstr(second, "\"kind\":\"removed\""), "%s", r->out);
+  cr_expect_not_null(strstr(first, "\"nbytes\":2048,\"cost_us\":321}"), "%s", r->out);
+  cr_expect_eq(strchr(second, '\n')[1], '\0', "more than two lines: %s", r->out);
+  r = cli("watch --count 0 '%s'", ini);
+  cr_expect_eq(r->status, 2, "--count 0 was taken");
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
