@@ -138,11 +138,10 @@ int cmd_ls(int argc, char **argv)
   printf("%-40s %14s %6s %5s %-8s %4s %10s %10s %10s  %s\n", "key", "bytes", "blocks", "runs",
          "state", "pins", "age_s", "idle_s", "cost_us", "type");
   do {
-    rc = typed ? ecc_list_ex(c, &cursor, page, meta, PAGE, &n)
-               : ecc_list(c, &cursor, page, PAGE, &n);
-    if (rc == ECC_ERR_UNSUPPORTED && typed) {
+    rc = typed ? ecc_list_ex(c, &cursor, page, meta, PAGE, &n) : ECC_ERR_UNSUPPORTED;
+    if (rc == ECC_ERR_UNSUPPORTED) { /* a plugin before ABI 1.2, or no directory */
       typed = false;
-      continue;
+      rc = ecc_list(c, &cursor, page, PAGE, &n);
     }
     if (rc != ECC_OK)
       return cli_close_region("ls", c, cli_call_error("ls", c, rc));

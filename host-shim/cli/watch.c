@@ -165,17 +165,16 @@ int cmd_watch(int argc, char **argv)
 
 void help_watch(FILE *out)
 {
-  fprintf(out,
-          "usage: eccctl watch [--from-now] [--count N] CONFIG\n"
-          "\n"
-          "Print the residency events of the region CONFIG names (entries stored,\n"
-          "evicted, removed, reclaimed) as JSON lines, oldest first, and follow new\n"
-          "ones until SIGINT or SIGTERM. Each line holds seq, time_ns, time (UTC),\n"
-          "instance (the region's id: a new one is a new, empty cache), kind, key,\n"
-          "nbytes and cost_us. A reader that fell behind the ring prints\n"
-          "{\"lost\":N,\"from_seq\":S} before the events that follow. The region must\n"
-          "exist and have a directory; it is joined, never created.\n"
-          "\n"
-          "  --from-now  skip the events already in the ring\n"
-          "  --count N   stop after N events\n");
+  fprintf(out, "usage: eccctl watch [--from-now] [--count N] CONFIG\n"
+               "\n"
+               "Print the residency events of the region CONFIG names (entries stored,\n"
+               "evicted, removed, reclaimed) as JSON lines, oldest first, and follow new\n"
+               "ones until SIGINT or SIGTERM. Each line holds seq, time_ns, time (UTC),\n"
+               "instance (the region's id: a new one is a new, empty cache), kind, key,\n"
+               "nbytes and cost_us. A reader that fell behind the ring prints\n"
+               "{\"lost\":N,\"from_seq\":S} before the events that follow. The region must\n"
+               "exist and have a directory; it is joined, never created.\n"
+               "\n"
+               "  --from-now  skip the events already in the ring\n"
+               "  --count N   stop after N events\n");
 }
