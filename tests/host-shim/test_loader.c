@@ -374,6 +374,15 @@ static void expect_no_directory(ecc_connector_t *c)
   cr_expect_eq(ecc_remove(c, "k"), ECC_ERR_UNSUPPORTED);
   cr_expect_eq(ecc_list(c, &cursor, listed, 1, &n), ECC_ERR_UNSUPPORTED);
   cr_expect_eq(n, 0);
+  /* Nor the cache of 1.2. */
+  ecc_reserve_args_t a = {.struct_size = sizeof(a), .key = "k", .nbytes = 1};
+  ecc_peek_t p;
+  ecc_entry_meta_t meta;
+  cr_expect_eq(ecc_reserve_ex(c, &a, &e), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_peek(c, keys, 1, &p), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_wait_ready(c, "k", 1, 0, &e, &meta), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_lookup_ex(c, keys, 1, 1, &e, &meta), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_list_ex(c, &cursor, listed, &meta, 1, &n), ECC_ERR_UNSUPPORTED);
 }
 
 /* A plugin of ABI 1.0 keeps loading and working under a 1.1 host; the
@@ -397,6 +406,44 @@ Test(loader, plugin_of_minor_0_works_and_has_no_directory)
   ecc_stats_t st = {.struct_size = sizeof(st)};
   cr_assert_eq(ecc_get_stats(c, &st), ECC_OK);
   expect_no_directory(c);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+/* A plugin of ABI 1.1 keeps loading and working under a 1.2 host: its
+ * directory is used, and the cache functions its table would hold past
+ * list abort if the host took them. */
+Test(loader, plugin_of_minor_1_keeps_its_directory_and_has_no_cache)
+{
+  ecc_connector_t *c = open_ok(th_fixture_ini("minor1", NULL));
+  ecc_plugin_meta_t m;
+  cr_assert_eq(ecc_plugin_info(c, &m), ECC_OK);
+  cr_assert_eq(m.abi_minor, 1);
+  cr_assert_eq(m.negotiated_minor, 1);
+  ecc_entry_t e;
+  cr_assert_eq(ecc_reserve(c, "k", 10, &e), ECC_OK);
+  cr_assert_eq(e.state, ECC_ENTRY_RESERVED);
+  cr_assert_eq(e.token, 7);
+  const char *keys[1] = {"k"};
+  cr_assert_eq(ecc_lookup(c, keys, 1, 1, &e), ECC_OK);
+  cr_assert_eq(e.state, ECC_ENTRY_ABSENT);
+  ecc_reserve_args_t a = {.struct_size = sizeof(a), .key = "k", .nbytes = 10};
+  ecc_peek_t p;
+  ecc_entry_meta_t meta;
+  ecc_load_typed_t l = {0};
+  ecc_listed_t listed[1];
+  ecc_event_t ev[1];
+  uint64_t cursor = 0;
+  size_t n = 9;
+  cr_expect_eq(ecc_reserve_ex(c, &a, &e), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_peek(c, keys, 1, &p), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_wait_ready(c, "k", 1, 0, &e, &meta), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_lookup_ex(c, keys, 1, 1, &e, &meta), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_load_typed(c, &l, 1, NULL), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(ecc_list_ex(c, &cursor, listed, &meta, 1, &n), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(n, 0);
+  n = 9;
+  cr_expect_eq(ecc_events(c, &cursor, ev, 1, &n, NULL), ECC_ERR_UNSUPPORTED);
+  cr_expect_eq(n, 0);
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
 
