@@ -68,10 +68,12 @@ uint64_t ev_put(void *mem, uint32_t slots, const struct dir_event *ev)
   struct ev_slot *s = slot_of(mem, slots, seq);
   uint64_t w[EV_WORDS];
   encode(ev, w);
+  /* Each word's release store keeps the odd stamp before it: a reader
+   * that sees a new word sees the stamp move (no fence: ThreadSanitizer
+   * does not model them). */
   atomic_store_explicit(&s->stamp, 2 * seq - 1, memory_order_relaxed);
-  atomic_thread_fence(memory_order_release);
   for (int i = 0; i < EV_WORDS; i++)
-    atomic_store_explicit(&s->word[i], w[i], memory_order_relaxed);
+    atomic_store_explicit(&s->word[i], w[i], memory_order_release);
   atomic_store_explicit(&s->stamp, 2 * seq, memory_order_release);
   atomic_store_explicit(&h->next, seq + 1, memory_order_release);
   return seq;
@@ -89,9 +91,9 @@ static bool copy_record(const void *mem, uint32_t slots, uint64_t seq, struct di
   *pending = before < 2 * seq;
   if (before != 2 * seq)
     return false;
+  /* Acquire loads keep the stamp's second reading after every word. */
   for (int i = 0; i < EV_WORDS; i++)
-    w[i] = atomic_load_explicit(&s->word[i], memory_order_relaxed);
-  atomic_thread_fence(memory_order_acquire);
+    w[i] = atomic_load_explicit(&s->word[i], memory_order_acquire);
   if (atomic_load_explicit(&s->stamp, memory_order_relaxed) != before)
     return false;
   out->seq = seq;
@@ -108,7 +110,10 @@ size_t ev_read(const void *mem, uint32_t slots, uint64_t *cursor, struct dir_eve
                uint64_t *lost)
 {
   uint64_t next = ev_next(mem);
-  uint64_t at = *cursor == 0 || *cursor > next ? (*cursor == 0 ? 1 : next) : *cursor;
+  uint64_t oldest_kept = next > slots ? next - slots : 1;
+  /* 0 asks for the oldest kept (nothing is lost before it); a cursor from
+   * the future (another incarnation's) is taken as now. */
+  uint64_t at = *cursor == 0 ? oldest_kept : *cursor > next ? next : *cursor;
   size_t n = 0;
   *lost = 0;
   if (cap == 0) {
