@@ -36,6 +36,9 @@ static const struct command commands[] = {
      cmd_stat, help_stat},
     {"watch", "eccctl watch [--from-now] [--count N] CONFIG",
      "print the region's residency events as JSON lines", cmd_watch, help_watch},
+    {"metrics", "eccctl metrics [--listen ADDR:PORT [--once]] CONFIG",
+     "the region's counters in the Prometheus text format, printed or served", cmd_metrics,
+     help_metrics},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -50,7 +53,7 @@ static void main_usage(FILE *out)
                "\n"
                "commands:\n");
   for (size_t i = 0; i < N_COMMANDS; i++)
-    fprintf(out, "  %-6s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
   fprintf(out,
           "\n"
           "installed configurations: %s/*.ini, commented starting points\n"

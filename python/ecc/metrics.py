@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """A prometheus_client collector over Connector.stats(): per direction the bytes,
-seconds, transfers and a size histogram with upstream's 0.5-250 MB buckets, and
-the directory's occupancy, hits, misses and evictions. Needs prometheus_client."""
+seconds, transfers and a size histogram with upstream's 0.5-250 MB buckets, the
+directory's occupancy, hits, misses and evictions, and the cache's waits and
+encoder seconds saved. Needs prometheus_client. `eccctl metrics` serves the same
+families to Prometheus from C (host-shim/cli/metrics.c)."""
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
@@ -37,6 +39,18 @@ DIRECTORY_COUNTERS = (
     ("full", "reserve calls refused for want of room"),
 )
 
+# (field, scale, name suffix, help): the cache's counters of ABI 1.2.
+CACHE_COUNTERS = (
+    ("waits", 1, "waits", "wait_ready calls that found the key being written"),
+    ("waits_ready", 1, "waits_ready", "Waits that ended with the entry ready"),
+    ("waits_absent", 1, "waits_absent", "Waits that ended absent: the writer aborted or died"),
+    ("wait_timeouts", 1, "wait_timeouts", "Waits that ended with their timeout"),
+    ("encoder_us_saved", 1e-6, "encoder_seconds_saved",
+     "Encoder seconds the hits saved, by their cost"),
+    ("events", 1, "events", "Residency events written"),
+    ("restarts", 1, "restarts", "Opens that reused a kept region"),
+)
+
 _ZERO_DIR = DirStats(0, 0, 0, 0, 0, 0, (0,) * (len(HIST_BOUNDS) + 1))
 _ZERO = Stats(_ZERO_DIR, _ZERO_DIR, 0, 0, DirectoryStats(*([0] * 15)), CacheStats(*([0] * 7)))
 
@@ -62,30 +76,38 @@ class Collector:
         self._prefix = prefix
 
     def describe(self):
-        return list(self._families(_ZERO))
+        return list(self._families(_ZERO, 0))
 
     def collect(self):
         try:
             stats = self._connector.stats()
+            block_size = self._connector.describe().block_size
         except EccError:
             return
-        yield from self._families(stats)
+        yield from self._families(stats, block_size)
 
-    def _families(self, s):
+    def _families(self, s, block_size):
         p = self._prefix
         for direction, d in (("save", s.save), ("load", s.load)):
             for suffix, field, scale, text in DIRECTION_COUNTERS:
                 yield CounterMetricFamily(f"{p}_{direction}_{suffix}", f"{text} ({direction})",
                                           value=getattr(d, field) * scale)
             yield _size_histogram(f"{p}_{direction}_size_bytes", direction, d)
-        yield from self._directory(p, s.directory)
+        yield from self._directory(p, s.directory, block_size)
+        for field, scale, suffix, text in CACHE_COUNTERS:
+            yield CounterMetricFamily(f"{p}_cache_{suffix}", text,
+                                      value=getattr(s.cache, field) * scale)
 
     @staticmethod
-    def _directory(p, d):
+    def _directory(p, d, block_size):
         for field, text in DIRECTORY_GAUGES:
             yield GaugeMetricFamily(f"{p}_directory_{field}", text, value=getattr(d, field))
         blocks = d.blocks_used + d.blocks_free
         yield GaugeMetricFamily(f"{p}_directory_occupancy", "Fraction of the blocks in use",
                                 value=d.blocks_used / blocks if blocks else 0.0)
+        yield GaugeMetricFamily(f"{p}_directory_used_bytes", "Bytes of the blocks in use",
+                                value=d.blocks_used * block_size)
+        yield GaugeMetricFamily(f"{p}_directory_free_bytes", "Bytes of the free blocks",
+                                value=d.blocks_free * block_size)
         for field, text in DIRECTORY_COUNTERS:
             yield CounterMetricFamily(f"{p}_directory_{field}", text, value=getattr(d, field))

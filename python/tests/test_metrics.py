@@ -3,9 +3,16 @@
 seconds, transfers and size buckets of each direction, and the directory's
 occupancy, hits, misses and evictions, as a scrape reads them."""
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
-from conftest import pattern, poll_until
+from conftest import pattern, poll_until, write_ini
+
+import ecc
 
 prometheus_client = pytest.importorskip("prometheus_client",
                                         reason="prometheus_client is not installed")
@@ -69,3 +76,47 @@ def test_a_closed_connector_exports_nothing(open_connector):
     c.close()
     assert registry.get_sample_value("ecc_save_bytes_total") is None
     assert b"ecc_" not in prometheus_client.generate_latest(registry)
+
+
+def _families(text):
+    """{name: type} of the '# TYPE' lines of an exposition."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            out[name] = kind
+    return out
+
+
+def test_eccctl_metrics_serves_the_collector_families_and_promtool_accepts_them(
+        tmp_path, region_dir):
+    eccctl = os.environ.get("ECCCTL")
+    if not eccctl:
+        pytest.skip("ECCCTL (the eccctl program of this build) is not set")
+    ini = write_ini(tmp_path / "full.ini", "[plugin]\nname = shm\nlog_level = error\n"
+                    f"[region]\nname = metrics{os.getpid()}\ndir = {region_dir}\n"
+                    "require_tmpfs = false\nblock_size = 1024\nsize = 64KiB\n"
+                    "[engine]\ntype = host\n[directory]\nenabled = true\n")
+    with ecc.Connector(ini) as c:
+        r = c.reserve("k", 4 * KIB, cost_us=2_500_000)
+        c.save_reserved(r.token, pattern(4 * KIB, 1))
+        c.flush()
+        poll_until(c, 1)
+        c.unpin(c.lookup(["k"])[0].token)
+        env = dict(os.environ, ECC_PLUGIN_DIR=str(Path(os.environ["ECC_HOST_LIBRARY"]).parent
+                                                   / "ecc"))
+        text = subprocess.run([eccctl, "metrics", str(ini)], check=True, capture_output=True,
+                              text=True, env=env, timeout=30).stdout
+        registry = prometheus_client.CollectorRegistry()
+        registry.register(Collector(c))
+        mine = prometheus_client.generate_latest(registry).decode()
+    assert _families(text) == _families(mine)
+    assert "ecc_cache_encoder_seconds_saved_total 2.5" in text
+    assert "ecc_directory_used_bytes 4096" in text
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        print("promtool not installed: the lint of the exposition was not run")
+        return
+    lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                          text=True, timeout=30)
+    assert lint.returncode == 0, lint.stdout + lint.stderr

@@ -29,7 +29,9 @@ static void *ring_new(uint32_t slots)
 
 static struct dir_event event_of(uint64_t i)
 {
-  struct dir_event e = {.time_ns = 1000 + i, .nbytes = 3 * i, .cost_us = 7 * i,
+  struct dir_event e = {.time_ns = 1000 + i,
+                        .nbytes = 3 * i,
+                        .cost_us = 7 * i,
                         .kind = ECC_EVENT_STORED + (uint32_t)(i % 4)};
   snprintf(e.key, sizeof(e.key), "key-%llu", (unsigned long long)i);
   return e;
@@ -106,7 +108,8 @@ Test(events, a_half_written_record_is_not_read_and_the_next_put_replaces_it)
   put_n(ring, SLOTS, 1, 2);
   /* A writer killed inside ev_put of seq 3 left an odd stamp and the head
    * at 3: the stamp is the first word of record (3 - 1) % SLOTS. */
-  _Atomic uint64_t *stamp = (_Atomic uint64_t *)((char *)ring + 64 + 2 * (ev_bytes(SLOTS) - 64) / SLOTS);
+  _Atomic uint64_t *stamp =
+      (_Atomic uint64_t *)((char *)ring + 64 + 2 * (ev_bytes(SLOTS) - 64) / SLOTS);
   atomic_store(stamp, 2 * 3 - 1);
   struct dir_event out[4];
   uint64_t cursor = 1, lost = 0;
