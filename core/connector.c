@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * connector.c - a connector's life: its region and engine opened at create
- * (the host engine where CUDA is not usable and not required), its stats
- * and description read, everything waited for and freed at destroy, and
- * the read-only views of conn.h. The calls are in block_calls.c and
- * directory_calls.c, the in-flight queue in inflight.c and poll.c.
+ * (the host engine where CUDA is not usable and not required; a kept
+ * region's directory restarted), its stats and description read,
+ * everything waited for and freed at destroy, and the read-only views of
+ * conn.h. The calls are in block_calls.c and directory_calls.c, the
+ * in-flight queue in inflight.c and poll.c.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -74,8 +75,32 @@ static int attach_directory(struct conn *c)
   char why[256] = "";
   int rc = dir_attach(&c->dir, c->region.dir, (size_t)c->region.dir_bytes, &p, why, sizeof(why));
   if (rc != ECC_OK)
-    return log_fail(&c->log, rc, "region %s: directory: %s", c->region.path, why);
+    return log_fail(&c->log, rc, "region %s: directory: %s%s", c->region.path, why,
+                    c->region.kept ? REGION_KEPT_HINT : "");
   c->has_dir = true;
+  return ECC_OK;
+}
+
+/* A kept region that no process held when this one joined it: what its
+ * dead processes left reserved or pinned is freed before its entries are
+ * served again (a reservation's bytes may be half-written). */
+static int restart_directory(struct conn *c)
+{
+  char why[256] = "";
+  uint32_t freed = 0;
+  struct dir_counters k;
+  int rc = dir_restart(&c->dir, &freed, why, sizeof(why));
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "region %s: the kept region cannot be reused: %s", c->region.path,
+                    why);
+  rc = dir_get_counters(&c->dir, &k);
+  if (rc != ECC_OK)
+    return log_fail(&c->log, rc, "region %s: the kept region's counters cannot be read",
+                    c->region.path);
+  log_msg(&c->log, ECC_LOG_INFO,
+          "region %s: reusing the kept region (region.persist): %" PRIu64 " entries, %" PRIu32
+          " reservations and pins of processes gone freed",
+          c->region.path, k.entries, freed);
   return ECC_OK;
 }
 
@@ -100,12 +125,17 @@ static int open_region(struct conn *c)
       .join_timeout_ms = c->cfg.join_timeout_ms,
       .reap_orphans = c->cfg.reap_orphans,
       .any_filesystem = !c->cfg.require_tmpfs,
+      .persist = c->cfg.persist,
       .dir_bytes = area,
       .dir_format = format_directory,
       .dir_arg = &c->cfg,
   };
   int rc = region_open(&p, &c->region, &c->log);
-  if (rc == ECC_OK && c->cfg.directory && (rc = attach_directory(c)) != ECC_OK)
+  if (rc == ECC_OK && c->cfg.directory)
+    rc = attach_directory(c);
+  if (rc == ECC_OK && c->has_dir && c->region.restarted)
+    rc = restart_directory(c);
+  if (rc != ECC_OK && c->region.fd >= 0)
     region_close(&c->region, &c->log);
   return rc;
 }
@@ -240,6 +270,10 @@ int conn_describe(struct conn *c, ecc_info_v1_t *out)
   info.save_rank = (uint32_t)c->save_rank;
   info.pinned = (uint32_t)c->engine.pinned;
   info.max_inflight = c->cfg.max_inflight;
+  info.persist = (uint32_t)c->region.kept;
+  info.restarted = (uint32_t)(c->has_dir && c->region.restarted);
+  if (c->has_dir)
+    snprintf(info.policy, sizeof(info.policy), "%s", config_policy_name(c->cfg.dir_policy));
   copy_versioned(out, &out->struct_size, &info, sizeof(info));
   return ECC_OK;
 }
@@ -278,6 +312,8 @@ void conn_destroy(struct conn *c)
   free_conn(c);
 }
 
+/* eccctl rm reads the region's path here, as "region <path>: ", so that it
+ * finds the file without opening a connector. */
 void conn_summary(const struct plugin_config *cfg, char *buf, size_t cap)
 {
   char folder[sizeof(cfg->region_folder)];

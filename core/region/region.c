@@ -3,8 +3,9 @@
  * region.c - the life of the region file: its name, creation by exactly one
  * builder under a fixed temporary name, joining with header, layout and
  * allocation checks, the liveness check, removal by the last holder, and
- * reaping of files no process holds. Every file operation is made relative
- * to the folder descriptor that region_folder.c checked.
+ * reaping of files no process holds; a kept region (region.persist) is
+ * never removed and is reused by the next open. Every file operation is
+ * made relative to the folder descriptor that region_folder.c checked.
  */
 #include "core/region/region.h"
 
@@ -82,6 +83,20 @@ static uint64_t dir_area_bytes(uint64_t dir_bytes)
 static uint64_t header_bytes_for(uint64_t dir_bytes)
 {
   return REGION_HEADER_BYTES + dir_area_bytes(dir_bytes);
+}
+
+static bool header_kept(const struct region_header *h)
+{
+  return h->layout_version == REGION_LAYOUT_KEPT && (h->flags & REGION_FLAG_KEPT) != 0;
+}
+
+/* Whether the finished header of the open file says kept. Read before the
+ * file is locked, it is a hint that the lock's holder confirms. */
+static bool file_kept(int fd)
+{
+  struct region_header h;
+  return pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
+         memcmp(h.magic, REGION_MAGIC, sizeof(h.magic)) == 0 && header_kept(&h);
 }
 
 /* Whether `name` in the directory is still the file dev/ino. */
@@ -198,6 +213,7 @@ static void fill_out(struct region *out, int fd, const struct stat *st, uint8_t 
   out->block_size = p->block_size;
   out->num_blocks = p->num_blocks;
   out->creator = creator;
+  out->kept = header_kept((const struct region_header *)map);
   out->identity = identity_of(st, (const struct region_header *)map);
 }
 
@@ -424,7 +440,8 @@ static void write_header(uint8_t *map, const struct region_params *p, uint64_t t
   struct region_header h;
   struct timespec ts;
   memset(&h, 0, sizeof(h));
-  h.layout_version = REGION_LAYOUT_VERSION;
+  h.layout_version = p->persist ? REGION_LAYOUT_KEPT : REGION_LAYOUT_VERSION;
+  h.flags = p->persist ? REGION_FLAG_KEPT : 0;
   h.header_bytes = (uint32_t)header_bytes_for(p->dir_bytes);
   h.dir_bytes = dir_area_bytes(p->dir_bytes);
   h.block_size = p->block_size;
@@ -499,13 +516,22 @@ static int build_file(int fd, const struct region *r, const char *tmp,
   return rc;
 }
 
-enum unheld { UNHELD_GONE, UNHELD_HELD, UNHELD_REMOVED, UNHELD_FOREIGN, UNHELD_FAILED };
+enum unheld {
+  UNHELD_GONE,
+  UNHELD_HELD,
+  UNHELD_REMOVED,
+  UNHELD_KEPT,
+  UNHELD_FOREIGN,
+  UNHELD_FAILED
+};
 
 /* Removes `name` if it is a regular file of this user that no process
  * holds (its exclusive lock is free) and the name still names the file that
- * was locked: with the lock held nobody can join it meanwhile. On
- * UNHELD_FAILED *err is the errno. */
-static int remove_unheld(int folder_fd, const char *name, int *err)
+ * was locked: with the lock held nobody can join it meanwhile. With
+ * spare_kept a kept region stays (UNHELD_KEPT); a temporary file is never
+ * spared, since nobody can ever join one. On UNHELD_FAILED *err is the
+ * errno. */
+static int remove_unheld(int folder_fd, const char *name, bool spare_kept, int *err)
 {
   int fd = openat(folder_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
@@ -524,6 +550,8 @@ static int remove_unheld(int folder_fd, const char *name, int *err)
     rc = errno == EWOULDBLOCK ? UNHELD_HELD : UNHELD_FAILED;
   else if (!names_file(folder_fd, name, st.st_dev, st.st_ino))
     rc = UNHELD_GONE;
+  else if (spare_kept && file_kept(fd))
+    rc = UNHELD_KEPT;
   else if (unlinkat(folder_fd, name, 0) != 0)
     rc = UNHELD_FAILED;
   *err = errno;
@@ -537,7 +565,7 @@ static int remove_unheld(int folder_fd, const char *name, int *err)
 static int tmp_taken(const struct region *r, const char *tmp, struct ecc_log *log)
 {
   int err = 0;
-  switch (remove_unheld(r->folder_fd, tmp, &err)) {
+  switch (remove_unheld(r->folder_fd, tmp, false, &err)) {
   case UNHELD_HELD:
     return STEP_BUILDING;
   case UNHELD_REMOVED:
@@ -648,7 +676,8 @@ static int check_owner(int fd, const char *path, struct stat *st, struct ecc_log
   return ECC_OK;
 }
 
-/* Only a reaper takes the exclusive lock, and only for a moment. */
+/* Only a reaper, a closer and a restarter (below) take the exclusive lock,
+ * and only for a moment. */
 static int lock_shared(int fd, const char *path, int64_t deadline, uint32_t timeout_ms,
                        struct ecc_log *log)
 {
@@ -665,6 +694,28 @@ static int lock_shared(int fd, const char *path, int64_t deadline, uint32_t time
                       (unsigned)timeout_ms, path);
     sleep_ms(POLL_MS);
   }
+}
+
+/* A kept region's joiner first asks whether any process holds the file:
+ * the exclusive lock is free only when none does, and then this open is a
+ * restart. Linux converts the lock to a shared one by dropping it first,
+ * so lock_shared takes it as every joiner does; a second starter that
+ * finds the lock free in that instant restarts too, which frees nothing
+ * twice (what a restart frees belongs to dead processes only). */
+static int lock_joining(int fd, const char *path, int64_t deadline, uint32_t timeout_ms,
+                        bool *alone, struct ecc_log *log)
+{
+  *alone = false;
+  if (file_kept(fd)) {
+    int e;
+    do
+      e = flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
+    while (e == EINTR);
+    if (e != 0 && e != EWOULDBLOCK)
+      return log_fail(log, ECC_ERR_SYSTEM, "cannot lock region %s: %s", path, strerror(e));
+    *alone = e == 0;
+  }
+  return lock_shared(fd, path, deadline, timeout_ms, log);
 }
 
 static bool magic_is_zero(const char *magic)
@@ -727,10 +778,18 @@ static int check_header(const struct region_header *h, off_t size, const char *p
                         struct ecc_log *log)
 {
   uint64_t want;
-  if (h->layout_version != REGION_LAYOUT_VERSION)
+  if (h->layout_version != REGION_LAYOUT_VERSION && h->layout_version != REGION_LAYOUT_KEPT)
     return log_fail(log, ECC_ERR_REGION,
-                    "region %s has layout version %u; this connector reads version %u", path,
-                    (unsigned)h->layout_version, (unsigned)REGION_LAYOUT_VERSION);
+                    "region %s has layout version %u; this connector reads versions %u and %u "
+                    "(%u: a kept region)",
+                    path, (unsigned)h->layout_version, (unsigned)REGION_LAYOUT_VERSION,
+                    (unsigned)REGION_LAYOUT_KEPT, (unsigned)REGION_LAYOUT_KEPT);
+  if (h->layout_version == REGION_LAYOUT_KEPT && h->flags != REGION_FLAG_KEPT)
+    return log_fail(log, ECC_ERR_REGION,
+                    "region %s has layout version %u with flags 0x%x; this connector reads "
+                    "that version with flags 0x%x (kept) only",
+                    path, (unsigned)h->layout_version, (unsigned)h->flags,
+                    (unsigned)REGION_FLAG_KEPT);
   if (h->dir_bytes > REGION_DIR_MAX_BYTES || h->dir_bytes != dir_area_bytes(h->dir_bytes) ||
       h->header_bytes != header_bytes_for(h->dir_bytes))
     return log_fail(log, ECC_ERR_REGION,
@@ -753,26 +812,52 @@ static int check_header(const struct region_header *h, off_t size, const char *p
   return ECC_OK;
 }
 
+/* Every process of a region agrees on its persistence: one that would
+ * remove a kept region at its last close, or keep one that its other
+ * processes expect to go, is refused. */
+static int check_kept(const struct region_header *h, const struct region_params *p,
+                      const char *path, struct ecc_log *log)
+{
+  bool kept = header_kept(h);
+  if (kept == p->persist)
+    return ECC_OK;
+  if (kept)
+    return log_fail(log, ECC_ERR_REGION,
+                    "region %s is kept (it was made with region.persist = true) but this "
+                    "connector is configured with region.persist = false; every process of a "
+                    "region must agree: set region.persist = true, or delete the region with "
+                    "`eccctl rm CONFIG` once no process uses it",
+                    path);
+  return log_fail(log, ECC_ERR_REGION,
+                  "region %s is not kept (it was made with region.persist = false: its last "
+                  "holder removes it) but this connector is configured with region.persist = "
+                  "true; every process of a region must agree: set region.persist = false, or "
+                  "open this connector once the region's processes have closed it",
+                  path);
+}
+
 static int check_layout(const struct region_header *h, const struct region_params *p,
                         const char *path, struct ecc_log *log)
 {
   if (h->block_size == p->block_size && h->num_blocks == p->num_blocks &&
       h->dir_bytes == dir_area_bytes(p->dir_bytes))
     return ECC_OK;
+  const char *hint = header_kept(h) ? REGION_KEPT_HINT : "";
   if (h->dir_bytes != dir_area_bytes(p->dir_bytes))
     return log_fail(log, ECC_ERR_REGION,
                     "region %s has a directory area of %llu bytes but this connector is "
-                    "configured for %llu (%s)",
+                    "configured for %llu (%s)%s",
                     path, (unsigned long long)h->dir_bytes,
                     (unsigned long long)dir_area_bytes(p->dir_bytes),
                     h->dir_bytes == 0 || p->dir_bytes == 0 ? "a region with a directory and "
                                                              "one without cannot be shared"
-                                                           : "its size or its table sizes differ");
+                                                           : "its size or its table sizes differ",
+                    hint);
   return log_fail(log, ECC_ERR_REGION,
                   "region %s has %llu blocks of %llu bytes but this connector is "
-                  "configured for %llu blocks of %llu bytes",
+                  "configured for %llu blocks of %llu bytes%s",
                   path, (unsigned long long)h->num_blocks, (unsigned long long)h->block_size,
-                  (unsigned long long)p->num_blocks, (unsigned long long)p->block_size);
+                  (unsigned long long)p->num_blocks, (unsigned long long)p->block_size, hint);
 }
 
 /* A file with holes gets its pages on first touch, and a full tmpfs answers
@@ -790,14 +875,16 @@ static int check_allocated(const struct stat *st, const char *path, struct ecc_l
                   path, allocated, (long long)st->st_size);
 }
 
+/* On ECC_OK *alone says whether no other process held the file when it
+ * was locked. */
 static int join_checks(int fd, const struct region_params *p, const struct region *r,
-                       int64_t deadline, struct stat *st, struct region_header *h,
+                       int64_t deadline, struct stat *st, struct region_header *h, bool *alone,
                        struct ecc_log *log)
 {
   struct stat now;
   int rc = check_owner(fd, r->path, st, log);
   if (rc == ECC_OK)
-    rc = lock_shared(fd, r->path, deadline, p->join_timeout_ms, log);
+    rc = lock_joining(fd, r->path, deadline, p->join_timeout_ms, alone, log);
   /* Locked a file that was reaped, replaced or removed by its last holder
    * meanwhile: start over. */
   if (rc == ECC_OK && !names_file(r->folder_fd, r->file, st->st_dev, st->st_ino))
@@ -806,6 +893,8 @@ static int join_checks(int fd, const struct region_params *p, const struct regio
     rc = wait_header(fd, r->path, deadline, p->join_timeout_ms, h, &now, log);
   if (rc == ECC_OK)
     rc = check_header(h, now.st_size, r->path, log);
+  if (rc == ECC_OK)
+    rc = check_kept(h, p, r->path, log);
   if (rc == ECC_OK)
     rc = check_layout(h, p, r->path, log);
   if (rc == ECC_OK)
@@ -824,7 +913,8 @@ static int join_once(const struct region_params *p, int64_t deadline, struct reg
   struct stat st;
   struct region_header h;
   uint8_t *map = NULL;
-  int rc = join_checks(fd, p, out, deadline, &st, &h, log);
+  bool alone = false;
+  int rc = join_checks(fd, p, out, deadline, &st, &h, &alone, log);
   if (rc == ECC_OK)
     rc = map_file(fd, h.file_bytes, &map, out->path, log);
   if (rc != ECC_OK) {
@@ -832,9 +922,10 @@ static int join_once(const struct region_params *p, int64_t deadline, struct reg
     return rc;
   }
   fill_out(out, fd, &st, map, h.file_bytes, p, 0);
-  log_msg(log, ECC_LOG_INFO, "joined region %s (created by pid %lld): %llu blocks of %llu bytes",
-          out->path, (long long)h.creator_pid, (unsigned long long)h.num_blocks,
-          (unsigned long long)h.block_size);
+  out->restarted = out->kept && alone;
+  log_msg(log, ECC_LOG_INFO, "joined %sregion %s (created by pid %lld): %llu blocks of %llu bytes",
+          out->restarted ? "the kept " : "", out->path, (long long)h.creator_pid,
+          (unsigned long long)h.num_blocks, (unsigned long long)h.block_size);
   return ECC_OK;
 }
 
@@ -869,10 +960,13 @@ static int entry_kind(const char *name)
 static int reap_one(int folder_fd, const char *folder, const char *name, struct ecc_log *log)
 {
   int err = 0;
-  int rc = remove_unheld(folder_fd, name, &err);
-  const char *what = entry_kind(name) == ENTRY_TMP ? "stale temporary file" : "orphaned region";
+  bool tmp = entry_kind(name) == ENTRY_TMP;
+  int rc = remove_unheld(folder_fd, name, !tmp, &err);
+  const char *what = tmp ? "stale temporary file" : "orphaned region";
   if (rc == UNHELD_REMOVED)
     log_msg(log, ECC_LOG_INFO, "removed %s %s/%s (no process held it)", what, folder, name);
+  else if (rc == UNHELD_KEPT)
+    log_msg(log, ECC_LOG_DEBUG, "left kept region %s/%s in place (region.persist)", folder, name);
   else if (rc == UNHELD_FAILED)
     log_msg(log, ECC_LOG_WARN, "cannot remove %s %s/%s: %s", what, folder, name, strerror(err));
   return rc == UNHELD_REMOVED;
@@ -1217,6 +1311,19 @@ static void unlink_if_named(const struct region *r, struct ecc_log *log)
     log_msg(log, ECC_LOG_INFO, "removed region %s: no other process holds it", r->path);
 }
 
+/* The last holder removes the region, unless it is kept. */
+static void leave_as_last(const struct region *r, struct ecc_log *log)
+{
+  if (!r->kept) {
+    unlink_if_named(r, log);
+    return;
+  }
+  log_msg(log, ECC_LOG_INFO,
+          "kept region %s (region.persist): no process holds it now; the next open reuses "
+          "its entries, `eccctl rm CONFIG` deletes it",
+          r->path);
+}
+
 void region_close(struct region *r, struct ecc_log *log)
 {
   if (r == NULL)
@@ -1233,7 +1340,7 @@ void region_close(struct region *r, struct ecc_log *log)
     if (flock(r->fd, LOCK_UN) != 0)
       log_msg(log, ECC_LOG_ERROR, "cannot unlock region %s: %s", r->path, strerror(errno));
     else if (flock(r->fd, LOCK_EX | LOCK_NB) == 0)
-      unlink_if_named(r, log);
+      leave_as_last(r, log);
     if (close(r->fd) != 0)
       log_msg(log, ECC_LOG_ERROR, "cannot close region %s: %s", r->path, strerror(errno));
     r->fd = -1;

@@ -8,7 +8,9 @@
  * into place, so a complete header is all anyone can ever see; joiners
  * check that header against their own configuration. Every process holds a
  * shared flock on the file for as long as it maps it; the last one to close
- * removes it, and a file nobody holds is an orphan.
+ * removes it, and a file nobody holds is an orphan. A kept region
+ * (region.persist) is the exception: no close and no reaper removes it,
+ * and the next open reuses it (a restart when no other process holds it).
  */
 #ifndef ECC_REGION_H
 #define ECC_REGION_H
@@ -34,8 +36,20 @@ enum region_mode {
 };
 
 #define REGION_MAGIC "ECCREGN1"
-/* 2: the directory area after the header page (dir_bytes, 0 for none). */
+/* 2: the directory area after the header page (dir_bytes, 0 for none).
+ * 3: a kept region: version 2 with REGION_FLAG_KEPT in flags (zero in 2).
+ * Only kept regions are written as 3, so that a connector reading 2 alone,
+ * which would remove the file at its last close, refuses them; every
+ * other region is written as 2, as before. */
 #define REGION_LAYOUT_VERSION 2
+#define REGION_LAYOUT_KEPT 3
+/* The region outlives its last holder (region.persist). */
+#define REGION_FLAG_KEPT 1u
+/* What a process refused for its configuration is told about a kept
+ * region, after the reason: nothing removes one but a deliberate delete. */
+#define REGION_KEPT_HINT                                                            \
+  "; the region was kept (region.persist): delete it with `eccctl rm CONFIG` once " \
+  "no process uses it, or configure this connector as it was made"
 #define REGION_HEADER_BYTES 4096u
 /* The directory area is a whole number of pages, at most this many bytes. */
 #define REGION_DIR_MAX_BYTES (1ull << 30)
@@ -50,7 +64,7 @@ struct region_header {
   uint64_t file_bytes;     /* header_bytes + block_size * num_blocks */
   int64_t creator_pid;     /* process that created the file */
   uint32_t creator_uid;    /* its user */
-  uint32_t reserved;
+  uint32_t flags;          /* REGION_FLAG_* (layout 3); 0 in layout 2 */
   int64_t created_unix_ns; /* when it was created */
   uint64_t dir_bytes;      /* bytes of the directory area after the header page; 0: none */
 };
@@ -65,6 +79,8 @@ struct region_params {
   bool reap_orphans;        /* unlink unheld region files: this one's at each open, the
                              * folder's once per process */
   bool any_filesystem;      /* folder need not be a tmpfs */
+  bool persist;             /* build a kept region; join only a kept one (and only
+                             * a region that is not kept without it) */
   uint64_t dir_bytes;       /* directory area (rounded up to pages); 0: none */
   /* Formats the directory area of a region being built, before anyone can
    * see it: ECC_OK, or an error that abandons the build. Required when
@@ -88,6 +104,8 @@ struct region {
   uint64_t block_size;
   uint64_t num_blocks;
   bool creator;      /* this process built the file */
+  bool kept;         /* its header says REGION_FLAG_KEPT: close never removes it */
+  bool restarted;    /* joined a kept region no other process held at that moment */
   uint64_t identity; /* region_identity */
 };
 
@@ -111,7 +129,9 @@ struct region_memcg {
 int region_memcg_room(const char *proc_cgroup, const char *cgroup_root, struct region_memcg *out);
 
 /* Create or join the region. On failure nothing is left behind: no file we
- * created, no mapping, no open descriptor. Returns ECC_OK or ECC_ERR_*. */
+ * created, no mapping, no open descriptor. A region whose persistence is
+ * not p->persist is refused (ECC_ERR_REGION, saying how to agree). Returns
+ * ECC_OK or ECC_ERR_*. */
 int region_open(const struct region_params *p, struct region *out, struct ecc_log *log);
 
 /* Whether the mapped file is still the region others share: ECC_ERR_REGION,
@@ -129,11 +149,13 @@ static inline uint64_t region_identity(const struct region *r)
 
 /* Unmap, unlock, close. The last holder in any process (the one that then
  * gets the exclusive lock) also unlinks the file, if the name still names
- * it. Errors are logged, never returned. Safe to call twice. */
+ * it, unless the region is kept. Errors are logged, never returned. Safe
+ * to call twice. */
 void region_close(struct region *r, struct ecc_log *log);
 
 /* Unlink orphans (no process holds them) of the region pattern in `folder`,
- * and temporary files no builder holds. Returns how many were removed. */
+ * kept regions excepted, and temporary files no builder holds. Returns how
+ * many were removed. */
 int region_reap_orphans(const char *folder, struct ecc_log *log);
 
 #endif /* ECC_REGION_H */

@@ -24,6 +24,7 @@ int cmd_ls(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_metrics(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
 
 void help_info(FILE *out);
 void help_check(FILE *out);
@@ -32,6 +33,7 @@ void help_ls(FILE *out);
 void help_stat(FILE *out);
 void help_watch(FILE *out);
 void help_metrics(FILE *out);
+void help_rm(FILE *out);
 
 /* Print "eccctl CMD: <message>" and the command's synopsis to stderr;
  * returns CLI_USAGE. */

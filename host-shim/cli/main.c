@@ -39,6 +39,8 @@ static const struct command commands[] = {
     {"metrics", "eccctl metrics [--listen ADDR:PORT [--once]] CONFIG",
      "the region's counters in the Prometheus text format, printed or served", cmd_metrics,
      help_metrics},
+    {"rm", "eccctl rm [--force] CONFIG",
+     "delete the region file (a kept one too); refused while processes hold it", cmd_rm, help_rm},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

@@ -11,11 +11,11 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <netdb.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,13 +227,14 @@ static int listen_on(const char *address)
 {
   char host[256], port[16];
   if (split_address(address, host, sizeof(host), port, sizeof(port)) != 0) {
-    fprintf(stderr, "eccctl metrics: --listen '%s' is not ADDR:PORT (e.g. 127.0.0.1:9464, "
-                    "[::1]:9464, :9464)\n",
+    fprintf(stderr,
+            "eccctl metrics: --listen '%s' is not ADDR:PORT (e.g. 127.0.0.1:9464, "
+            "[::1]:9464, :9464)\n",
             address);
     return -1;
   }
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+  struct addrinfo hints = {
+      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
   struct addrinfo *ai = NULL;
   int rc = getaddrinfo(host[0] != '\0' ? host : NULL, port, &hints, &ai);
   if (rc != 0) {
@@ -428,17 +429,16 @@ int cmd_metrics(int argc, char **argv)
 
 void help_metrics(FILE *out)
 {
-  fprintf(out,
-          "usage: eccctl metrics [--listen ADDR:PORT [--once]] CONFIG\n"
-          "\n"
-          "The counters of the region CONFIG names (transfers of this connector, the\n"
-          "directory's and the cache's of every process of the region) in the\n"
-          "Prometheus text format, with the names of the Python collector\n"
-          "(ecc.metrics.Collector): printed once, or served on GET /metrics at ADDR:PORT\n"
-          "(127.0.0.1:9464, [::1]:9464, :9464 for every address; port 0 picks a free\n"
-          "one) until SIGINT or SIGTERM. The first line printed says where it listens.\n"
-          "The region is joined, never created.\n"
-          "\n"
-          "  --listen ADDR:PORT  serve scrapes instead of printing once\n"
-          "  --once              serve one scrape, then exit\n");
+  fprintf(out, "usage: eccctl metrics [--listen ADDR:PORT [--once]] CONFIG\n"
+               "\n"
+               "The counters of the region CONFIG names (transfers of this connector, the\n"
+               "directory's and the cache's of every process of the region) in the\n"
+               "Prometheus text format, with the names of the Python collector\n"
+               "(ecc.metrics.Collector): printed once, or served on GET /metrics at ADDR:PORT\n"
+               "(127.0.0.1:9464, [::1]:9464, :9464 for every address; port 0 picks a free\n"
+               "one) until SIGINT or SIGTERM. The first line printed says where it listens.\n"
+               "The region is joined, never created.\n"
+               "\n"
+               "  --listen ADDR:PORT  serve scrapes instead of printing once\n"
+               "  --once              serve one scrape, then exit\n");
 }

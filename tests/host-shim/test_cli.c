@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_cli.c - eccctl run as a user runs it: help and usage errors, info and
- * check creating nothing, config errors naming file and line, and the demo
- * moving a stream through a region, catching corruption, and cleaning up.
+ * check creating nothing, config errors naming file and line, the demo
+ * moving a stream through a region, catching corruption, and cleaning up,
+ * and rm deleting a region only when nobody holds it (or with --force).
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -108,8 +109,8 @@ Test(cli, help_lists_every_command)
   cr_assert_eq(r->status, 0, "stderr: %s", r->err);
   cr_assert_str_empty(r->err);
   cr_assert(strstr(r->out, "usage: eccctl"));
-  const char *cmds[] = {"info", "check", "demo"};
-  for (int i = 0; i < 3; i++) {
+  const char *cmds[] = {"info", "check", "demo", "rm"};
+  for (int i = 0; i < 4; i++) {
     char line[32];
     snprintf(line, sizeof(line), "\n  %s ", cmds[i]);
     cr_assert(strstr(r->out, line), "--help does not list '%s':\n%s", cmds[i], r->out);
@@ -682,4 +683,62 @@ Test(cli, watch_prints_the_events_as_json_lines_and_ls_the_types)
   r = cli("watch --count 0 '%s'", ini);
   cr_expect_eq(r->status, 2, "--count 0 was taken");
   cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+/* ---- rm: the region deleted on purpose ---- */
+
+Test(cli, rm_refuses_a_held_region_naming_its_holder_and_force_deletes_it)
+{
+  const char *region = th_region_name();
+  const char *extra = "[directory]\nenabled = true\n";
+  ecc_connector_t *c = th_open("both", region, DIR_BS, DIR_NB, extra);
+  const char *path = th_region_path(th_default_dir(), region);
+  const char *ini = th_ini("both", region, DIR_BS, DIR_NB, extra);
+  struct run *r = cli("rm '%s'", ini);
+  cr_assert_eq(r->status, 1, "rm of a held region: %s%s", r->out, r->err);
+  cr_expect_not_null(strstr(r->err, "in use by live processes"), "%s", r->err);
+  char pid[32];
+  snprintf(pid, sizeof(pid), "pid %ld", (long)getpid());
+  cr_expect_not_null(strstr(r->err, pid), "the holder is not named: %s", r->err);
+  cr_assert(th_exists(path), "rm deleted a region a live process holds");
+  ecc_entry_t e;
+  cr_assert_eq(ecc_reserve(c, "after-refusal", DIR_BS, &e), ECC_OK);
+
+  r = cli("rm --force '%s'", ini);
+  cr_assert_eq(r->status, 0, "rm --force: %s", r->err);
+  cr_expect_not_null(strstr(r->out, "removed region"), "%s", r->out);
+  cr_expect_not_null(strstr(r->out, path), "%s", r->out);
+  cr_expect_not_null(strstr(r->out, "held by live processes"), "%s", r->out);
+  cr_assert(!th_exists(path));
+  cr_expect_eq(ecc_reserve(c, "after-rm", DIR_BS, &e), ECC_ERR_REGION,
+               "the holder of a deleted region was not told");
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
+Test(cli, rm_of_an_absent_region_fails_saying_so)
+{
+  const char *region = th_region_name();
+  const char *ini = th_ini("both", region, DIR_BS, DIR_NB, NULL);
+  struct run *r = cli("rm '%s'", ini);
+  cr_assert_eq(r->status, 1);
+  cr_expect_str_empty(r->out);
+  cr_expect_not_null(strstr(r->err, "no region at"), "%s", r->err);
+  cr_expect_not_null(strstr(r->err, region), "%s", r->err);
+  cr_assert(!th_exists(th_region_path(th_default_dir(), region)), "rm created the region");
+}
+
+Test(cli, rm_of_a_bad_config_or_command_line_deletes_nothing)
+{
+  struct run *r = cli("rm");
+  cr_assert_eq(r->status, 2);
+  cr_expect(strstr(r->err, "usage: eccctl rm [--force] CONFIG"), "%s", r->err);
+  r = cli("rm --nope " DEFAULT_INI);
+  cr_assert_eq(r->status, 2);
+  r = cli("rm --help");
+  cr_assert_eq(r->status, 0);
+  cr_expect(strstr(r->out, "usage: eccctl rm"), "%s", r->out);
+  const char *ini = th_ini_text("[plugin]\npath = %s\n[region]\nsize = lots\n", ECC_PLUGIN_PATH);
+  r = cli("rm '%s'", ini);
+  cr_assert_eq(r->status, 1);
+  cr_expect(strstr(r->err, "region.size"), "the bad key is not named: %s", r->err);
 }

@@ -535,11 +535,11 @@ Test(region, other_layout_version_is_rejected)
   h.layout_version = 1;
   write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 8, 0600);
   struct region_params p = params(name, 64, 8, REGION_JOIN, 1000);
-  expect_region_error(&p, "has layout version 1; this connector reads version 2");
+  expect_region_error(&p, "has layout version 1; this connector reads versions 2 and 3");
   cr_assert_eq(unlink(path_of(name)), 0);
-  h.layout_version = 3;
+  h.layout_version = 4;
   write_file(path_of(name), &h, REGION_HEADER_BYTES + 64 * 8, 0600);
-  expect_region_error(&p, "has layout version 3; this connector reads version 2");
+  expect_region_error(&p, "has layout version 4; this connector reads versions 2 and 3");
 }
 
 Test(region, hand_made_valid_file_is_joined)
