@@ -3,8 +3,11 @@
  * fuzz_directory.c - libFuzzer target: a small directory (core/
  * directory.c) formatted in an exact-size heap block, driven by a program of
  * reserve, publish, abort, lookup, unpin, check_pinned, remove, attach,
- * reclaim and rebuild calls and those the connector's copies make (claim,
- * unclaim and settle of a reservation, pinned, blocks_held), with keys from
+ * reclaim and rebuild calls, those the connector's copies make (claim,
+ * unclaim and settle of a reservation, pinned, blocks_held) and the cache's
+ * (reserve_ex with a cost and a type, peek, wait with no or a few
+ * microseconds of timeout, the event ring read from cursors, restart of a
+ * kept region, under either eviction policy), with keys from
  * a small alphabet and often stale or forged refs and pins, and now and
  * then a thread that dies inside dir_list holding the lock (this process,
  * alive, must keep what it holds). Three more turn on what the directory
@@ -18,30 +21,39 @@
  * crash or a hang, the rebuild repairs the tables; the memory is put back
  * after, so the model goes on).
  *
- * Input: five bytes of parameters (blocks, block size, entry and pin slots
- * and timeouts, the byte the memory holds before it is formatted), then up
- * to MAX_OPS operations, each a byte that picks the call (modulo 30: 0-3
- * reserve, 4-5 publish, 6 abort, 7-9 lookup, 10-11 unpin, 12 check_pinned,
- * 13 remove, 14 attach, 15 identity, 16 reclaim, 17 thread death, 18
- * rebuild, 19-20 claim, 21 unclaim, 22-23 settle, 24 pinned, 25
- * blocks_held, 26 unpin_ranks, 27 format again, 28 a held lock, 29 damaged
- * tables) and then the bytes its arguments take (the pick_* functions
- * say which); exhausted input reads as zeros. A timeout is off, an hour,
+ * Input: six bytes of parameters (blocks, block size, entry and pin slots
+ * and timeouts, policy and event slots, the byte the memory holds before
+ * it is formatted), then up to MAX_OPS operations, each a byte that picks
+ * the call (modulo 36: 0-3 reserve, the odd ones through reserve_ex, 4-5
+ * publish, 6 abort, 7-9 lookup, 10-11 unpin, 12 check_pinned, 13 remove,
+ * 14 attach, 15 identity, 16 reclaim, 17 thread death, 18 rebuild, 19-20
+ * claim, 21 unclaim, 22-23 settle, 24 pinned, 25 blocks_held, 26
+ * unpin_ranks, 27 format again, 28 a held lock, 29 damaged tables, 30-31
+ * peek, 32-33 wait, 34 events from a cursor of its own, 35 restart) and
+ * then the bytes its arguments take (the pick_* functions say which);
+ * exhausted input reads as zeros. A timeout is off, an hour,
  * or 1 ns: then every reservation or pin may be reclaimed by any call after
  * the one that made it, and the model learns which were (from the listing
  * and by asking dir_check_pinned of each pin). A claimed reservation is
  * the exception: it stays while its writer, this process, lives, and the
  * model checks after every call that each claim it holds is still held.
  * A model in plain memory knows which keys exist in which state, their
- * blocks, refs, claims and pins, and the counters. Every return code is
- * checked against what directory.h says where it decides; where it leaves
- * a choice (which entries are evicted, which blocks are taken) the model
- * learns the outcome from dir_list and checks it was allowed: only ready,
- * unpinned entries are evicted, and only by a reservation that succeeds.
- * After every operation dir_check must pass and dir_list and the counters
- * must agree with the model; a call that changes nothing (dir_pinned,
- * dir_unclaim of a stale ref) must leave the listing and the counters as
- * they were. A broken rule aborts with its name on stderr.
+ * blocks, refs, claims and pins, cost, type and hits, the counters, and
+ * the residency events each change must have written: after every
+ * operation the ring is read on from the model's cursor, and each event
+ * must be one the model expects (a store it saw published, an eviction,
+ * removal or reclaim it learned, with the entry's key, bytes and cost), in
+ * sequence, with exactly as many lost as the ring could not hold; a second
+ * reader's reads from any cursor must agree with what was read. Every
+ * return code is checked against what directory.h says where it decides;
+ * where it leaves a choice (which entries are evicted, which blocks are
+ * taken) the model learns the outcome from dir_list and checks it was
+ * allowed: only ready, unpinned entries are evicted, and only by a
+ * reservation that succeeds (and, under the LRU policy, only those in the
+ * blocks it takes). After every operation dir_check must pass and dir_list
+ * and the counters must agree with the model; a call that changes nothing
+ * (dir_pinned, dir_unclaim of a stale ref, dir_peek) must leave the listing
+ * and the counters as they were. A broken rule aborts with its name on stderr.
  *
  * FUZZ_DIR_TRACE=1 prints each call and its result on stderr, to read a
  * crashing input as a sequence of calls.
@@ -72,6 +84,10 @@
 #define LOCK_WAIT_NS 1000000ull /* how long a call waits for a held lock */
 #define HOUR_NS (3600ull * 1000000000ull)
 #define RING 16
+#define EV_PENDING 512              /* events the model expects and has not yet read */
+#define EV_HISTORY 1024             /* events read, by seq, for the second reader */
+#define EV_CHUNK 5                  /* the model's reads, in pieces */
+#define COST_MAX ((1ull << 40) - 1) /* costs whose sum over an input stays below 2^64 */
 #define WHY_ROOM 320
 #define LIST_CAP 128
 
@@ -154,6 +170,8 @@ struct mentry {
   uint64_t reserved_ns, used_ns;
   uint64_t used_lo, used_hi; /* used_ns may have moved into this window (hi 0: no) */
   bool claimed;              /* a reservation dir_claim took: only dir_settle ends it */
+  struct dir_meta meta;      /* cost and type, as reserved */
+  uint64_t hits;             /* lookups, waits and reserves that found it ready */
 };
 
 struct mpin {
@@ -176,6 +194,13 @@ enum {
   C_RECLAIMED,
   C_FULL,
   C_RECOVERIES,
+  C_WAITS,
+  C_WAITS_READY,
+  C_WAITS_ABSENT,
+  C_WAIT_TIMEOUTS,
+  C_ENCODER_US,
+  C_EVENTS,
+  C_RESTARTS,
   N_MONO
 };
 
@@ -201,6 +226,29 @@ struct model {
 };
 
 static struct model m;
+
+/* One residency event the model expects, by what it learned. */
+struct ev_expect {
+  uint32_t kind;
+  int key;
+  uint64_t nbytes, cost_us;
+};
+
+/* The event ring as the model knows it: the cursor its reads have reached
+ * (the ring's next after each check), what it expects to read next, and
+ * the events it has read, for a second reader to be checked against. */
+struct ev_model {
+  uint32_t slots;  /* after the default */
+  uint64_t cursor; /* 0 before the first read: the oldest kept */
+  uint64_t next;   /* the ring's next event, as of the last check */
+  struct ev_expect pending[EV_PENDING];
+  size_t n_pending;
+  struct dir_event seen[EV_HISTORY]; /* by seq % EV_HISTORY */
+  uint64_t seen_seq[EV_HISTORY];     /* 0: none read there */
+  uint64_t t0;                       /* CLOCK_REALTIME when the input began */
+};
+
+static struct ev_model evm;
 static struct dir d;
 static void *mem;
 static size_t mem_bytes;
@@ -211,6 +259,8 @@ static size_t why_cap;
 
 /* The window of the latest call that may mark entries used. */
 static uint64_t call_t0, call_t1;
+/* What the latest reserve records in a new entry (all 0 from dir_reserve). */
+static struct dir_meta call_meta;
 
 static uint64_t now_ns(void)
 {
@@ -377,6 +427,31 @@ static void drop_pin(uint32_t i)
   memset(&m.pins[i], 0, sizeof(m.pins[i]));
 }
 
+static uint64_t realtime_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The ring is empty (formatted, again or for the first time). */
+static void ev_reset(void)
+{
+  memset(&evm, 0, sizeof(evm));
+  evm.slots = m.p.event_slots != 0 ? m.p.event_slots : DIR_EVENT_SLOTS_DEFAULT;
+  evm.next = 1;
+  evm.t0 = realtime_ns();
+}
+
+/* What entry k's change must have told, as the entry is now: called before
+ * the model drops it. */
+static void expect_ev(uint32_t kind, int k)
+{
+  CHECK("model", evm.n_pending < EV_PENDING, "more than %d events expected at once", EV_PENDING);
+  evm.pending[evm.n_pending++] = (struct ev_expect){kind, k, m.e[k].nbytes, m.e[k].meta.cost_us};
+  m.mono[C_EVENTS]++;
+}
+
 /* ---- the reason buffer: filled within its cap, text on every error ------ */
 
 static void why_reset(void)
@@ -472,6 +547,23 @@ static void may_use(int k)
   m.e[k].used_hi = call_t1;
 }
 
+/* A hit of a lookup, a wait or a reserve on ready entry k: used, counted,
+ * and what it saves added up. */
+static void model_hit(int k)
+{
+  may_use(k);
+  m.e[k].hits++;
+  m.mono[C_ENCODER_US] += m.e[k].meta.cost_us;
+}
+
+/* Field by field: what a reservation recorded comes back as it was. */
+static bool same_meta(const struct dir_meta *a, const struct dir_meta *b)
+{
+  return a->cost_us == b->cost_us && a->type.dtype == b->type.dtype &&
+         a->type.n_dims == b->type.n_dims &&
+         memcmp(a->type.dims, b->type.dims, sizeof(a->type.dims)) == 0;
+}
+
 static void check_info(const char *what, const struct dir_entry_info *e, int k)
 {
   struct mentry *x = &m.e[k];
@@ -488,6 +580,12 @@ static void check_info(const char *what, const struct dir_entry_info *e, int k)
   CHECK("info", same_runs(e, x), "%s '%.16s': runs differ from those reserved", what, keys[k]);
   CHECK("info", e->owner.pid == d.self.pid && e->owner.start_ticks == d.self.start_ticks,
         "%s '%.16s': owner %d, this process is %d", what, keys[k], e->owner.pid, d.self.pid);
+  CHECK("meta", same_meta(&e->meta, &x->meta),
+        "%s '%.16s': cost %llu, dtype %u, %u dims; reserved with cost %llu, dtype %u, %u dims",
+        what, keys[k], (unsigned long long)e->meta.cost_us, e->meta.type.dtype, e->meta.type.n_dims,
+        (unsigned long long)x->meta.cost_us, x->meta.type.dtype, x->meta.type.n_dims);
+  CHECK("hits", e->hits == x->hits, "%s '%.16s': %llu hits, model %llu", what, keys[k],
+        (unsigned long long)e->hits, (unsigned long long)x->hits);
 }
 
 /* ---- reclaims, learned: only where a timeout has passed ----------------- */
@@ -515,6 +613,7 @@ static void reclaimed_entry(int k)
   CHECK("reclaim", m.tiny_res && m.e[k].state == DIR_STATE_RESERVED,
         "'%.16s' (state %d) vanished, no reservation timed out", keys[k], m.e[k].state);
   TRACE("  reservation of '%.16s' (slot %u) reclaimed", keys[k], m.e[k].ref.slot);
+  expect_ev(ECC_EVENT_RECLAIMED, k);
   drop_entry(k);
   m.mono[C_RECLAIMED]++;
   m.reclaims_now++;
@@ -563,8 +662,10 @@ static void check_listing(void)
 static void mono_of(const struct dir_counters *c, uint64_t *v)
 {
   const uint64_t all[N_MONO] = {
-      c->reservations, c->dedup_hits, c->lookups,   c->hits, c->misses,     c->evictions,
-      c->removals,     c->pins,       c->reclaimed, c->full, c->recoveries,
+      c->reservations,     c->dedup_hits, c->lookups,     c->hits,         c->misses,
+      c->evictions,        c->removals,   c->pins,        c->reclaimed,    c->full,
+      c->recoveries,       c->waits,      c->waits_ready, c->waits_absent, c->wait_timeouts,
+      c->encoder_us_saved, c->events,     c->restarts,
   };
   memcpy(v, all, sizeof(all));
 }
@@ -572,8 +673,10 @@ static void mono_of(const struct dir_counters *c, uint64_t *v)
 static void check_counters(void)
 {
   static const char *const names[N_MONO] = {
-      "reservations", "dedup_hits", "lookups",   "hits", "misses",     "evictions",
-      "removals",     "pins",       "reclaimed", "full", "recoveries",
+      "reservations",     "dedup_hits", "lookups",     "hits",         "misses",
+      "evictions",        "removals",   "pins",        "reclaimed",    "full",
+      "recoveries",       "waits",      "waits_ready", "waits_absent", "wait_timeouts",
+      "encoder_us_saved", "events",     "restarts",
   };
   struct dir_counters c;
   int owner[MAX_BLOCKS];
@@ -623,6 +726,69 @@ static void check_claims(void)
   }
 }
 
+/* ---- the event ring, read after every operation ------------------------ */
+
+/* One event read on from the model's cursor: later than the one before it,
+ * of this input's time, and one the model expects (taken off its list). */
+static void match_event(const struct dir_event *e, uint64_t *last)
+{
+  CHECK("events", e->seq > *last, "event %llu read after %llu", (unsigned long long)e->seq,
+        (unsigned long long)*last);
+  *last = e->seq;
+  CHECK("events", e->time_ns + HOUR_NS >= evm.t0 && e->time_ns <= realtime_ns() + HOUR_NS,
+        "event %llu at %llu ns, the input began at %llu", (unsigned long long)e->seq,
+        (unsigned long long)e->time_ns, (unsigned long long)evm.t0);
+  int k = key_index(e->key);
+  for (size_t i = 0; k >= 0 && i < evm.n_pending; i++) {
+    const struct ev_expect *x = &evm.pending[i];
+    if (x->kind == e->kind && x->key == k && x->nbytes == e->nbytes && x->cost_us == e->cost_us) {
+      evm.pending[i] = evm.pending[--evm.n_pending];
+      evm.seen[e->seq % EV_HISTORY] = *e;
+      evm.seen_seq[e->seq % EV_HISTORY] = e->seq;
+      return;
+    }
+  }
+  FAIL("events",
+       "event %llu, kind %u of '%.16s' (%llu bytes, cost %llu), is none the model expects (%zu "
+       "expected)",
+       (unsigned long long)e->seq, e->kind, e->key, (unsigned long long)e->nbytes,
+       (unsigned long long)e->cost_us, evm.n_pending);
+}
+
+/* Everything written since the last check, read in pieces: the events the
+ * model expects, no other, and as many lost as the ring could not hold
+ * (none from cursor 0, the oldest kept, which only the overwritten miss). */
+static void check_events(void)
+{
+  struct dir_event out[EV_CHUNK];
+  uint64_t cursor = evm.cursor, lost_all = 0, last = 0, expected = evm.n_pending;
+  uint64_t overwritten = expected > evm.slots ? expected - evm.slots : 0;
+  size_t n, got = 0;
+  do {
+    uint64_t lost = 77;
+    n = 99;
+    int rc = dir_events(&d, &cursor, out, EV_CHUNK, &n, &lost);
+    CHECK("events", rc == ECC_OK && n <= EV_CHUNK, "dir_events: %d, %zu events", rc, n);
+    lost_all += lost;
+    for (size_t i = 0; i < n; i++)
+      match_event(&out[i], &last);
+    got += n;
+  } while (n == EV_CHUNK);
+  TRACE("  %zu events read, %llu lost, cursor %llu", got, (unsigned long long)lost_all,
+        (unsigned long long)cursor);
+  CHECK("events-lost", lost_all == (evm.cursor == 0 ? 0 : overwritten),
+        "%llu events lost from cursor %llu, %llu written to a ring of %u",
+        (unsigned long long)lost_all, (unsigned long long)evm.cursor, (unsigned long long)expected,
+        evm.slots);
+  CHECK("events", got == expected - overwritten && evm.n_pending == overwritten,
+        "%zu events read of %llu written to a ring of %u: %zu expected ones not among them", got,
+        (unsigned long long)expected, evm.slots, evm.n_pending - (size_t)overwritten);
+  CHECK("events", cursor == evm.next + expected, "cursor %llu after the read, the ring's next %llu",
+        (unsigned long long)cursor, (unsigned long long)(evm.next + expected));
+  evm.n_pending = 0;
+  evm.cursor = evm.next = cursor;
+}
+
 static void verify(void)
 {
   why_reset();
@@ -636,6 +802,7 @@ static void verify(void)
   learn_pin_reclaims();
   check_listing();
   check_counters();
+  check_events();
   CHECK("reclaim", !m.check_freed || m.freed == m.reclaims_now,
         "dir_reclaim says it freed %u, %u reservations and pins went", m.freed, m.reclaims_now);
   m.check_freed = false;
@@ -813,10 +980,13 @@ static void learn_evictions(int k_new, const struct dir_entry_info *e)
       inside++;
     else
       outside++;
+    expect_ev(ECC_EVENT_EVICTED, k);
     drop_entry(k);
     m.mono[C_EVICTIONS]++;
   }
-  CHECK_SOFT("evict-needless", outside <= (full && inside == 0 ? 1u : 0u),
+  /* The cost policy may take another window than the first the hand meets. */
+  CHECK_SOFT("evict-needless",
+             m.p.policy != DIR_POLICY_LRU || outside <= (full && inside == 0 ? 1u : 0u),
              "reserving '%.16s' evicted %u entries outside its blocks, %u inside (table %s)",
              keys[k_new], outside, inside, full ? "full" : "not full");
   for (int k = 0; k < NKEYS; k++)
@@ -838,7 +1008,7 @@ static void learn_reservation(int k, uint64_t nbytes, const struct dir_entry_inf
   CHECK("one-run", e->n_runs == 1 || !lo->free_window,
         "'%.16s' got %u runs while %llu free blocks in a row existed", keys[k], e->n_runs,
         (unsigned long long)n);
-  CHECK_SOFT("one-run-evicting", e->n_runs == 1 || !lo->window,
+  CHECK_SOFT("one-run-evicting", m.p.policy != DIR_POLICY_LRU || e->n_runs == 1 || !lo->window,
              "'%.16s' got %u runs while a window of free and evictable blocks existed", keys[k],
              e->n_runs);
   check_fresh_ref(e->ref.slot, e->ref.gen, m.max_entries, m.entry_seen, m.entry_gen, "entry");
@@ -863,6 +1033,11 @@ static void learn_reservation(int k, uint64_t nbytes, const struct dir_entry_inf
         "new '%.16s': used_ns %llu", keys[k], (unsigned long long)e->used_ns);
   x->reserved_ns = e->reserved_ns;
   x->used_ns = e->used_ns;
+  x->meta = call_meta;
+  CHECK("meta", same_meta(&e->meta, &call_meta) && e->hits == 0,
+        "new '%.16s': cost %llu, %llu hits; reserved with cost %llu", keys[k],
+        (unsigned long long)e->meta.cost_us, (unsigned long long)e->hits,
+        (unsigned long long)call_meta.cost_us);
   remember_ref(e->ref);
   m.mono[C_RESERVATIONS]++;
 }
@@ -876,7 +1051,10 @@ static void reserve_found(int k, int rc, int outcome, const struct dir_entry_inf
         "reserve of existing '%.16s' (state %d): %d, "
         "outcome %d, want %d",
         keys[k], m.e[k].state, rc, outcome, want);
-  may_use(k);
+  if (want == DIR_FOUND_READY)
+    model_hit(k); /* a found one keeps its own cost and type */
+  else
+    may_use(k);
   check_info("found", e, k);
   CHECK("time", want == DIR_FOUND_WRITING || e->used_ns >= call_t0,
         "'%.16s' found ready, used_ns %llu is before the call (%llu)", keys[k],
@@ -925,23 +1103,46 @@ static void reserve_existing(int k, uint64_t nbytes, int rc, int outcome,
   }
 }
 
-static void op_reserve(struct input *in)
+/* A cost and a type for reserve_ex: the directory records them as they
+ * are (the connector judges a type against the bytes), so any will do. */
+static void pick_meta(struct input *in, struct dir_meta *meta)
+{
+  static const uint64_t costs[] = {0, 1, 1000, 1u << 20, COST_MAX};
+  memset(meta, 0, sizeof(*meta));
+  uint8_t mode = u8(in);
+  meta->cost_us = mode % 8 < 5 ? costs[mode % 8] : u32(in);
+  if (mode / 8 % 2 == 0)
+    return; /* untyped */
+  meta->type.dtype = u8(in) % 16;
+  meta->type.n_dims = u8(in) % (ECC_TENSOR_MAX_DIMS + 2);
+  for (uint32_t i = 0; i < ECC_TENSOR_MAX_DIMS; i++)
+    meta->type.dims[i] = u8(in) % 4 == 0 ? u32(in) : u8(in);
+}
+
+static void op_reserve(struct input *in, bool ex)
 {
   int k, outcome = -1;
   const char *key = pick_key(in, &k);
   uint64_t nbytes = pick_nbytes(in), n = ceil_blocks(nbytes);
   struct room lo = room_for(n, false), hi = room_for(n, m.tiny_res || m.tiny_pin);
   struct dir_entry_info e;
+  bool no_meta = !ex || u8(in) % 8 == 0; /* reserve_ex with NULL: cost 0, untyped */
+  memset(&call_meta, 0, sizeof(call_meta));
+  if (!no_meta)
+    pick_meta(in, &call_meta);
   memset(&e, 0xa5, sizeof(e));
   why_reset();
   call_t0 = now_ns();
-  int rc = dir_reserve(&d, key, nbytes, &outcome, &e, why, why_cap);
+  int rc =
+      ex ? dir_reserve_ex(&d, key, nbytes, no_meta ? NULL : &call_meta, &outcome, &e, why, why_cap)
+         : dir_reserve(&d, key, nbytes, &outcome, &e, why, why_cap);
   call_t1 = now_ns();
   why_after("dir_reserve", rc);
-  TRACE("reserve '%.16s' %llu bytes (%llu blocks): %d, outcome %d, ref %u/%u, %u runs, first "
-        "[%u, +%u)",
-        key, (unsigned long long)nbytes, (unsigned long long)n, rc, outcome, e.ref.slot, e.ref.gen,
-        e.n_runs, e.runs[0].first, e.runs[0].count);
+  TRACE("reserve%s '%.16s' %llu bytes (%llu blocks, cost %llu): %d, outcome %d, ref %u/%u, %u "
+        "runs, first [%u, +%u)",
+        ex ? "_ex" : "", key, (unsigned long long)nbytes, (unsigned long long)n,
+        (unsigned long long)call_meta.cost_us, rc, outcome, e.ref.slot, e.ref.gen, e.n_runs,
+        e.runs[0].first, e.runs[0].count);
   if (k < 0) {
     CHECK("invalid", rc == ECC_ERR_INVALID, "reserve of a %zu-byte key: %d", strlen(key), rc);
   } else if (nbytes == 0) {
@@ -1002,6 +1203,7 @@ static void op_publish(struct input *in)
   } else if (m.e[k].state == DIR_STATE_RESERVED) {
     CHECK("publish", rc == ECC_OK, "publish of reserved '%.16s': %d (%s)", keys[k], rc, why);
     m.e[k].state = DIR_STATE_READY;
+    expect_ev(ECC_EVENT_STORED, k);
   } else {
     /* Published already: the reservation is gone, the entry stays. */
     CHECK("republish", rc == ECC_ERR_INVALID, "second publish of '%.16s': %d, INVALID documented",
@@ -1059,8 +1261,8 @@ static bool same_info(const struct dir_entry_info *a, const struct dir_entry_inf
          a->nbytes == b->nbytes && a->n_blocks == b->n_blocks && a->n_runs == b->n_runs &&
          memcmp(a->runs, b->runs, sizeof(a->runs)) == 0 && a->pins == b->pins &&
          a->owner.pid == b->owner.pid && a->owner.start_ticks == b->owner.start_ticks &&
-         a->reserved_ns == b->reserved_ns && a->used_ns == b->used_ns &&
-         memcmp(a->key, b->key, sizeof(a->key)) == 0;
+         a->reserved_ns == b->reserved_ns && a->used_ns == b->used_ns && a->hits == b->hits &&
+         same_meta(&a->meta, &b->meta) && memcmp(a->key, b->key, sizeof(a->key)) == 0;
 }
 
 static void check_unchanged(const char *call)
@@ -1140,10 +1342,12 @@ static void op_settle(struct input *in)
   } else if (!timed_out(k, rc)) {
     CHECK("settle", rc == ECC_OK, "settle of claimed '%.16s': %d (%s)", keys[k], rc, why);
     m.e[k].claimed = false;
-    if (ok)
+    if (ok) {
       m.e[k].state = DIR_STATE_READY; /* lookups find it from now on */
-    else
-      drop_entry(k);
+      expect_ev(ECC_EVENT_STORED, k);
+    } else {
+      drop_entry(k); /* a failed copy: never stored, nothing to tell */
+    }
   }
 }
 
@@ -1157,8 +1361,9 @@ struct lookup_call {
   bool found[4];
   struct dir_entry_info info[4];
   struct dir_pin_ref pins[4];
-  size_t hits; /* keys the model says are ready */
-  bool bad;    /* an invalid key among them */
+  size_t hits;   /* keys the model says are ready */
+  uint64_t cost; /* what hits on them would save */
+  bool bad;      /* an invalid key among them */
 };
 
 static void lookup_slack(const struct lookup_call *c)
@@ -1167,6 +1372,7 @@ static void lookup_slack(const struct lookup_call *c)
   m.slack[C_HITS] = c->hits;
   m.slack[C_MISSES] = c->n;
   m.slack[C_PINS] = c->hits;
+  m.slack[C_ENCODER_US] = c->cost;
 }
 
 static bool all_zero(const void *p, size_t n)
@@ -1178,11 +1384,26 @@ static bool all_zero(const void *p, size_t n)
   return true;
 }
 
+/* A pin the call handed out on entry k, for `ranks` releases. */
+static void add_pin(int k, struct dir_pin_ref pin, uint32_t ranks)
+{
+  check_fresh_ref(pin.slot, pin.gen, m.max_pins, m.pin_seen, m.pin_gen, "pin");
+  CHECK("pins", pin_by_ref(pin) < 0, "pin %u/%u handed out twice", pin.slot, pin.gen);
+  for (uint32_t s = 0; s < MODEL_PINS; s++) {
+    if (!m.pins[s].live) {
+      m.pins[s] = (struct mpin){true, pin, k, ranks};
+      m.e[k].pins++;
+      remember_pin(pin);
+      return;
+    }
+  }
+  FAIL("pins", "more live pins than %u", MODEL_PINS);
+}
+
 static void lookup_hit(struct lookup_call *c, size_t i, uint32_t pins_before)
 {
   int k = c->k[i];
-  struct dir_pin_ref pin = c->pins[i];
-  may_use(k);
+  model_hit(k);
   check_info("looked up", &c->info[i], k);
   CHECK("time", c->info[i].used_ns >= call_t0, "'%.16s' looked up, used_ns %llu before the call",
         keys[k], (unsigned long long)c->info[i].used_ns);
@@ -1190,17 +1411,7 @@ static void lookup_hit(struct lookup_call *c, size_t i, uint32_t pins_before)
   CHECK("pins",
         (c->info[i].pins >= pins_before || m.tiny_pin) && c->info[i].pins <= pins_before + c->hits,
         "looked-up '%.16s' with %u pins, %u before", keys[k], c->info[i].pins, pins_before);
-  check_fresh_ref(pin.slot, pin.gen, m.max_pins, m.pin_seen, m.pin_gen, "pin");
-  CHECK("pins", pin_by_ref(pin) < 0, "pin %u/%u handed out twice", pin.slot, pin.gen);
-  for (uint32_t s = 0; s < MODEL_PINS; s++) {
-    if (!m.pins[s].live) {
-      m.pins[s] = (struct mpin){true, pin, k, c->ranks};
-      m.e[k].pins++;
-      remember_pin(pin);
-      return;
-    }
-  }
-  FAIL("pins", "more live pins than %u", MODEL_PINS);
+  add_pin(k, c->pins[i], c->ranks);
 }
 
 static void lookup_ok(struct lookup_call *c)
@@ -1234,12 +1445,15 @@ static void pick_lookup(struct input *in, struct lookup_call *c)
   c->n = 1 + u8(in) % 4;
   c->ranks = u8(in) % 16 == 0 ? 0 : 1 + u8(in) % 3;
   c->hits = 0;
+  c->cost = 0;
   c->bad = false;
   for (size_t i = 0; i < c->n; i++) {
     c->keys[i] = pick_key(in, &c->k[i]);
     c->bad = c->bad || c->k[i] < 0;
-    if (c->k[i] >= 0 && m.e[c->k[i]].live && m.e[c->k[i]].state == DIR_STATE_READY)
+    if (c->k[i] >= 0 && m.e[c->k[i]].live && m.e[c->k[i]].state == DIR_STATE_READY) {
       c->hits++;
+      c->cost += m.e[c->k[i]].meta.cost_us;
+    }
   }
 }
 
@@ -1622,6 +1836,7 @@ static void op_remove(struct input *in)
     FAIL("remove", "remove of '%.16s' (live %d, state %d, %u pins): %d, want %d", keys[k], x->live,
          x->state, x->pins, rc, want);
   if (rc == ECC_OK) {
+    expect_ev(ECC_EVENT_REMOVED, k);
     drop_entry(k);
     m.mono[C_REMOVALS]++;
   }
@@ -1765,6 +1980,7 @@ static void op_reformat(void)
   m.tiny_res = keep.tiny_res;
   m.tiny_pin = keep.tiny_pin;
   m.self_dead = keep.self_dead;
+  ev_reset(); /* a new ring: its first read is from cursor 0 again */
   memcpy(m.refs, keep.refs, sizeof(m.refs));
   m.n_refs = keep.n_refs;
   memcpy(m.pin_refs, keep.pin_refs, sizeof(m.pin_refs));
@@ -1839,7 +2055,14 @@ static int call_while_held(struct input *in, char *text, size_t cap)
   struct dir_counters c;
   struct listing l = {.n = 0};
   struct lookup_call lc;
-  switch (u8(in) % 8) {
+  struct dir_peeked peeked;
+  struct dir_pin_ref pin;
+  const char *key = keys[u8(in) % NKEYS];
+  switch (u8(in) % 10) {
+  case 8:
+    return dir_peek(&d, &key, 1, &peeked, text, cap);
+  case 9:
+    return dir_wait(&d, key, u8(in) % 2, 0, &outcome, &e, &pin, text, cap);
   case 0:
     pick_lookup(in, &lc);
     for (size_t i = 0; i < lc.n; i++)
@@ -1884,7 +2107,13 @@ static void op_lock_held(struct input *in)
   uint64_t t0 = now_ns();
   int rc = call_while_held(in, text, sizeof(text));
   uint64_t waited = now_ns() - t0;
+  /* A reader of the event ring takes no lock: it reads at once. */
+  struct dir_event ev[4];
+  uint64_t cursor = 0;
+  size_t n_ev = 0;
+  int ev_rc = dir_events(&d, &cursor, ev, 4, &n_ev, NULL);
   hold_set(2);
+  CHECK("events-lockless", ev_rc == ECC_OK, "dir_events under a held lock: %d", ev_rc);
   CHECK("thread", pthread_join(t, NULL) == 0, "pthread_join failed");
   TRACE("a call while a thread holds the lock: %d after %llu us (%s)", rc,
         (unsigned long long)(waited / 1000u), text);
@@ -1910,6 +2139,29 @@ static void check_damaged_rc(const char *call, int rc)
         "%s on damaged tables: %d", call, rc);
 }
 
+/* The ring read from any cursor whatever its records hold: every event
+ * returned is whole (a known kind, a terminated key) and later than the
+ * one before, and the cursor ends past the last. */
+static int damaged_events(struct input *in)
+{
+  struct dir_event out[8];
+  uint64_t cursor = u8(in) % 2 == 0 ? 0 : u32(in), lost = 0, last = 0;
+  size_t cap = u8(in) % 9, n = 99;
+  int rc = dir_events(&d, &cursor, cap > 0 ? out : NULL, cap, &n, &lost);
+  CHECK("damaged", rc != ECC_OK || n <= cap, "dir_events returned %zu into room for %zu", n, cap);
+  for (size_t i = 0; rc == ECC_OK && i < n; i++) {
+    CHECK("damaged",
+          out[i].kind >= ECC_EVENT_STORED && out[i].kind <= ECC_EVENT_RECLAIMED &&
+              memchr(out[i].key, '\0', sizeof(out[i].key)) != NULL && out[i].seq > last &&
+              out[i].seq < cursor,
+          "event %zu read from a damaged ring: kind %u, seq %llu after %llu, cursor %llu", i,
+          out[i].kind, (unsigned long long)out[i].seq, (unsigned long long)last,
+          (unsigned long long)cursor);
+    last = out[i].seq;
+  }
+  return rc;
+}
+
 /* One call on damaged tables, by its pick. */
 static void damaged_call(struct input *in)
 {
@@ -1920,10 +2172,14 @@ static void damaged_call(struct input *in)
   struct listing l = {.n = 0};
   uint32_t ids[4], bad, freed, n_held;
   struct dir_pin_ref held[4];
-  uint8_t which = u8(in) % 13;
+  uint8_t which = u8(in) % 14;
+  bool has_why = which < 8 || which == 11 || which == 13;
   why_reset();
   int rc;
   switch (which) {
+  case 12:
+    rc = damaged_events(in);
+    break;
   case 0:
     rc = dir_reserve(&d, pick_key(in, &k), pick_nbytes(in), &outcome, &e, why, why_cap);
     break;
@@ -1978,7 +2234,7 @@ static void damaged_call(struct input *in)
     rc = dir_reclaim(&d, &freed, why, why_cap);
     break;
   }
-  if (which < 8 || which >= 11)
+  if (has_why)
     why_after("a call on damaged tables", rc);
   TRACE("  call %u on damaged tables: %d", which, rc);
   check_damaged_rc("a call", rc);
@@ -2105,6 +2361,283 @@ static void op_scribble(struct input *in)
   free(copy);
 }
 
+/* ---- the cache: peek, wait, events, restart ------------------------------ */
+
+/* What peek says of key k is what the model knows, pins only for a ready
+ * entry, all zero for an absent one. */
+static void peek_matches(const struct dir_peeked *p, int k)
+{
+  const struct mentry *x = &m.e[k];
+  if (!x->live) {
+    CHECK("peek",
+          p->state == DIR_STATE_FREE && all_zero(&p->pins, sizeof(p->pins)) && p->nbytes == 0 &&
+              p->hits == 0 && all_zero(&p->meta, sizeof(p->meta)),
+          "peek of absent '%.16s': state %d, %llu bytes", keys[k], p->state,
+          (unsigned long long)p->nbytes);
+    return;
+  }
+  uint32_t pins = x->state == DIR_STATE_READY ? x->pins : 0;
+  CHECK("peek", p->state == x->state && p->nbytes == x->nbytes && p->pins == pins,
+        "peek of '%.16s': state %d, %llu bytes, %u pins; model %d, %llu, %u", keys[k], p->state,
+        (unsigned long long)p->nbytes, p->pins, x->state, (unsigned long long)x->nbytes, pins);
+  CHECK("peek", p->hits == x->hits && same_meta(&p->meta, &x->meta),
+        "peek of '%.16s': %llu hits, cost %llu; model %llu, %llu", keys[k],
+        (unsigned long long)p->hits, (unsigned long long)p->meta.cost_us,
+        (unsigned long long)x->hits, (unsigned long long)x->meta.cost_us);
+}
+
+/* What a lookup would find, and nothing changed: no pin, no mark of use,
+ * no counter, no reclaim (a timed-out reservation is still reported). */
+static void op_peek(struct input *in)
+{
+  int k[4];
+  const char *pk[4];
+  struct dir_peeked out[4];
+  size_t n = 1 + u8(in) % 4;
+  bool bad = false;
+  for (size_t i = 0; i < n; i++) {
+    pk[i] = pick_key(in, &k[i]);
+    bad = bad || k[i] < 0;
+  }
+  memset(out, 0xa5, sizeof(out));
+  take_snapshot(&snap_before);
+  why_reset();
+  int rc = dir_peek(&d, pk, n, out, why, why_cap);
+  why_after("dir_peek", rc);
+  TRACE("peek of %zu keys ('%.16s' first): %d", n, pk[0], rc);
+  check_unchanged("dir_peek");
+  if (bad) {
+    CHECK("invalid", rc == ECC_ERR_INVALID, "peek with an invalid key: %d", rc);
+    return;
+  }
+  CHECK("peek", rc == ECC_OK, "peek of %zu keys: %d (%s)", n, rc, why);
+  for (size_t i = 0; i < n; i++)
+    peek_matches(&out[i], k[i]);
+}
+
+/* 0 mostly (the wait a scheduler makes when it must not block); a few
+ * microseconds, which a wait on this process's own reservation sleeps out
+ * alone (whether it sleeps at all is the clock's: waits get slack); or one
+ * past the bound. */
+static uint64_t pick_wait_timeout(struct input *in)
+{
+  uint8_t mode = u8(in) % 8;
+  if (mode == 5)
+    return 1000;
+  if (mode == 6)
+    return 20000;
+  if (mode == 7)
+    return DIR_WAIT_MAX_NS + 1 + u8(in);
+  return 0;
+}
+
+struct wait_call {
+  int k;
+  uint32_t ranks;
+  uint64_t timeout_ns;
+  uint32_t free_pins; /* before the call */
+  int rc, result;
+  struct dir_entry_info info;
+  struct dir_pin_ref pin;
+};
+
+/* The key is ready: pinned as a lookup pins (BUSY, counting nothing, when
+ * no pin slot is free), used and counted as a hit. */
+static void wait_found_ready(struct wait_call *w)
+{
+  struct mentry *x = &m.e[w->k];
+  uint32_t before = x->pins;
+  if (w->rc == ECC_ERR_BUSY) {
+    CHECK("wait-busy", w->ranks > 0 && w->free_pins == 0,
+          "wait for ready '%.16s' refused BUSY, %u pin slots free", keys[w->k], w->free_pins);
+    return;
+  }
+  CHECK("wait", w->rc == ECC_OK && w->result == DIR_WAIT_READY,
+        "wait for ready '%.16s': %d, result %d (%s)", keys[w->k], w->rc, w->result, why);
+  CHECK("wait-busy", w->ranks == 0 || w->free_pins > 0 || m.tiny_pin,
+        "wait for '%.16s' pinned it with no pin slot free", keys[w->k]);
+  model_hit(w->k);
+  check_info("waited for", &w->info, w->k);
+  CHECK("time", w->info.used_ns >= call_t0, "'%.16s' waited for, used_ns %llu before the call",
+        keys[w->k], (unsigned long long)w->info.used_ns);
+  CHECK("pins", (w->info.pins >= before || m.tiny_pin) && w->info.pins <= before + 1,
+        "waited-for '%.16s' with %u pins, %u before", keys[w->k], w->info.pins, before);
+  m.mono[C_LOOKUPS]++;
+  m.mono[C_HITS]++;
+  if (w->ranks == 0) {
+    CHECK("wait", all_zero(&w->pin, sizeof(w->pin)), "a wait for 0 ranks handed out a pin");
+    return;
+  }
+  add_pin(w->k, w->pin, w->ranks);
+  m.mono[C_PINS]++;
+}
+
+/* The key is being written, by this process: the wait times out (at once
+ * for timeout 0) with the reservation described, unless the reservation
+ * itself may have timed out, when the wait reclaims it and says ABSENT
+ * (the listing after the call learns it went). */
+static void wait_found_writing(struct wait_call *w)
+{
+  struct mentry *x = &m.e[w->k];
+  m.mono[C_LOOKUPS]++;
+  m.mono[C_MISSES]++;
+  if (w->timeout_ns > 0) {
+    m.slack[C_WAITS] = 1;
+    m.slack[C_WAIT_TIMEOUTS] = 1;
+  }
+  if (may_time_out(x)) {
+    m.slack[C_WAITS_ABSENT] = w->timeout_ns > 0;
+    CHECK("wait",
+          w->rc == ECC_OK && (w->result == DIR_WAIT_ABSENT || w->result == DIR_WAIT_TIMEOUT),
+          "wait for timed-out '%.16s': %d, result %d (%s)", keys[w->k], w->rc, w->result, why);
+    return;
+  }
+  CHECK("wait", w->rc == ECC_OK && w->result == DIR_WAIT_TIMEOUT,
+        "wait for '%.16s', reserved by this live process: %d, result %d, TIMEOUT documented",
+        keys[w->k], w->rc, w->result);
+  check_info("waited out", &w->info, w->k);
+  CHECK("wait", all_zero(&w->pin, sizeof(w->pin)), "a wait that timed out handed out a pin");
+}
+
+static void op_wait(struct input *in)
+{
+  struct wait_call w = {.result = -1};
+  const char *key = pick_key(in, &w.k);
+  w.ranks = u8(in) % 4 == 0 ? 0 : 1 + u8(in) % 3;
+  w.timeout_ns = pick_wait_timeout(in);
+  w.free_pins = m.max_pins - live_pins();
+  memset(&w.info, 0xa5, sizeof(w.info));
+  memset(&w.pin, 0xa5, sizeof(w.pin));
+  why_reset();
+  call_t0 = now_ns();
+  w.rc = dir_wait(&d, key, w.ranks, w.timeout_ns, &w.result, &w.info, &w.pin, why, why_cap);
+  call_t1 = now_ns();
+  why_after("dir_wait", w.rc);
+  TRACE("wait for '%.16s', %u ranks, %llu ns: %d, result %d, pin %u/%u", key, w.ranks,
+        (unsigned long long)w.timeout_ns, w.rc, w.result, w.pin.slot, w.pin.gen);
+  if (w.k < 0 || w.timeout_ns > DIR_WAIT_MAX_NS) {
+    CHECK("invalid", w.rc == ECC_ERR_INVALID, "wait with a bad key or timeout: %d", w.rc);
+    return;
+  }
+  const struct mentry *x = &m.e[w.k];
+  if (!x->live) {
+    CHECK("wait", w.rc == ECC_OK && w.result == DIR_WAIT_ABSENT,
+          "wait for absent '%.16s': %d, result %d", keys[w.k], w.rc, w.result);
+    CHECK("wait", all_zero(&w.info, sizeof(w.info)) && all_zero(&w.pin, sizeof(w.pin)),
+          "a wait for absent '%.16s' left info or pin set", keys[w.k]);
+    m.mono[C_LOOKUPS]++;
+    m.mono[C_MISSES]++;
+  } else if (x->state == DIR_STATE_READY) {
+    wait_found_ready(&w);
+  } else {
+    wait_found_writing(&w);
+  }
+}
+
+/* A second reader, with a cursor of its own (0, one the ring has or had,
+ * or one from the future) and a cap: what it reads follows from the ring's
+ * size and next alone, and is what the model's own reads found. */
+static void check_second_read(uint64_t cursor, size_t cap, const struct dir_event *out, size_t n,
+                              uint64_t lost, uint64_t at)
+{
+  uint64_t next = evm.next, oldest = next > evm.slots ? next - evm.slots : 1;
+  uint64_t start = cursor == 0 ? oldest : cursor > next ? next : cursor;
+  uint64_t from = start < oldest ? oldest : start, want_n = next - from;
+  if (cap == 0) {
+    CHECK("events-cursor", n == 0 && lost == 0 && at == next,
+          "cap 0 from %llu: %zu events, %llu lost, cursor %llu; the ring's next is %llu",
+          (unsigned long long)cursor, n, (unsigned long long)lost, (unsigned long long)at,
+          (unsigned long long)next);
+    return;
+  }
+  want_n = want_n < cap ? want_n : cap;
+  CHECK("events-cursor", n == want_n && lost == from - start && at == from + n,
+        "from %llu (cap %zu): %zu events, %llu lost, cursor %llu; want %llu, %llu, %llu",
+        (unsigned long long)cursor, cap, n, (unsigned long long)lost, (unsigned long long)at,
+        (unsigned long long)want_n, (unsigned long long)(from - start),
+        (unsigned long long)(from + want_n));
+  for (size_t i = 0; i < n; i++) {
+    uint64_t seq = from + i;
+    const struct dir_event *seen = &evm.seen[seq % EV_HISTORY];
+    CHECK("events-cursor", out[i].seq == seq, "event %zu from %llu has seq %llu, want %llu", i,
+          (unsigned long long)from, (unsigned long long)out[i].seq, (unsigned long long)seq);
+    if (evm.seen_seq[seq % EV_HISTORY] != seq)
+      continue; /* lost to the model's own reader, or long ago */
+    CHECK("events-cursor",
+          out[i].kind == seen->kind && out[i].nbytes == seen->nbytes &&
+              out[i].cost_us == seen->cost_us && out[i].time_ns == seen->time_ns &&
+              strcmp(out[i].key, seen->key) == 0,
+          "event %llu read again differs from what was read first", (unsigned long long)seq);
+  }
+}
+
+/* Bad arguments are refused and move no cursor. */
+static void events_refused(void)
+{
+  struct dir_event out[1];
+  uint64_t cursor = evm.next;
+  size_t n = 7;
+  CHECK("events-invalid",
+        dir_events(&d, NULL, out, 1, &n, NULL) == ECC_ERR_INVALID && n == 0 &&
+            dir_events(&d, &cursor, out, 1, NULL, NULL) == ECC_ERR_INVALID &&
+            dir_events(&d, &cursor, NULL, 1, &n, NULL) == ECC_ERR_INVALID && cursor == evm.next,
+        "dir_events took a NULL cursor, count or array");
+}
+
+static void op_events(struct input *in)
+{
+  static const size_t caps[] = {0, 1, 3, 8, 32};
+  struct dir_event out[32];
+  uint8_t mode = u8(in) % 8;
+  size_t cap = caps[u8(in) % 5], n = 99;
+  uint64_t cursor = mode == 0 ? 0 : 1 + u32(in) % evm.next, lost = 77;
+  if (mode == 1)
+    cursor = evm.next + 1 + u8(in); /* another incarnation's, or a guess */
+  else if (mode == 2)
+    cursor = UINT64_MAX - u8(in);
+  if (mode == 7) {
+    events_refused();
+    return;
+  }
+  uint64_t at = cursor;
+  int rc = dir_events(&d, &at, cap > 0 ? out : NULL, cap, &n, mode == 6 ? NULL : &lost);
+  TRACE("events from %llu, cap %zu: %d, %zu read, %llu lost, cursor %llu",
+        (unsigned long long)cursor, cap, rc, n, (unsigned long long)(mode == 6 ? 0 : lost),
+        (unsigned long long)at);
+  CHECK("events", rc == ECC_OK, "dir_events from %llu: %d", (unsigned long long)cursor, rc);
+  if (mode == 6) {
+    uint64_t next = evm.next, oldest = next > evm.slots ? next - evm.slots : 1;
+    uint64_t start = cursor == 0 ? oldest : cursor > next ? next : cursor;
+    lost = cap == 0 || start >= oldest ? 0 : oldest - start; /* NULL: not told, not needed */
+  }
+  check_second_read(cursor, cap, out, n, lost, at);
+}
+
+/* A kept region reused: as a new process would, mostly through a view of
+ * its own, then dir_restart. Every owner here lives, so it frees only what
+ * has timed out, and counts a restart. */
+static void op_restart(struct input *in)
+{
+  if (u8(in) % 2 == 1) {
+    struct dir fresh;
+    memset(&fresh, 0, sizeof(fresh));
+    why_reset();
+    int rc = dir_attach(&fresh, mem, mem_bytes, &m.p, why, why_cap);
+    why_after("dir_attach", rc);
+    CHECK("attach", rc == ECC_OK, "attach to a kept directory: %d (%s)", rc, why);
+    d = fresh;
+  }
+  uint32_t freed = 12345;
+  why_reset();
+  int rc = dir_restart(&d, &freed, why, why_cap);
+  why_after("dir_restart", rc);
+  TRACE("restart: %d, %u freed", rc, freed);
+  CHECK("restart", rc == ECC_OK, "dir_restart: %d (%s)", rc, why);
+  m.check_freed = true;
+  m.freed = freed;
+  m.mono[C_RESTARTS]++;
+}
+
 /* ---- one input --------------------------------------------------------- */
 
 static void pick_params(struct input *in, struct dir_params *p)
@@ -2116,6 +2649,10 @@ static void pick_params(struct input *in, struct dir_params *p)
   p->block_size = sizes[u8(in) % 6];
   b_entries = u8(in);
   b_pins = u8(in);
+  uint8_t b_cache = u8(in);
+  static const uint32_t slots[] = {0, 1, 2, 3, 16, 5, 64, 8}; /* 0: the default */
+  p->policy = b_cache % 2 == 1 ? DIR_POLICY_COST : DIR_POLICY_LRU;
+  p->event_slots = slots[b_cache / 2 % 8];
   /* Mostly fewer slots than keys, so that full tables happen. */
   p->max_entries = b_entries % 8 == 0 ? 0 : 1 + b_entries % 12;
   p->max_pins = b_pins % 8 == 0 ? 0 : 1 + b_pins % 12;
@@ -2176,6 +2713,7 @@ static void start(struct input *in)
   rc = dir_attach(&d, mem, mem_bytes, &m.p, why, why_cap);
   why_after("dir_attach", rc);
   CHECK("attach", rc == ECC_OK, "dir_attach after dir_format: %d (%s)", rc, why);
+  ev_reset();
   TRACE("format %u blocks of %llu bytes, %u entry and %u pin slots (asked %u, %u): %zu bytes",
         m.p.num_blocks, (unsigned long long)m.p.block_size, m.max_entries, m.max_pins,
         m.p.max_entries, m.p.max_pins, mem_bytes);
@@ -2184,9 +2722,9 @@ static void start(struct input *in)
 
 static void run_op(struct input *in)
 {
-  uint8_t op = u8(in) % 30;
+  uint8_t op = u8(in) % 36;
   if (op < 4)
-    op_reserve(in);
+    op_reserve(in, op % 2 == 1);
   else if (op < 6)
     op_publish(in);
   else if (op < 7)
@@ -2225,8 +2763,16 @@ static void run_op(struct input *in)
     op_reformat();
   else if (op < 29)
     op_lock_held(in);
-  else
+  else if (op < 30)
     op_scribble(in);
+  else if (op < 32)
+    op_peek(in);
+  else if (op < 34)
+    op_wait(in);
+  else if (op < 35)
+    op_events(in);
+  else
+    op_restart(in);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

@@ -80,15 +80,15 @@ uint64_t ev_put(void *mem, uint32_t slots, const struct dir_event *ev)
 }
 
 /* The record of `seq` if it is whole and still that one: false if it was
- * overwritten meanwhile (or is damaged); *pending when it is not written
- * yet. */
-static bool copy_record(const void *mem, uint32_t slots, uint64_t seq, struct dir_event *out,
-                        bool *pending)
+ * overwritten meanwhile or is damaged. Only sequence numbers below ev_next
+ * are asked for, whose records were whole when ev_next was read: a stamp
+ * below 2 x seq there is damage, never a write still to come, and waiting
+ * for it would hold the reader at that record for ever. */
+static bool copy_record(const void *mem, uint32_t slots, uint64_t seq, struct dir_event *out)
 {
   const struct ev_slot *s = slot_of(mem, slots, seq);
   uint64_t w[EV_WORDS];
   uint64_t before = atomic_load_explicit(&s->stamp, memory_order_acquire);
-  *pending = before < 2 * seq;
   if (before != 2 * seq)
     return false;
   /* Acquire loads keep the stamp's second reading after every word. */
@@ -127,12 +127,11 @@ size_t ev_read(const void *mem, uint32_t slots, uint64_t *cursor, struct dir_eve
       at = oldest;
       continue;
     }
-    bool pending;
-    if (copy_record(mem, slots, at, &out[n], &pending))
+    if (copy_record(mem, slots, at, &out[n])) {
       n++;
-    else if (pending)
-      break;
-    else {
+    } else {
+      /* Overwritten while this read went on, or damaged: gone either way,
+       * and the writer may have moved on meanwhile. */
       (*lost)++;
       next = ev_next(mem);
     }

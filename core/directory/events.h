@@ -40,7 +40,8 @@ uint64_t ev_next(const void *mem);
 
 /* Up to cap events from *cursor on (0: the oldest kept), oldest first;
  * returns their count and moves *cursor past the last. *lost receives how
- * many from the cursor on were overwritten (or found damaged) and skipped.
+ * many from the cursor on were overwritten (or found damaged: a record
+ * whose stamp or kind is wrong) and skipped.
  * cap 0 sets *cursor to ev_next. A cursor past ev_next is taken as
  * ev_next. */
 size_t ev_read(const void *mem, uint32_t slots, uint64_t *cursor, struct dir_event *out, size_t cap,

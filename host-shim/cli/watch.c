@@ -5,6 +5,7 @@
  * until --count events were printed or SIGINT/SIGTERM. Joins the region as
  * the other tools do and never creates one.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -63,18 +64,40 @@ static int parse(int argc, char **argv, struct watch_opts *o)
   return CLI_OK;
 }
 
-/* A key as a JSON string: quotes, backslashes and control bytes escaped;
- * other bytes as they are (keys are the host's text). */
+/* Bytes of one well-formed UTF-8 character at p (at most `left` there), or
+ * 0: no overlong forms, no surrogates, nothing past U+10FFFF. */
+static size_t utf8_len(const unsigned char *p, size_t left)
+{
+  size_t n = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : 2;
+  if (p[0] < 0xc2 || p[0] > 0xf4 || n > left)
+    return 0;
+  for (size_t i = 1; i < n; i++)
+    if ((p[i] & 0xc0) != 0x80)
+      return 0;
+  bool overlong = (p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xf0 && p[1] < 0x90);
+  bool beyond = (p[0] == 0xed && p[1] >= 0xa0) || (p[0] == 0xf4 && p[1] >= 0x90);
+  return overlong || beyond ? 0 : n;
+}
+
+/* A key as a JSON string: quotes, backslashes and control bytes escaped,
+ * UTF-8 as it is; a key is any bytes, so one that is not UTF-8 is written
+ * \u00XX per byte, which keeps the line JSON a parser accepts. */
 static void json_string(const char *s)
 {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t left = strlen(s);
   putchar('"');
-  for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
-    if (*p == '"' || *p == '\\')
-      printf("\\%c", *p);
-    else if (*p < 0x20)
-      printf("\\u%04x", *p);
+  while (left > 0) {
+    size_t n = p[0] < 0x80 ? 1 : utf8_len(p, left);
+    if (p[0] == '"' || p[0] == '\\')
+      printf("\\%c", p[0]);
+    else if (p[0] < 0x20 || n == 0)
+      printf("\\u%04x", p[0]);
     else
-      putchar(*p);
+      fwrite(p, 1, n, stdout);
+    n = n == 0 ? 1 : n;
+    p += n;
+    left -= n;
   }
   putchar('"');
 }
@@ -116,30 +139,73 @@ static void print_event(const ecc_event_t *e)
   printf(",\"nbytes\":%" PRIu64 ",\"cost_us\":%" PRIu64 "}\n", e->nbytes, e->cost_us);
 }
 
-/* Prints events until the count is reached or a signal comes; CLI_OK, or
- * CLI_FAIL after saying why a call failed. */
+/* Flushes the lines printed: 0; 1 when their reader has gone (EPIPE: a
+ * pipe into head, say), which ends the watch as a signal does; -1 after
+ * saying why the write failed. */
+static int flush_lines(void)
+{
+  if (fflush(stdout) == 0 && !ferror(stdout))
+    return 0;
+  if (errno == EPIPE)
+    return 1;
+  fprintf(stderr, "eccctl watch: writing the events to stdout failed: %s\n", strerror(errno));
+  return -1;
+}
+
+/* One read from *cursor, at most the events --count still wants, and its
+ * lines: *n events read; ECC_OK, or the call's code. */
+static int read_once(ecc_connector_t *c, const struct watch_opts *o, uint64_t *cursor,
+                     uint64_t *printed, size_t *n)
+{
+  static ecc_event_t batch[BATCH];
+  uint64_t lost = 0, from = *cursor, left = o->count - *printed;
+  size_t cap = o->count == 0 || left > BATCH ? BATCH : (size_t)left;
+  int rc = ecc_events(c, cursor, batch, cap, n, &lost);
+  if (rc != ECC_OK)
+    return rc;
+  if (lost > 0)
+    printf("{\"lost\":%" PRIu64 ",\"from_seq\":%" PRIu64 "}\n", lost, from);
+  for (size_t i = 0; i < *n; i++)
+    print_event(&batch[i]);
+  *printed += *n;
+  return ECC_OK;
+}
+
+/* Prints events until the count is reached, a signal comes or the reader
+ * of the lines goes; CLI_OK, or CLI_FAIL after saying why a call failed. */
 static int follow(ecc_connector_t *c, const struct watch_opts *o)
 {
   uint64_t cursor = 0, printed = 0;
-  ecc_event_t batch[BATCH];
   size_t n = 0;
   int rc = o->from_now ? ecc_events(c, &cursor, NULL, 0, &n, NULL) : ECC_OK;
   while (rc == ECC_OK && !stop && (o->count == 0 || printed < o->count)) {
-    uint64_t lost = 0, from = cursor;
-    rc = ecc_events(c, &cursor, batch, BATCH, &n, &lost);
-    if (rc != ECC_OK)
-      break;
-    if (lost > 0)
-      printf("{\"lost\":%" PRIu64 ",\"from_seq\":%" PRIu64 "}\n", lost, from);
-    for (size_t i = 0; i < n && (o->count == 0 || printed < o->count); i++, printed++)
-      print_event(&batch[i]);
-    fflush(stdout);
-    if (n == 0) {
-      struct timespec idle = {0, IDLE_NS};
-      nanosleep(&idle, NULL);
+    rc = read_once(c, o, &cursor, &printed, &n);
+    int flushed = rc == ECC_OK ? flush_lines() : 0;
+    if (flushed != 0)
+      return flushed > 0 ? CLI_OK : CLI_FAIL;
+    struct timespec idle = {0, IDLE_NS};
+    if (rc == ECC_OK && n == 0 && nanosleep(&idle, NULL) != 0 && errno != EINTR) {
+      fprintf(stderr, "eccctl watch: nanosleep failed: %s\n", strerror(errno));
+      return CLI_FAIL;
     }
   }
   return rc == ECC_OK ? CLI_OK : cli_call_error("watch", c, rc);
+}
+
+/* SIGINT and SIGTERM end the watch (without SA_RESTART, so that its pause
+ * between reads ends at once); SIGPIPE is ignored, so that a reader gone
+ * from the pipe ends it through EPIPE with the connector closed, rather
+ * than killing it. */
+static int catch_signals(void)
+{
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_signal;
+  if (sigemptyset(&sa.sa_mask) != 0 || sigaction(SIGINT, &sa, NULL) != 0 ||
+      sigaction(SIGTERM, &sa, NULL) != 0)
+    return -1;
+  sa.sa_handler = SIG_IGN;
+  return sigaction(SIGPIPE, &sa, NULL);
 }
 
 int cmd_watch(int argc, char **argv)
@@ -152,14 +218,14 @@ int cmd_watch(int argc, char **argv)
   }
   if (rc != CLI_OK)
     return rc;
+  if (catch_signals() != 0) {
+    fprintf(stderr, "eccctl watch: cannot catch SIGINT, SIGTERM and SIGPIPE: %s\n",
+            strerror(errno));
+    return CLI_FAIL;
+  }
   ecc_connector_t *c = cli_join_region("watch", o.config);
   if (c == NULL)
     return CLI_FAIL;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
   return cli_close_region("watch", c, follow(c, &o));
 }
 
@@ -171,9 +237,12 @@ void help_watch(FILE *out)
                "evicted, removed, reclaimed) as JSON lines, oldest first, and follow new\n"
                "ones until SIGINT or SIGTERM. Each line holds seq, time_ns, time (UTC),\n"
                "instance (the region's id: a new one is a new, empty cache), kind, key,\n"
-               "nbytes and cost_us. A reader that fell behind the ring prints\n"
+               "nbytes and cost_us (bytes of a key that are not UTF-8 are written as\n"
+               "\\u00XX). A reader that fell behind the ring prints\n"
                "{\"lost\":N,\"from_seq\":S} before the events that follow. The region must\n"
-               "exist and have a directory; it is joined, never created.\n"
+               "exist and have a directory; it is joined, never created. A signal, the\n"
+               "count reached or the reader of the lines gone (EPIPE) ends it with\n"
+               "status 0, its connector closed.\n"
                "\n"
                "  --from-now  skip the events already in the ring\n"
                "  --count N   stop after N events\n");
