@@ -56,7 +56,7 @@ configure_file(${PROJECT_SOURCE_DIR}/docs/man/ecc_host.3.in ${ECC_MAN_DIR}/man3/
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
              ${PROJECT_SOURCE_DIR}/host-shim/include/ecc_host.h)
 file(STRINGS ${PROJECT_SOURCE_DIR}/host-shim/include/ecc_host.h ECC_DECLARATIONS
-     REGEX "^(int|const char) \\*?ecc_[a-z_]+\\(")
+     REGEX "^(int|size_t|const char) \\*?ecc_[a-z_]+\\(")
 foreach(line IN LISTS ECC_DECLARATIONS)
   string(REGEX MATCH "ecc_[a-z_]+" fn "${line}")
   file(CONFIGURE OUTPUT ${ECC_MAN_DIR}/man3/${fn}.3 CONTENT ".so man3/ecc_host.3\n")

@@ -147,7 +147,7 @@ for page in "$man"/man?/*; do
   [ -z "$warnings" ] || die "${page#"$man"/} does not render cleanly: $warnings"
   pages=$((pages + 1))
 done
-functions=$(sed -n 's/^\(int\|const char\) \**\(ecc_[a-z_]*\)(.*/\2/p' "$prefix/include/ecc/ecc_host.h")
+functions=$(sed -n 's/^\(int\|size_t\|const char\) \**\(ecc_[a-z_]*\)(.*/\2/p' "$prefix/include/ecc/ecc_host.h")
 for fn in $functions; do
   [ -f "$man/man3/$fn.3" ] || die "man $fn finds no page"
   grep -qE "^\.SS .*\b$fn\(\)" "$man/man3/ecc_host.3" || die "ecc_host(3) has no section on $fn()"
