@@ -138,6 +138,11 @@ reserve-ex-type-unchecked @@ core/cache_calls.c @@ if (rc == ECC_OK && args->nby
 wait-writer-always-gone @@ core/directory/directory.c @@ if (reservation_stale(d, e, now, fresh)) {\n    reclaim_entry(sh, s);\n    return ECC_OK; @@ if (true) {\n    reclaim_entry(sh, s);\n    return ECC_OK;
 remove-told-as-eviction @@ core/directory/directory.c @@ note_event(sh, e, ECC_EVENT_REMOVED); @@ note_event(sh, e, ECC_EVENT_EVICTED);
 peek-counts-a-hit @@ core/directory/directory.c @@ out->hits = e->hits;\n  out->meta = e->meta;\n}\n\nint dir_peek @@ out->hits = e->hits;\n  out->meta = e->meta;\n  ((struct dir_shared *)sh)->lookups++;\n}\n\nint dir_peek
+policy-cost-blind @@ core/directory/directory.c @@ bool kept = sh->policy == DIR_POLICY_COST ? policy_keeps(e->credit) : e->marked != 0; @@ bool kept = e->marked != 0;
+policy-uses-ignored @@ core/directory/policy.c @@ uint64_t total = (uses < POLICY_CREDIT_MAX ? uses : POLICY_CREDIT_MAX) * one; @@ uint64_t total = one;
+policy-credit-never-spent @@ core/directory/policy.c @@ return spend_all || credit < POLICY_QUANTUM ? 0 : credit - POLICY_QUANTUM; @@ return spend_all ? 0 : credit;
+policy-cost-per-entry @@ core/directory/policy.c @@ return (cost_us << FIXED_SHIFT) / (n_blocks > 0 ? n_blocks : 1); @@ return (cost_us << FIXED_SHIFT) / (n_blocks > 0 ? 1 : 1);
+policy-pinned-evictable @@ core/directory/directory.c @@ if (e->pins > 0)\n    return OCC_HELD;\n  bool kept @@ bool kept
 EOF
 }
 

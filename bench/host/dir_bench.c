@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench/host/dir_cost.h"
 #include "bench/host/dir_stampede.h"
 #include "bench/host/dir_trace.h"
 #include "common/clock.h"
@@ -40,6 +41,7 @@ struct opts {
   unsigned procs[MAX_P_LIST];
   unsigned n_procs;
   uint64_t seed;
+  bool quick;
 };
 
 enum req_result { REQ_NONE = 0, REQ_HIT, REQ_MISS, REQ_WRITING, REQ_FULL };
@@ -651,6 +653,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
   }
   if (!entries_set)
     o->entries = quick ? 20000 : 100000;
+  o->quick = quick;
   if (o->num_blocks < 4096 || o->entries < 1000)
     usage();
 }
@@ -735,6 +738,13 @@ int main(int argc, char **argv)
   printf("\n");
   if (stampede_run(8, 64, 8) != 0)
     die("the stampede scenario failed");
+  printf("\n");
+  /* The cost scenario on its own trace, a quarter of the region in --quick;
+   * its targets are set at alpha 0.7, and 0.9 is shown beside it. */
+  uint32_t cost_blocks = o.quick ? o.num_blocks / 4 : o.num_blocks;
+  if (cost_run(0.7, cost_blocks, o.entries, o.seed, true) != 0 ||
+      cost_run(0.9, cost_blocks, o.entries, o.seed, false) != 0)
+    die("the cost scenario failed");
   munmap(b.mem, b.bytes);
   munmap(b.res.map, b.res.map_bytes);
   free(scratch);

@@ -274,9 +274,12 @@ static int sim_request(struct lru *l, uint64_t i, struct sim_result *r)
   const struct trace *t = l->t;
   uint32_t k = t->key[i], peek = t->peek[i];
   bool measured = i >= t->warmup, evicted;
+  uint64_t cost = measured && t->cost != NULL ? t->cost[k] : 0;
+  r->cost_all += cost;
   if (l->present[k]) {
     lru_touch(l, k);
     r->hits += measured;
+    r->cost_saved += cost;
   } else {
     uint32_t runs = lru_insert(l, k, &evicted);
     if (runs == 0)

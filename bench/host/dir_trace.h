@@ -27,14 +27,16 @@ struct trace_params {
 };
 
 struct trace {
-  uint64_t n;         /* requests */
-  uint32_t *key;      /* key id of request i */
-  uint32_t *peek;     /* key id looked up after request i, or TRACE_NO_KEY */
-  uint32_t universe;  /* key ids are 0 .. universe - 1 */
-  uint32_t *blocks;   /* blocks of each key's entry */
-  uint64_t *bytes;    /* its bytes (the last block partly filled) */
-  double mean_blocks; /* over the key universe */
-  uint64_t warmup;    /* requests before exact LRU first evicts */
+  uint64_t n;           /* requests */
+  uint32_t *key;        /* key id of request i */
+  uint32_t *peek;       /* key id looked up after request i, or TRACE_NO_KEY */
+  uint32_t universe;    /* key ids are 0 .. universe - 1 */
+  uint32_t *blocks;     /* blocks of each key's entry */
+  uint64_t *bytes;      /* its bytes (the last block partly filled) */
+  double mean_blocks;   /* over the key universe */
+  uint64_t warmup;      /* requests before exact LRU first evicts */
+  const uint64_t *cost; /* encoder microseconds per key id, or NULL
+                         * (set by the caller; trace_free leaves it) */
 };
 
 /* What a reference cache did over the requests from the warm-up on. */
@@ -45,6 +47,8 @@ struct sim_result {
   uint64_t single_run;     /* of those, entries in one run of block ids */
   uint64_t runs;           /* their runs, summed */
   uint64_t first_eviction; /* request that first evicted (n if none) */
+  uint64_t cost_all;       /* with t->cost: the cost of every request */
+  uint64_t cost_saved;     /* and of those that hit */
 };
 
 /* 0, or -1 (out of memory, or parameters that make no trace). */

@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/errtext.h"
 #include "core/directory/events.h"
+#include "core/directory/policy.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -68,7 +69,7 @@ struct dir_slot {
   uint32_t claim_pad;
   struct dir_owner writer; /* the process making that copy */
   uint64_t hits;           /* found ready since it was stored */
-  uint32_t credit;         /* policy "cost": passes of the hand it survives */
+  uint32_t credit;         /* policy "cost": what the hand spends (policy.h) */
   uint32_t credit_pad;
   struct dir_meta meta; /* cost and type, as reserved */
   struct dir_run runs[DIR_MAX_RUNS];
@@ -131,8 +132,10 @@ struct dir_shared {
   _Atomic uint32_t wake, waiters;
   /* Cache statistics (monotonic, as above). */
   uint64_t waits, waits_ready, waits_absent, wait_timeouts, encoder_us_saved, events, restarts;
-  /* The policy's own state (policy "cost"), kept by the allocation. */
-  uint64_t policy_state[4];
+  /* Policy "cost": the mean cost per block that credits are earned
+   * against (policy.h), kept by the allocation. */
+  struct policy_mean mean;
+  uint64_t unused4[2];
 };
 
 /* The fields of struct dir_shape, each asserted to lie here as there. */
@@ -592,6 +595,9 @@ static void note_event(struct dir_shared *sh, const struct dir_slot *e, uint32_t
 static void slot_hit(struct dir_shared *sh, struct dir_slot *e, uint64_t now)
 {
   e->marked = 1;
+  /* Its uses so far: its store, its earlier hits and this one. */
+  if (sh->policy == DIR_POLICY_COST)
+    e->credit = policy_use(&sh->mean, e->meta.cost_us, e->n_blocks, e->hits + 2, e->credit);
   e->used_ns = now;
   e->hits++;
   sh->encoder_us_saved += e->meta.cost_us;
@@ -638,6 +644,11 @@ static void reclaim_entry(struct dir_shared *sh, uint32_t s)
 static void entry_publish(struct dir_shared *sh, struct dir_slot *e, struct dir_ref ref)
 {
   e->claimed = 0;
+  /* Its store is its first use, as a new entry is marked under "lru". */
+  if (sh->policy == DIR_POLICY_COST) {
+    policy_note_store(&sh->mean, e->meta.cost_us, e->n_blocks);
+    e->credit = policy_use(&sh->mean, e->meta.cost_us, e->n_blocks, 1, 0);
+  }
   atomic_store_explicit(&e->word, word_make(DIR_STATE_READY, ref.gen), memory_order_release);
   note_event(sh, e, ECC_EVENT_STORED);
   wake_waiters(sh);
@@ -1373,7 +1384,26 @@ static enum occupant occupant_of(struct dir *d, struct request *q, uint32_t b, u
     drop_stale_pins(d, now, false);
   if (e->pins > 0)
     return OCC_HELD;
-  return e->marked ? OCC_MARKED : OCC_EVICTABLE;
+  bool kept = sh->policy == DIR_POLICY_COST ? policy_keeps(e->credit) : e->marked != 0;
+  return kept ? OCC_MARKED : OCC_EVICTABLE;
+}
+
+/* The hand passes a kept entry: "lru" clears its mark, "cost" spends one
+ * quantum of its credit, or all of it once the hand has gone round. */
+static void slot_pass(struct dir_shared *sh, struct dir_slot *e, bool spend_all)
+{
+  if (sh->policy == DIR_POLICY_COST)
+    e->credit = policy_pass(e->credit, spend_all);
+  else
+    e->marked = 0;
+}
+
+/* The sweep's limit in turns of the hand: "lru" finds every mark cleared
+ * after one, "cost" every credit after two (the first spends a quantum,
+ * the second the rest). */
+static uint64_t sweep_turns(const struct dir_shared *sh)
+{
+  return sh->policy == DIR_POLICY_COST ? 3 : 2;
 }
 
 /* The end of the run of free blocks at p, or of its first `enough` blocks:
@@ -1412,16 +1442,17 @@ static void passed_note(struct dir_shared *sh, struct passed *w)
 /* The clock sweep: from the hand, the first window of n blocks that are
  * free or held by evictable entries. A marked entry in the way loses its
  * mark and is passed, as is a held one; the window restarts past them.
- * Windows never wrap (a run is contiguous). Two turns at most: after one,
- * every mark met is cleared. Marks cleared stay cleared even if the sweep
- * fails, as does what it reclaimed from dead owners: the only changes a
- * refused reservation makes (neither evicts a live process's entry). */
+ * Windows never wrap (a run is contiguous). Marks and credits spent stay
+ * spent even if the sweep fails, as does what it reclaimed from dead
+ * owners: the only changes a refused reservation makes (neither evicts a
+ * live process's entry). */
 static bool sweep_window(struct dir *d, struct request *q, uint32_t *first)
 {
   struct dir_shared *sh = d->sh;
   uint32_t nb = sh->num_blocks, p = sh->hand % nb, start = p, len = 0, n = q->n_blocks;
   struct passed w = {.n = 0};
-  for (uint64_t budget = 2ull * nb + n; budget > 0;) {
+  uint64_t limit = sweep_turns(sh) * nb + n;
+  for (uint64_t budget = limit; budget > 0;) {
     if (p >= nb) {
       passed_note(sh, &w);
       p = start = 0;
@@ -1442,7 +1473,7 @@ static bool sweep_window(struct dir *d, struct request *q, uint32_t *first)
       len += end - p;
     } else {
       if (occ == OCC_MARKED)
-        slot_at(sh, s)->marked = 0;
+        slot_pass(sh, slot_at(sh, s), limit - budget >= nb);
       passed_note(sh, &w);
       start = end;
       len = 0;
@@ -1529,12 +1560,13 @@ static uint32_t pick_victim(struct dir *d, struct request *q)
 {
   struct dir_shared *sh = d->sh;
   uint32_t nb = sh->num_blocks, p = sh->hand % nb, s;
-  for (uint64_t budget = 2ull * nb; budget > 0; budget--) {
+  uint64_t limit = sweep_turns(sh) * nb;
+  for (uint64_t budget = limit; budget > 0; budget--) {
     enum occupant occ = occupant_of(d, q, p, &s);
     if (occ == OCC_EVICTABLE)
       return s;
     if (occ == OCC_MARKED)
-      slot_at(sh, s)->marked = 0;
+      slot_pass(sh, slot_at(sh, s), limit - budget >= nb);
     if (sh->entries < sh->max_entries)
       return NO_SLOT; /* a reclaim on the way freed a slot */
     p = (p + 1) % nb;
