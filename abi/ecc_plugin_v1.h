@@ -638,7 +638,9 @@ typedef struct ecc_plugin_v1 {
    * free again. Returns ECC_OK, ECC_ERR_CLOSED (stale token or closed
    * handle), ECC_ERR_BUSY (its save is in flight: poll first),
    * ECC_ERR_UNSUPPORTED. ECC_ERR_CLOSED also for a published entry's
-   * token (no longer a reservation); and ECC_ERR_REGION. */
+   * token (no longer a reservation); and ECC_ERR_REGION. A save whose
+   * process died is in flight no more: its reservation is reclaimed (a
+   * RECLAIMED event) and the abort answers ECC_OK. */
   int (*abort_reserved)(ecc_handle_t h, uint64_t token);
 
   /* lookup: for each of `n` keys, out[i] is READY (found; marked used and

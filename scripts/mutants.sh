@@ -143,6 +143,7 @@ policy-uses-ignored @@ core/directory/policy.c @@ uint64_t total = (uses < POLIC
 policy-credit-never-spent @@ core/directory/policy.c @@ return spend_all || credit < POLICY_QUANTUM ? 0 : credit - POLICY_QUANTUM; @@ return spend_all ? 0 : credit;
 policy-cost-per-entry @@ core/directory/policy.c @@ return (cost_us << FIXED_SHIFT) / (n_blocks > 0 ? n_blocks : 1); @@ return (cost_us << FIXED_SHIFT) / (n_blocks > 0 ? 1 : 1);
 policy-pinned-evictable @@ core/directory/directory.c @@ if (e->pins > 0)\n    return OCC_HELD;\n  bool kept @@ bool kept
+claim-of-dead-writer-kept @@ core/directory/directory.c @@ if (e->claimed && !owner_alive(d, &e->writer, ecc_now_ns(), true)) { @@ if (e->claimed && false) {
 EOF
 }
 

@@ -1834,6 +1834,18 @@ static int finish_locked(struct dir *d, struct dir_slot *e, struct dir_ref ref, 
   if (slot_state(e) != DIR_STATE_RESERVED)
     return errtext_fail(why, cap, ECC_ERR_INVALID,
                         "directory: key '%s' (slot %u) is already published", e->key, ref.slot);
+  if (e->claimed && !owner_alive(d, &e->writer, ecc_now_ns(), true)) {
+    /* The process saving it died with its copy: nothing will settle it, and
+     * its blocks hold what it wrote before. Freed, as the sweep would. */
+    int32_t pid = e->writer.pid;
+    reclaim_entry(d->sh, ref.slot);
+    if (abort_it)
+      return ECC_OK;
+    return errtext_fail(why, cap, ECC_ERR_CLOSED,
+                        "directory: slot %u: pid %d died saving it; its reservation is "
+                        "reclaimed, reserve the key again",
+                        ref.slot, (int)pid);
+  }
   if (e->claimed)
     return errtext_fail(why, cap, ECC_ERR_BUSY,
                         "directory: key '%s' (slot %u) is being saved; its completion settles it",

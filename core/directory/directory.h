@@ -305,7 +305,9 @@ int dir_restart(struct dir *d, uint32_t *freed, char *why, size_t why_cap);
 /* The reserved entry's blocks are written: lookups find it from now on.
  * ECC_ERR_CLOSED if the reservation is gone (reclaimed, or ref stale);
  * ECC_ERR_INVALID if it is already published; ECC_ERR_BUSY if it is claimed
- * (dir_claim: a save of it is in flight). Any process may call it. */
+ * (dir_claim: a save of it is in flight). A claim whose process is dead is
+ * reclaimed instead: ECC_ERR_CLOSED here, ECC_OK for dir_abort. Any process
+ * may call it. */
 int dir_publish(struct dir *d, struct dir_ref ref, char *why, size_t why_cap);
 
 /* Gives a reservation up: its blocks are free again. Errors as for

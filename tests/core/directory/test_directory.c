@@ -809,6 +809,47 @@ Test(directory, reserving_a_key_whose_writer_died_reserves_it_anew)
   check(&f.d);
 }
 
+/* A scheduler reserves, a worker claims the reservation for its copy and is
+ * killed: the live owner's abort frees it (nothing will settle the copy),
+ * and a publish of such a reservation is refused. */
+static void claim_in_child_and_die(struct fx *f, struct dir_ref ref)
+{
+  pid_t pid = fork_child();
+  if (pid == 0) {
+    struct dir_entry_info info;
+    _exit(dir_claim(&f->d, ref, &info, NULL, 0) == ECC_OK ? 0 : 1);
+  }
+  int st;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+Test(directory, a_claim_whose_writer_died_is_reclaimed_by_abort_or_publish)
+{
+  struct fx f;
+  fx_open(&f, 16, 64, 0, 0, 0);
+  struct dir_entry_info a = reserve_new(&f.d, "claimed-then-killed", 64);
+  struct dir_entry_info live = reserve_new(&f.d, "claimed-by-me", 64);
+  struct dir_entry_info info;
+  cr_assert_eq(dir_claim(&f.d, live.ref, &info, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_expect_eq(dir_abort(&f.d, live.ref, why, sizeof(why)), ECC_ERR_BUSY,
+               "a live writer's copy is settled by its completion only");
+  claim_in_child_and_die(&f, a.ref);
+  cr_expect_eq(dir_abort(&f.d, a.ref, why, sizeof(why)), ECC_OK, "%s", why);
+  cr_expect(!present(&f.d, "claimed-then-killed"));
+  cr_expect_eq(counters(&f.d).reclaimed, 1);
+  cr_expect_eq(dir_abort(&f.d, a.ref, why, sizeof(why)), ECC_ERR_CLOSED);
+
+  struct dir_entry_info b = reserve_new(&f.d, "claimed-then-killed", 64);
+  claim_in_child_and_die(&f, b.ref);
+  cr_expect_eq(dir_publish(&f.d, b.ref, why, sizeof(why)), ECC_ERR_CLOSED);
+  cr_expect(strstr(why, "died saving it") != NULL, "%s", why);
+  cr_expect(!present(&f.d, "claimed-then-killed"), "a dead writer's copy was published");
+  cr_expect_eq(counters(&f.d).reclaimed, 2);
+  cr_expect_eq(dir_settle(&f.d, live.ref, true, why, sizeof(why)), ECC_OK, "%s", why);
+  check(&f.d);
+}
+
 Test(directory, timeouts_reclaim_live_owners)
 {
   struct fx f;
