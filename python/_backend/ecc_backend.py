@@ -39,10 +39,14 @@ def _digest(data):
 
 
 def _package_files():
+    """Every module of the package and of its subpackages (ecc/serving/, ...)."""
     pkg = os.path.join(_ROOT, _PACKAGE)
-    for name in sorted(os.listdir(pkg)):
-        if name.endswith(".py"):
-            yield _PACKAGE + "/" + name, os.path.join(pkg, name)
+    for top, dirs, names in os.walk(pkg):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        rel = os.path.relpath(top, _ROOT).replace(os.sep, "/")
+        for name in sorted(names):
+            if name.endswith(".py"):
+                yield rel + "/" + name, os.path.join(top, name)
 
 
 def _write_wheel(wheel_directory, files):

@@ -20,8 +20,12 @@ def test_the_wheel_holds_every_module_and_a_true_record(tmp_path):
     assert ecc_backend.get_requires_for_build_wheel() == []
     with zipfile.ZipFile(tmp_path / name) as z:
         names = set(z.namelist())
-        modules = {f for f in os.listdir(os.path.join(HERE, "..", "ecc")) if f.endswith(".py")}
-        assert {"ecc/" + m for m in modules} <= names
+        pkg = os.path.join(HERE, "..")
+        modules = {os.path.relpath(os.path.join(top, f), pkg).replace(os.sep, "/")
+                   for top, _, files in os.walk(os.path.join(pkg, "ecc")) for f in files
+                   if f.endswith(".py")}
+        assert "ecc/serving/__init__.py" in modules
+        assert modules <= names
         meta = z.read("ecc-1.0.0.dist-info/METADATA").decode()
         assert "Name: ecc\n" in meta and "Version: 1.0.0\n" in meta
         assert 'Requires-Dist: numpy; extra == "numpy"' in meta
