@@ -2240,6 +2240,8 @@ static void damaged_call(struct input *in)
   check_damaged_rc("a call", rc);
 }
 
+#define FOUND_MAX 256u /* above any max_entries a fuzz input makes (64) */
+
 /* Where a live entry's runs lie in the shared memory: found by its key's
  * bytes, which follow a slot's runs, and its first run. Free slots that
  * once held the same entry match too: all of them are returned. */
@@ -2262,11 +2264,13 @@ static size_t runs_of_key(int k, struct dir_run **found, size_t cap)
  * is refused by name. */
 static void damage_runs(struct input *in)
 {
-  struct dir_run *found[8];
+  /* Room for every slot: free slots that once held the key match too, and
+   * a cap below their number could leave the live one unfound. */
+  static struct dir_run *found[FOUND_MAX];
   int k = live_key_from(u8(in), -1);
   if (k < 0)
     return;
-  size_t n = runs_of_key(k, found, 8);
+  size_t n = runs_of_key(k, found, FOUND_MAX);
   CHECK("damaged", n > 0, "the runs of live '%.16s' are not in the directory's memory", keys[k]);
   /* A first block at or past the end, or a count of 0 or past the end from
    * any first block: never a run of the region. */
