@@ -40,15 +40,16 @@ const ecc_param_v1_t config_params[CONFIG_N_PARAMS] = {
     {"region.join_timeout_ms", "30000",
      "how long a joiner waits for the region's creator (0..3600000)"},
     {"region.reap_orphans", "true",
-     "true | false: unlink region files no live process holds before opening"},
+     "a boolean (true/false, on/off, yes/no): unlink region files no live process holds before "
+     "opening"},
     {"region.require_tmpfs", "true",
-     "true | false: refuse a region.dir that is not a tmpfs (on a disk a region outlives reboots)"},
+     "a boolean: refuse a region.dir that is not a tmpfs (on a disk a region outlives reboots)"},
     {"region.persist", "false",
-     "true | false: keep the region and its ready entries after its last process exits, for the "
+     "a boolean: keep the region and its ready entries after its last process exits, for the "
      "next one to reuse (eccctl rm deletes it); needs directory.enabled"},
     {"pinning.enabled", "auto",
-     "auto (try, warn on failure) | on (failure is an error) | off: register the region with the "
-     "GPU driver"},
+     "auto (try, warn on failure) | on (failure is an error) | off (or any boolean word): "
+     "register the region with the GPU driver"},
     {"engine.type", "auto", "auto (cuda if a GPU is usable, else host) | cuda | host"},
     {"engine.method", "auto",
      "cuda copy method: auto | dma (batched copy engine) | kernel (gather/scatter on SMs)"},
@@ -57,7 +58,7 @@ const ecc_param_v1_t config_params[CONFIG_N_PARAMS] = {
     {"engine.max_sms", "16", "SMs the kernel method may occupy (1..1024)"},
     {"engine.host_threads", "0", "copy threads of the host engine; 0 picks min(online CPUs, 8)"},
     {"directory.enabled", "false",
-     "true | false: the region carries the cache's directory (reserve, lookup, eviction); every "
+     "a boolean: the region carries the cache's directory (reserve, lookup, eviction); every "
      "process of the region must agree"},
     {"directory.max_entries", "0",
      "entry slots of the directory; 0: num_blocks / 16, at least 64 (same in every process)"},
@@ -216,10 +217,8 @@ struct choice {
 #define CHOICE(constant, value, text) {constant, text},
 static const struct choice roles[] = {CONFIG_ROLE_MAP(CHOICE)};
 static const struct choice modes[] = {REGION_MODE_MAP(CHOICE)};
-static const struct choice pins[] = {CONFIG_PIN_MAP(CHOICE)};
 static const struct choice engines[] = {CONFIG_ENGINE_MAP(CHOICE)};
 static const struct choice methods[] = {CONFIG_METHOD_MAP(CHOICE)};
-static const struct choice bools[] = {CONFIG_BOOL_MAP(CHOICE)};
 static const struct choice policies[] = {CONFIG_POLICY_MAP(CHOICE)};
 #undef CHOICE
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
@@ -259,6 +258,46 @@ static int parse_choice(const struct raw_config *r, const char *key, const struc
   char list[160];
   return fail(err, cap, "config: %s = '%s' is not one of: %s", key, text,
               choice_list(set, n, list, sizeof(list)));
+}
+
+static const struct choice bool_words[] = {
+#define BOOL_WORD(word, value) {value, word},
+    CONFIG_BOOL_WORD_MAP(BOOL_WORD)
+#undef BOOL_WORD
+};
+
+/* A boolean key: any of CONFIG_BOOL_WORD_MAP's words, into CONFIG_TRUE or
+ * CONFIG_FALSE. */
+static int parse_bool(const struct raw_config *r, const char *key, int *out, char *err, size_t cap)
+{
+  const char *text = raw(r, key);
+  for (size_t i = 0; i < N_OF(bool_words); i++) {
+    if (strcmp(text, bool_words[i].name) == 0) {
+      *out = bool_words[i].value ? CONFIG_TRUE : CONFIG_FALSE;
+      return ECC_OK;
+    }
+  }
+  char list[80];
+  return fail(err, cap, "config: %s = '%s' is not a boolean: %s", key, text,
+              choice_list(bool_words, N_OF(bool_words), list, sizeof(list)));
+}
+
+/* pinning.enabled: auto, or a boolean word (on and off as the file writes). */
+static int parse_pin(const struct raw_config *r, int *out, char *err, size_t cap)
+{
+  const char *key = "pinning.enabled";
+  if (strcmp(raw(r, key), "auto") == 0) {
+    *out = PIN_AUTO;
+    return ECC_OK;
+  }
+  int on;
+  if (parse_bool(r, key, &on, err, cap) != ECC_OK) {
+    char list[80];
+    return fail(err, cap, "config: %s = '%s' is not auto or a boolean: %s", key, raw(r, key),
+                choice_list(bool_words, N_OF(bool_words), list, sizeof(list)));
+  }
+  *out = on == CONFIG_TRUE ? PIN_ON : PIN_OFF;
+  return ECC_OK;
 }
 
 static int parse_name(const struct raw_config *r, struct plugin_config *c, char *err, size_t cap)
@@ -333,19 +372,19 @@ static int parse_enums(const struct raw_config *r, struct plugin_config *c, char
   if (rc == ECC_OK)
     rc = parse_choice(r, "region.mode", modes, N_OF(modes), &c->region_mode, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "pinning.enabled", pins, N_OF(pins), &c->pin, err, cap);
+    rc = parse_pin(r, &c->pin, err, cap);
   if (rc == ECC_OK)
     rc = parse_choice(r, "engine.type", engines, N_OF(engines), &c->engine, err, cap);
   if (rc == ECC_OK)
     rc = parse_choice(r, "engine.method", methods, N_OF(methods), &c->method, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "region.reap_orphans", bools, N_OF(bools), &c->reap_orphans, err, cap);
+    rc = parse_bool(r, "region.reap_orphans", &c->reap_orphans, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "region.require_tmpfs", bools, N_OF(bools), &c->require_tmpfs, err, cap);
+    rc = parse_bool(r, "region.require_tmpfs", &c->require_tmpfs, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "directory.enabled", bools, N_OF(bools), &c->directory, err, cap);
+    rc = parse_bool(r, "directory.enabled", &c->directory, err, cap);
   if (rc == ECC_OK)
-    rc = parse_choice(r, "region.persist", bools, N_OF(bools), &c->persist, err, cap);
+    rc = parse_bool(r, "region.persist", &c->persist, err, cap);
   if (rc == ECC_OK)
     rc = parse_choice(r, "directory.policy", policies, N_OF(policies), &c->dir_policy, err, cap);
   return rc;

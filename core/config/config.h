@@ -36,6 +36,15 @@
 #define CONFIG_BOOL_MAP(X)    \
   X(CONFIG_FALSE, 0, "false") \
   X(CONFIG_TRUE, 1, "true")
+/* Words every boolean key (and pinning.enabled besides "auto") accepts:
+ * X(word, value). */
+#define CONFIG_BOOL_WORD_MAP(X) \
+  X("true", 1)                  \
+  X("false", 0)                 \
+  X("on", 1)                    \
+  X("off", 0)                   \
+  X("yes", 1)                   \
+  X("no", 0)
 /* Element types of a row: X(name, bytes). */
 #define CONFIG_DTYPE_MAP(X) \
   X("float32", 4)           \

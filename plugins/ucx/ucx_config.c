@@ -36,8 +36,8 @@ static const ecc_param_v1_t own[UCX_N_OWN] = {
      "client: how long the handshake may take; server: how long each step of a connecting "
      "peer's preface may take (1..600000)"},
     {"ucx.cache", "true",
-     "client: true keeps each pulled entry in this host's directory as well (a second load "
-     "crosses no network); false lands them in the destination alone"},
+     "client, a boolean: true keeps each pulled entry in this host's directory as well (a "
+     "second load crosses no network); false lands them in the destination alone"},
     {"ucx.secret_file", "",
      "a file of this user, mode 0600 or 0400, of 16..4096 bytes: a peer is admitted only if it "
      "proves it holds the same (both sides must set it); empty: no secret"},
@@ -63,6 +63,26 @@ __attribute__((constructor)) static void join_params(void)
 static int fail(char *err, size_t cap, const char *key, const char *value, const char *want)
 {
   return errtext_fail(err, cap, ECC_ERR_CONFIG, "config: %s = '%s': %s", key, value, want);
+}
+
+/* The boolean words of every other key (CONFIG_BOOL_WORD_MAP). */
+static int parse_bool_word(const char *key, const char *v, bool *out, char *err, size_t cap)
+{
+  static const struct {
+    const char *word;
+    int value;
+  } words[] = {
+#define WORD(word, value) {word, value},
+      CONFIG_BOOL_WORD_MAP(WORD)
+#undef WORD
+  };
+  for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+    if (strcmp(v, words[i].word) == 0) {
+      *out = words[i].value != 0;
+      return ECC_OK;
+    }
+  }
+  return fail(err, cap, key, v, "want a boolean: true | false | on | off | yes | no");
 }
 
 static int parse_ms(const char *key, const char *v, uint32_t *out, char *err, size_t cap)
@@ -197,12 +217,8 @@ static int set_own(struct ucx_config *u, const char *key, const char *v, char *e
                                : parse_count(key, v, 1u << 20, &u->max_pins, err, cap);
   if (strcmp(key, "ucx.client_max_pulls") == 0)
     return parse_count(key, v, 1u << 16, &u->max_pulls, err, cap);
-  if (strcmp(key, "ucx.cache") == 0) {
-    if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0)
-      return fail(err, cap, key, v, "want true or false");
-    u->cache = v[0] == 't';
-    return ECC_OK;
-  }
+  if (strcmp(key, "ucx.cache") == 0)
+    return parse_bool_word(key, v, &u->cache, err, cap);
   return parse_ms(key, v, &u->connect_ms, err, cap);
 }
 

@@ -107,6 +107,47 @@ Test(config, every_choice_parses)
   }
 }
 
+/* One vocabulary for booleans: every key takes every word of
+ * CONFIG_BOOL_WORD_MAP, and pinning.enabled takes them besides auto. */
+Test(config, every_boolean_key_takes_every_boolean_word)
+{
+  static const struct {
+    const char *key;
+    size_t field;
+  } keys[] = {{"region.reap_orphans", FIELD(reap_orphans)},
+              {"region.require_tmpfs", FIELD(require_tmpfs)},
+              {"region.persist", FIELD(persist)},
+              {"directory.enabled", FIELD(directory)}};
+  static const struct {
+    const char *word;
+    int value;
+  } words[] = {
+#define WORD(word, value) {word, value},
+      CONFIG_BOOL_WORD_MAP(WORD)
+#undef WORD
+  };
+  for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+    for (size_t w = 0; w < sizeof(words) / sizeof(words[0]); w++) {
+      /* persist needs the directory: the last pair says so when it is not the key. */
+      ecc_kv_v1_t kv[] = {
+          {"region.block_size", "16"}, {keys[k].key, words[w].word}, {"directory.enabled", "on"}};
+      size_t n = strcmp(keys[k].key, "directory.enabled") == 0 ? 2 : 3;
+      struct plugin_config c;
+      char err[256] = "";
+      cr_assert_eq(parse(kv, n, &c, err), ECC_OK, "%s = %s: %s", keys[k].key, words[w].word, err);
+      int want = words[w].value ? CONFIG_TRUE : CONFIG_FALSE;
+      cr_expect_eq(field_of(&c, keys[k].field), want, "%s = %s", keys[k].key, words[w].word);
+    }
+  }
+  for (size_t w = 0; w < sizeof(words) / sizeof(words[0]); w++) {
+    ecc_kv_v1_t kv[] = {{"region.block_size", "16"}, {"pinning.enabled", words[w].word}};
+    struct plugin_config c;
+    char err[256] = "";
+    cr_assert_eq(parse(kv, 2, &c, err), ECC_OK, "pinning.enabled = %s: %s", words[w].word, err);
+    cr_expect_eq(c.pin, words[w].value ? PIN_ON : PIN_OFF, "pinning.enabled = %s", words[w].word);
+  }
+}
+
 Test(config, every_dtype_sizes_its_rows)
 {
   static const struct {
@@ -308,8 +349,10 @@ Test(config, bad_values_name_the_key)
       {"region.name", "", "region.name"},
       {"region.dir", "relative/dir", "region.dir"},
       {"region.mode", "maybe", "region.mode"},
-      {"region.reap_orphans", "yes", "region.reap_orphans"},
-      {"region.require_tmpfs", "no", "region.require_tmpfs"},
+      {"region.reap_orphans", "maybe", "region.reap_orphans = 'maybe' is not a boolean"},
+      {"region.require_tmpfs", "True", "true | false | on | off | yes | no"},
+      {"directory.enabled", "1", "directory.enabled"},
+      {"pinning.enabled", "always", "is not auto or a boolean"},
       {"pinning.enabled", "sometimes", "pinning.enabled"},
       {"region.hidden_size", "1536", "not both"},
       {"region.nmae", "x", "unknown key 'region.nmae'"},
