@@ -130,7 +130,7 @@ def main():
     for b in breaches:
         print(f'check-layout: {b}', file=sys.stderr)
     if breaches:
-        print(f'check-layout: {len(breaches)} breaches of the layout (README, Layout)',
+        print(f'check-layout: {len(breaches)} breaches of the layout (docs/contributing.md, The layout)',
               file=sys.stderr)
         return 1
     print(f'check-layout: {len(files)} files, {len(product)} folders, no breach, no cycle')

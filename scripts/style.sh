@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Checks the house style (README, "Style") on every C and CUDA source of
+# Checks the house style (docs/contributing.md, "Style") on every C and CUDA source of
 # the tree (formatted as .clang-format says, opening with the SPDX line) and
 # that scripts and build files carry the SPDX line too.
 # Usage: scripts/style.sh [--fix]   (--fix rewrites the files in place)

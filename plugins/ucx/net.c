@@ -266,7 +266,7 @@ static ucp_ep_params_t ep_params(struct net_peer *peer)
  * UCX reads that address trusting it (1.13 asserts on a header of another
  * version, as on the sockaddr bytes it aborted on): only one that opens as
  * this worker's own does goes to it. Behind that check,
- * UCX's parser is as exposed as UCX's own data ports (README, Trust). */
+ * UCX's parser is as exposed as UCX's own data ports (docs/RELIABILITY.md, Trust). */
 static int ep_to(struct net *n, struct net_peer *peer, const uint8_t *addr, size_t len, char *why,
                  size_t cap)
 {

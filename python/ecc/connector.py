@@ -168,7 +168,7 @@ atexit.register(_close_unclosed)
 
 
 class Connector(CacheCalls):
-    """A connector opened from an INI file (see the README's Configuration).
+    """A connector opened from an INI file (see docs/configuration.md).
 
     overrides: a dict of "section.key": "value" replacing or adding to the file's.
     log: a callable (level, message), called from any thread, that must not close

@@ -225,13 +225,13 @@ static void next_cell(const char **p, char *buf, size_t cap)
   *p = end != NULL ? end + 1 : a + len;
 }
 
-/* The README's table of keys, row by row: "| `[section] key`, `key2` |
+/* docs/configuration.md's table of keys, row by row: "| `[section] key`, `key2` |
  * `default` | meaning |". Calls `row` for each key documented for the
  * plugin ([plugin] is the shim's). */
 static void readme_keys(void (*row)(const char *key, const char *def, void *arg), void *arg)
 {
-  FILE *f = fopen(ECC_SOURCE_DIR "/README.md", "r");
-  cr_assert_not_null(f, "cannot read the README");
+  FILE *f = fopen(ECC_SOURCE_DIR "/docs/configuration.md", "r");
+  cr_assert_not_null(f, "cannot read docs/configuration.md");
   char line[1024];
   while (fgets(line, sizeof(line), f) != NULL) {
     if (strncmp(line, "| `[", 4) != 0)
@@ -272,25 +272,26 @@ static void check_documented(const char *key, const char *def, void *arg)
   size_t i = 0;
   while (i < config_n_params && strcmp(config_params[i].key, key) != 0)
     i++;
-  cr_expect_lt(i, config_n_params, "the README documents %s, which the plugin does not publish",
-               key);
+  cr_expect_lt(i, config_n_params,
+               "docs/configuration.md documents %s, which the plugin does not publish", key);
   if (i == config_n_params)
     return;
   d->seen[i] = true;
   const char *published = config_params[i].default_value;
   if (published[0] != '\0' || def[0] == '\0') {
-    cr_expect_str_eq(published, def, "%s: published default '%s', the README says '%s'", key,
-                     published, def);
+    cr_expect_str_eq(published, def, "%s: published default '%s', docs/configuration.md says '%s'",
+                     key, published, def);
     return;
   }
-  /* An empty default the README names: the directory the plugin picks,
+  /* An empty default docs/configuration.md names: the directory the plugin picks,
    * with <uid> standing for this user's. */
   struct plugin_config c;
   char err[256] = "", dir[128], want[128];
   ecc_kv_v1_t kv[] = {{"region.block_size", "16"}};
   cr_assert_eq(parse(kv, 1, &c, err), ECC_OK, "%s", err);
   const char *uid = strstr(def, "<uid>");
-  cr_assert_not_null(uid, "%s: the README's default '%s' is not the published ''", key, def);
+  cr_assert_not_null(uid, "%s: docs/configuration.md's default '%s' is not the published ''", key,
+                     def);
   snprintf(want, sizeof(want), "%.*s%u%s", (int)(uid - def), def, (unsigned)geteuid(), uid + 5);
   cr_expect_str_eq(config_region_folder(&c, dir, sizeof(dir)), want, "%s", key);
 }
@@ -299,9 +300,10 @@ Test(config, published_defaults_are_the_documented_ones)
 {
   struct documented d = {.rows = 0};
   readme_keys(check_documented, &d);
-  cr_assert_gt(d.rows, 0, "no key rows read from the README");
+  cr_assert_gt(d.rows, 0, "no key rows read from docs/configuration.md");
   for (size_t i = 0; i < config_n_params; i++)
-    cr_expect(d.seen[i], "%s is published but not in the README's table", config_params[i].key);
+    cr_expect(d.seen[i], "%s is published but not in docs/configuration.md's table",
+              config_params[i].key);
 }
 
 struct bad_case {
