@@ -674,7 +674,7 @@ Test(hostile, ini_out_of_range_and_overflowing_sizes_are_refused_at_their_line)
       {"join_timeout_ms = 1e3", "region.join_timeout_ms = '1e3' is not a whole number"},
       {"join_timeout_ms = -5", "region.join_timeout_ms = '-5' is not a whole number"},
       {"join_timeout_ms = 99999999999", "region.join_timeout_ms = '99999999999' is out of range"},
-      {"reap_orphans = yes", "region.reap_orphans = 'yes' is not one of"},
+      {"reap_orphans = sure", "region.reap_orphans = 'sure' is not a boolean"},
       {"mode = steal", "region.mode = 'steal' is not one of"},
       {"name = ../../etc", "region.name = '../../etc' must be 1 to 63 letters"},
   };
