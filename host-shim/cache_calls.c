@@ -67,7 +67,7 @@ ECC_API int ecc_reserve_ex(ecc_connector_t *c, const ecc_reserve_args_t *args, e
       rc = shim_fail(c, ECC_ERR_INCOMPATIBLE,
                      "plugin '%s' answered reserve_ex with an absent entry", c->plugin.ops.name);
   }
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -98,7 +98,7 @@ ECC_API int ecc_peek(ecc_connector_t *c, const char *const *keys, size_t n, ecc_
     rc = shim_checked(c, "peek", c->plugin.ops.peek(c->handle, keys, n, out));
   if (rc == ECC_OK && out != NULL)
     rc = check_peeked(c, out, n);
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -125,7 +125,7 @@ ECC_API int ecc_wait_ready(ecc_connector_t *c, const char *key, uint32_t ranks, 
   }
   if (rc == ECC_OK)
     rc = check_meta(c, "wait_ready", meta, 1);
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -154,7 +154,7 @@ ECC_API int ecc_lookup_ex(ecc_connector_t *c, const char *const *keys, size_t n,
   }
   if (rc == ECC_OK)
     rc = check_meta(c, "lookup_ex", meta, n);
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -171,7 +171,7 @@ ECC_API int ecc_load_typed(ecc_connector_t *c, const ecc_load_typed_t *entries, 
   else
     rc = shim_checked(c, "load_typed",
                       c->plugin.ops.load_typed(c->handle, entries, n, compute_stream));
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -195,7 +195,7 @@ ECC_API int ecc_list_ex(ecc_connector_t *c, uint64_t *cursor, ecc_listed_t *out,
     rc = check_meta(c, "list_ex", meta, n);
   if (rc == ECC_OK)
     *n_out = n;
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -243,6 +243,6 @@ ECC_API int ecc_events(ecc_connector_t *c, uint64_t *cursor, ecc_event_t *out, s
     rc = check_events(c, out, n, cap);
   if (rc == ECC_OK)
     *n_out = n;
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }

@@ -88,6 +88,47 @@ static int refuse_forked(ecc_connector_t *c)
   return ECC_ERR_CLOSED;
 }
 
+/* ---- error lines a call also returns ---- */
+
+/* The error lines logged on this thread inside the call in progress, held
+ * until it returns: dropped when it fails (the caller has its status and
+ * ecc_last_error its text), said when it succeeds (they were about
+ * something else). Only for a connector on the default sink. */
+enum { HELD_LINES = 4, HELD_TEXT = 512 };
+static _Thread_local struct {
+  const ecc_connector_t *c; /* the connector whose call is in progress, or NULL */
+  unsigned n;
+  char text[HELD_LINES][HELD_TEXT];
+} held;
+
+void shim_hold_errors(const ecc_connector_t *c)
+{
+  if (c->quiet_errors && held.c == NULL) {
+    held.c = c;
+    held.n = 0;
+  }
+}
+
+void shim_release_errors(const ecc_connector_t *c, int rc)
+{
+  if (held.c != c)
+    return;
+  held.c = NULL;
+  for (unsigned i = 0; rc == ECC_OK && i < held.n; i++)
+    c->sink(c->sink_user, ECC_LOG_ERROR, held.text[i]);
+  held.n = 0;
+}
+
+void shim_sink(void *user, int level, const char *msg)
+{
+  const ecc_connector_t *c = user;
+  if (level == ECC_LOG_ERROR && held.c == c && held.n < HELD_LINES) {
+    snprintf(held.text[held.n++], HELD_TEXT, "%s", msg);
+    return;
+  }
+  c->sink(c->sink_user, level, msg);
+}
+
 /* ---- errors the shim finds in a plugin's answers ---- */
 
 int shim_fail(ecc_connector_t *c, int code, const char *fmt, ...)
@@ -135,11 +176,13 @@ int shim_enter(ecc_connector_t *c)
     atomic_fetch_sub(&c->inside, 1);
     return ECC_ERR_CLOSED;
   }
+  shim_hold_errors(c);
   return ECC_OK;
 }
 
-void shim_leave(ecc_connector_t *c)
+void shim_leave(ecc_connector_t *c, int rc)
 {
+  shim_release_errors(c, rc);
   atomic_fetch_sub(&c->inside, 1);
 }
 
@@ -167,7 +210,7 @@ ECC_API int ecc_save(ecc_connector_t *c, const ecc_save_entry_t *entries, size_t
   if (rc != ECC_OK)
     return rc;
   rc = shim_checked(c, "save", c->plugin.ops.save(c->handle, entries, n));
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -179,7 +222,7 @@ ECC_API int ecc_flush(ecc_connector_t *c, void *compute_stream)
   if (rc != ECC_OK)
     return rc;
   rc = shim_checked(c, "flush", c->plugin.ops.flush(c->handle, compute_stream));
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -192,7 +235,7 @@ ECC_API int ecc_load(ecc_connector_t *c, const ecc_load_entry_t *entries, size_t
   if (rc != ECC_OK)
     return rc;
   rc = shim_checked(c, "load", c->plugin.ops.load(c->handle, entries, n, compute_stream));
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -233,7 +276,7 @@ ECC_API int ecc_poll(ecc_connector_t *c, ecc_completion_t *out, size_t cap, size
     rc = check_records(c, out, n);
   if (rc == ECC_OK)
     *n_out = n;
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -270,7 +313,7 @@ ECC_API int ecc_get_stats(ecc_connector_t *c, ecc_stats_t *out)
     rc = ECC_ERR_UNSUPPORTED;
   else
     rc = shim_checked(c, "stats", c->plugin.ops.stats(c->handle, out));
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -306,7 +349,7 @@ ECC_API int ecc_describe(ecc_connector_t *c, ecc_info_t *out)
     if (rc == ECC_OK)
       terminate_info(out, size);
   }
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -341,6 +384,6 @@ ECC_API int ecc_last_error(ecc_connector_t *c, char *buf, size_t cap)
   if (rc != ECC_OK)
     return rc;
   rc = last_error_locked(c, buf, cap);
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }

@@ -57,7 +57,7 @@ ECC_API int ecc_reserve(ecc_connector_t *c, const char *key, uint64_t nbytes, ec
       rc = shim_fail(c, ECC_ERR_INCOMPATIBLE, "plugin '%s' answered reserve with an absent entry",
                      c->plugin.ops.name);
   }
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -86,7 +86,7 @@ ECC_API int ecc_reserve(ecc_connector_t *c, const char *key, uint64_t nbytes, ec
       rc = ECC_ERR_UNSUPPORTED;                                 \
     else                                                        \
       rc = shim_checked(c, #member, c->plugin.ops.member args); \
-    shim_leave(c);                                              \
+    shim_leave(c, rc);                                          \
     return rc;                                                  \
   }
 DIRECTORY_STATUS_CALLS(DIRECTORY_STATUS_CALL)
@@ -126,7 +126,7 @@ ECC_API int ecc_lookup(ecc_connector_t *c, const char *const *keys, size_t n, ui
     rc = shim_checked(c, "lookup", c->plugin.ops.lookup(c->handle, keys, n, ranks, out));
   if (rc == ECC_OK && out != NULL)
     rc = check_lookup(c, out, n);
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }
 
@@ -164,6 +164,6 @@ ECC_API int ecc_list(ecc_connector_t *c, uint64_t *cursor, ecc_listed_t *out, si
     rc = shim_check_listed(c, out, n, cap);
   if (rc == ECC_OK)
     *n_out = n;
-  shim_leave(c);
+  shim_leave(c, rc);
   return rc;
 }

@@ -59,9 +59,11 @@ static int create_connector(ecc_connector_t *c, const struct ini_config *ini, ch
       .err_cap = sizeof(why),
   };
   ecc_handle_t h = 0;
+  shim_hold_errors(c); /* a failure's lines are its text in err */
   int raw = ops->create(&args, &h);
   free(kv);
   int rc = steps_plugin_status(raw);
+  shim_release_errors(c, rc);
   if (rc != ECC_OK) {
     why[sizeof(why) - 1] = '\0'; /* in case the plugin filled it to the end */
     create_failed(c, ini, raw, why, err, err_cap);
@@ -105,10 +107,13 @@ ECC_API int ecc_open(const char *ini_path, const ecc_open_options_t *opt, ecc_co
     shim_connector_free(c);
     return rc;
   }
+  c->sink = s.log;
+  c->sink_user = s.log_user;
+  c->quiet_errors = s.default_sink;
   c->services = (ecc_host_services_t){.struct_size = sizeof(c->services),
                                       .log_level = options_log_level(&s, &ini),
-                                      .log = s.log,
-                                      .user = s.log_user};
+                                      .log = shim_sink,
+                                      .user = c};
   rc = create_connector(c, &ini, err, err_cap);
   ini_config_free(&ini);
   if (rc != ECC_OK) {

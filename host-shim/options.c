@@ -46,8 +46,10 @@ static int read_timeout(const ecc_open_options_t *opt, struct open_settings *s, 
  * against an older ecc_host.h keeps working when fields are appended. */
 int options_read(const ecc_open_options_t *opt, struct open_settings *s, char *err, size_t err_cap)
 {
-  *s = (struct open_settings){
-      .log = stderr_log, .log_level = -1, .check_timeout_ms = CHECK_TIMEOUT_DEFAULT_MS};
+  *s = (struct open_settings){.log = stderr_log,
+                              .default_sink = true,
+                              .log_level = -1,
+                              .check_timeout_ms = CHECK_TIMEOUT_DEFAULT_MS};
   if (opt == NULL)
     return ECC_OK;
   if (opt->struct_size < sizeof(uint32_t)) {
@@ -61,6 +63,7 @@ int options_read(const ecc_open_options_t *opt, struct open_settings *s, char *e
   if (ECC_COVERS(opt, ecc_open_options_t, log_user) && opt->log != NULL) {
     s->log = opt->log;
     s->log_user = opt->log_user;
+    s->default_sink = false;
   }
   if (ECC_COVERS(opt, ecc_open_options_t, log_level))
     s->log_level = opt->log_level;

@@ -7,6 +7,7 @@
 #ifndef ECC_SHIM_OPTIONS_H
 #define ECC_SHIM_OPTIONS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,7 @@ struct open_settings {
   size_t n_overrides;
   void (*log)(void *user, int level, const char *msg);
   void *log_user;
+  bool default_sink; /* log is stderr_log: errors a call returns are not also printed */
   int log_level;
   uint64_t check_timeout_ms;
 };

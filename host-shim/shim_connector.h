@@ -22,6 +22,12 @@ struct ecc_connector {
   ecc_handle_t handle;
   /* Lent to the plugin by create: must outlive its shutdown. */
   ecc_host_services_t services;
+  /* Where the plugin's and the shim's lines go (services.log forwards to
+   * it); quiet_errors: the default sink, which does not print an error a
+   * call also returns (the caller has it, and ecc_last_error). */
+  void (*sink)(void *user, int level, const char *msg);
+  void *sink_user;
+  bool quiet_errors;
   atomic_int closing;       /* set once by ecc_close: later arrivals are turned away */
   atomic_int inside;        /* calls currently inside the plugin */
   unsigned fork_gen;        /* the process generation at open (see calls.c) */
@@ -41,9 +47,23 @@ void shim_connector_free(ecc_connector_t *c);
 
 /* The guard around each call (calls.c): shim_enter returns ECC_OK, or
  * ECC_ERR_CLOSED for a closing connector or one inherited through fork, in
- * which case shim_leave must not follow. */
+ * which case shim_leave must not follow. shim_leave takes the call's
+ * status: error lines logged inside a call that fails are the failure's
+ * own text and, with the default sink, are not printed (once said). */
 int shim_enter(ecc_connector_t *c);
-void shim_leave(ecc_connector_t *c);
+void shim_leave(ecc_connector_t *c, int rc);
+
+/* What shim_enter and shim_leave do with error lines, for the other calls
+ * into the plugin (create): from shim_hold_errors on, this thread's error
+ * lines for c are held; shim_release_errors says them if rc is ECC_OK and
+ * drops them otherwise. No-ops unless c is on the default sink. */
+void shim_hold_errors(const ecc_connector_t *c);
+void shim_release_errors(const ecc_connector_t *c, int rc);
+
+/* The log function lent to the plugin (services.log, user c): forwards to
+ * c->sink, holding back the error lines of a call in progress on this
+ * thread until shim_leave knows whether the call returns them. */
+void shim_sink(void *user, int level, const char *msg);
 
 /* A plugin's status passes when it is of the closed set; any other value
  * becomes ECC_ERR_INCOMPATIBLE naming the call `what`. */

@@ -81,7 +81,10 @@ typedef struct ecc_open_options {
   const ecc_kv_t
       *overrides; /* pairs that replace or add to the INI's, e.g. {"connector.role","consumer"} */
   size_t n_overrides;
-  /* Log sink; NULL logs to stderr. Called from any thread. */
+  /* Log sink; NULL logs to stderr, less the error lines of a call that
+   * returns that error (said once: the caller has the status, and
+   * ecc_last_error or err the text). A sink given here gets every line.
+   * Called from any thread. */
   void (*log)(void *user, int level, const char *msg);
   void *log_user;
   int log_level; /* -1: take [plugin] log_level from the INI */

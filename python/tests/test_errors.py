@@ -4,7 +4,7 @@ nothing changed (no reference kept, nothing queued, no completion to come)."""
 
 import numpy as np
 import pytest
-from conftest import pattern, poll_until, region_overrides, write_ini
+from conftest import PYTHON_DIR, pattern, poll_until, region_overrides, write_ini
 
 import ecc
 
@@ -269,3 +269,28 @@ def test_every_call_on_a_closed_connector_is_closed(open_connector, call):
     e = refused(ecc.ECC_ERR_CLOSED, "the connector is closed", CALLS[call], c)
     assert "closed" in str(e)
     c.close()  # idempotent
+
+
+def test_a_caught_error_is_not_also_printed(tmp_path):
+    """The default sink does not print what a call raises (it is said once)."""
+    import subprocess
+    import sys
+    ini = write_ini(tmp_path / "once.ini")
+    code = f"""
+import sys
+sys.path.insert(0, {str(PYTHON_DIR)!r})
+import ecc
+o = {{"region.dir": {str(tmp_path)!r}, "region.require_tmpfs": "false", "region.name": "once",
+     "region.block_size": "1024", "region.size": "65536", "engine.type": "host",
+     "directory.enabled": "true"}}
+with ecc.Connector({str(ini)!r}, o) as c:
+    try:
+        c.unpin(0x1234)
+    except ecc.EccError as e:
+        print("caught", e.code.name)
+"""
+    tmp_path.chmod(0o700)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "caught ECC_ERR_CLOSED"
+    assert r.stderr == ""
