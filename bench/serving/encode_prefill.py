@@ -97,7 +97,7 @@ class QwenTower:
         torch.manual_seed(0)
         with torch.device(device):
             self.model = m.Qwen2_5_VisionTransformerPretrainedModel._from_config(
-                cfg, torch_dtype=torch.bfloat16).eval()
+                cfg, dtype=torch.bfloat16).eval()
 
     def encode(self, image, size):
         torch = self.torch
@@ -322,7 +322,9 @@ def prefill_main(cfg, who, trace, requests, replies, results):
 def zipf_trace(n, universe, alpha, rng):
     weights = 1.0 / np.arange(1, universe + 1) ** alpha
     images = rng.choice(universe, size=n, p=weights / weights.sum())
-    return [(int(i), int(i) % len(SIZES)) for i in images]
+    # An image's size is drawn once, independent of its popularity rank.
+    sizes = np.random.default_rng(12345).integers(0, len(SIZES), size=universe)
+    return [(int(i), int(sizes[i])) for i in images]
 
 
 def run(args, mode, alpha, hidden, dtype, region_dir):

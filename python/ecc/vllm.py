@@ -112,14 +112,13 @@ def _worker_rank():
     return pcp * tp_size + tp, tp == 0 and pcp == 0
 
 
-def _device():
-    """Where the hits are loaded: this rank's current GPU (host memory as
-    numpy without one, as the host engine runs)."""
-    try:
-        import torch
-    except ImportError:
+def _device(conn):
+    """Where the hits are loaded: this rank's current GPU under the CUDA
+    engine; host memory (numpy) under the host engine."""
+    if conn.describe().engine != "cuda":
         return None
-    return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else None
+    import torch
+    return f"cuda:{torch.cuda.current_device()}"
 
 
 class ECCConnector(ECConnectorBase):
@@ -181,7 +180,7 @@ class ECCConnector(ECConnectorBase):
         self._worker_steps.bind(connector_metadata.step)
 
     def start_load_caches(self, encoder_cache, **kwargs):
-        self._worker_steps.start_load_caches(encoder_cache, device=_device())
+        self._worker_steps.start_load_caches(encoder_cache, device=_device(self._conn))
 
     def save_caches(self, encoder_cache, mm_hash, **kwargs):
         if self.is_producer:
