@@ -91,7 +91,7 @@ default-max-inflight @@ core/config/config.c @@ {"connector.max_inflight", "64",
 method-names @@ core/config/config.c @@ return choice_name(methods, N_OF(methods), method); @@ return choice_name(engines, N_OF(engines), method);
 engine-names @@ core/config/config.c @@ return choice_name(engines, N_OF(engines), engine); @@ return choice_name(methods, N_OF(methods), engine);
 dtype-bytes @@ core/config/config.c @@ c->block_size = (uint64_t)h * (uint64_t)per; @@ c->block_size = (uint64_t)h * 2;
-tmpfs-into-reap @@ core/config/config.c @@ N_OF(bools), &c->require_tmpfs, @@ N_OF(bools), &c->reap_orphans,
+tmpfs-into-reap @@ core/config/config.c @@ "region.require_tmpfs", &c->require_tmpfs, @@ "region.require_tmpfs", &c->reap_orphans,
 # The plugin's table.
 caps-without-stats @@ plugins/shm/plugin.c @@ ECC_CAP_STATS | ECC_CAP_DIRECTORY | @@ ECC_CAP_DIRECTORY |
 params-one-short @@ plugins/shm/plugin.c @@ .n_params = CONFIG_N_PARAMS, @@ .n_params = CONFIG_N_PARAMS - 1,
