@@ -843,7 +843,17 @@ static int check_layout(const struct region_header *h, const struct region_param
       h->dir_bytes == dir_area_bytes(p->dir_bytes))
     return ECC_OK;
   const char *hint = header_kept(h) ? REGION_KEPT_HINT : "";
-  if (h->dir_bytes != dir_area_bytes(p->dir_bytes))
+  /* The row layout first: a different hidden_size or dtype also changes
+   * the directory's size, and the blocks are what the user set. */
+  if (h->block_size != p->block_size)
+    return log_fail(log, ECC_ERR_REGION,
+                    "region %s has blocks of %llu bytes but this connector is configured for "
+                    "blocks of %llu bytes: a block is one row (region.hidden_size x the bytes "
+                    "of region.dtype, or region.block_size), which every process of a region "
+                    "must set alike%s",
+                    path, (unsigned long long)h->block_size, (unsigned long long)p->block_size,
+                    hint);
+  if (h->num_blocks == p->num_blocks && h->dir_bytes != dir_area_bytes(p->dir_bytes))
     return log_fail(log, ECC_ERR_REGION,
                     "region %s has a directory area of %llu bytes but this connector is "
                     "configured for %llu (%s)%s",
@@ -1208,8 +1218,10 @@ static int open_loop(const struct region_params *p, uint64_t total, int64_t dead
       if (rc == STEP_BUILDING && now_ms() >= deadline)
         return still_building(p, out, log);
       if (now_ms() >= deadline)
-        return log_fail(log, ECC_ERR_REGION, "timed out after %u ms waiting for %s",
-                        (unsigned)p->join_timeout_ms, out->path);
+        return log_fail(log, ECC_ERR_REGION,
+                        "nobody has created %s yet (waited %u ms, region.join_timeout_ms): "
+                        "start the producer first, or use region.mode = auto",
+                        out->path, (unsigned)p->join_timeout_ms);
       sleep_ms(POLL_MS);
       continue;
     }

@@ -544,6 +544,17 @@ static int dial_frame(const struct dial *d, uint16_t want, uint8_t *buf, struct 
   return ECC_OK;
 }
 
+static int connect_failed(const struct dial *d, int err, char *why, size_t cap)
+{
+  if (err == ECONNREFUSED)
+    return errtext_fail(why, cap, ECC_ERR_TRANSFER,
+                        "ucx: no server is listening at %s: is the producer running, with "
+                        "ucx.role = server and this ucx.address?",
+                        d->server);
+  return errtext_fail(why, cap, ECC_ERR_TRANSFER, "ucx: cannot connect to %s: %s", d->server,
+                      strerror(err));
+}
+
 static int dial_connect(struct dial *d, const char *addr, uint16_t port, char *why, size_t cap)
 {
   struct sockaddr_storage ss;
@@ -557,15 +568,13 @@ static int dial_connect(struct dial *d, const char *addr, uint16_t port, char *w
   if (connect(d->fd, (struct sockaddr *)&ss, sl) == 0)
     return ECC_OK;
   if (errno != EINPROGRESS)
-    return errtext_fail(why, cap, ECC_ERR_TRANSFER, "ucx: cannot connect to %s: %s", d->server,
-                        strerror(errno));
+    return connect_failed(d, errno, why, cap);
   if (dial_wait(d, POLLOUT) != 0)
     return silent(d, why, cap);
   int err = 0;
   socklen_t el = sizeof(err);
   if (getsockopt(d->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0)
-    return errtext_fail(why, cap, ECC_ERR_TRANSFER, "ucx: cannot connect to %s: %s", d->server,
-                        strerror(err != 0 ? err : errno));
+    return connect_failed(d, err != 0 ? err : errno, why, cap);
   return ECC_OK;
 }
 

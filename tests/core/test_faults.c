@@ -568,7 +568,10 @@ Test(faults, joiner_without_a_creator_times_out_and_creates_nothing)
   const char *ini =
       th_ini_at(rdir, "both", name, 64, 16, "mode = join\njoin_timeout_ms = 200\n", NULL);
   char want[256];
-  snprintf(want, sizeof(want), "timed out after 200 ms waiting for %s", th_region_path(rdir, name));
+  snprintf(want, sizeof(want),
+           "nobody has created %s yet (waited 200 ms, region.join_timeout_ms): start the "
+           "producer first, or use region.mode = auto",
+           th_region_path(rdir, name));
   expect_open_fails(ini, NULL, 0, ECC_ERR_REGION, want, 190, 5000);
   cr_expect_eq(th_count_entries(rdir), 0, "mode join created something");
 }

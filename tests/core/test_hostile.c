@@ -197,7 +197,7 @@ static const char *make_other_layout(const char *path, const char **needle)
 {
   struct region_header h = th_region_header(BS * 2, NB / 2);
   write_region(path, &h, REGION_HEADER_BYTES + BS * NB, 0600);
-  *needle = "has 4 blocks of 128 bytes but this connector is configured for 8 blocks of 64";
+  *needle = "has blocks of 128 bytes but this connector is configured for blocks of 64 bytes";
   return path;
 }
 

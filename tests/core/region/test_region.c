@@ -428,8 +428,8 @@ Test(region, join_with_other_block_size_fails_naming_both_layouts)
   struct region a;
   cr_assert_eq(region_open(&pc, &a, &tlog), ECC_OK, "%s", th_log_last(&tlog));
   struct region_params pj = params(name, 128, 8, REGION_AUTO, 1000);
-  expect_region_error(&pj, "has 8 blocks of 64 bytes but this connector is configured for "
-                           "8 blocks of 128 bytes");
+  expect_region_error(&pj, "has blocks of 64 bytes but this connector is configured for "
+                           "blocks of 128 bytes: a block is one row (region.hidden_size");
   cr_assert(th_exists(path_of(name)), "a failed join must not remove the region");
   region_close(&a, &tlog);
 }
@@ -639,7 +639,7 @@ Test(region, join_without_a_file_times_out_in_bounded_time)
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   char want[200];
-  snprintf(want, sizeof(want), "timed out after 200 ms waiting for %s", path_of(name));
+  snprintf(want, sizeof(want), "nobody has created %s yet (waited 200 ms", path_of(name));
   expect_region_error(&p, want);
   int64_t ms = elapsed_ms(&t0);
   cr_assert(ms >= 190 && ms < 2000, "took %lld ms", (long long)ms);
@@ -759,7 +759,7 @@ Test(region, open_without_reaping_keeps_the_orphan)
   struct holder h = start_holder(&old, 0);
   cr_assert_eq(stop_holder(&h), 0);
   struct region_params p = params(name, 128, 4, REGION_AUTO, 1000);
-  expect_region_error(&p, "has 8 blocks of 64 bytes");
+  expect_region_error(&p, "has blocks of 64 bytes");
 }
 
 /* ---- failed creates leave nothing --------------------------------------- */

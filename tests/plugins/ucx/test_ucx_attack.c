@@ -179,6 +179,23 @@ Test(ucx_attack, a_server_that_never_answers_is_a_transfer_error_after_the_timeo
   fake_stop(&f);
 }
 
+Test(ucx_attack, no_server_listening_is_named_with_what_to_check)
+{
+  uint16_t port = th_free_port(); /* bound, then closed: nobody listens there */
+  char err[512] = "";
+  ecc_connector_t *cli = NULL;
+  int rc = ecc_open(th_ucx_ini("client", th_region_name(), BS, port, NULL), NULL, &cli, err,
+                    sizeof(err));
+  cr_expect_eq(rc, ECC_ERR_TRANSFER, "%d: %s", rc, err);
+  cr_expect_null(cli);
+  char want[128];
+  snprintf(want, sizeof(want),
+           "no server is listening at 127.0.0.1 port %u: is the producer "
+           "running",
+           (unsigned)port);
+  cr_expect(strstr(err, want) != NULL, "the error: %s", err);
+}
+
 /* ---- one packet --------------------------------------------------------- */
 
 Test(ucx_attack, the_80_byte_packet_to_the_server_s_port_leaves_it_serving)
