@@ -12,6 +12,7 @@
 
 #include "ecc_host.h"
 #include "host-shim/cli/cli.h"
+#include "host-shim/cli/file_values.h"
 
 #define MSG_CAP 1024
 /* Bound of --timeout-ms: the shim's own. */
@@ -24,9 +25,10 @@ void help_info(FILE *out)
                "Load the plugin that the INI file CONFIG selects, in a separate process,\n"
                "and print its file, name, implementation version, ABI version (its own\n"
                "and the negotiated one), capabilities, its one-line summary of the\n"
-               "configuration and the configuration keys it accepts with their\n"
-               "defaults. Creates nothing. A plugin that exits, crashes or hangs while\n"
-               "loading is reported as such.\n"
+               "configuration and the configuration keys it accepts, each with the\n"
+               "value CONFIG sets ('-': none) beside its default. Creates nothing.\n"
+               "A plugin that exits, crashes or hangs while loading is reported as\n"
+               "such.\n"
                "\n"
                "options:\n"
                "  --open    also open a connector briefly and print what it built:\n"
@@ -136,14 +138,24 @@ static void print_caps(uint32_t caps)
   printf("\n");
 }
 
-static void print_params(const ecc_param_t *params, size_t n)
+/* Each key with what the file sets ("-": nothing, the default applies) and
+ * the plugin's default, in separate columns, so that neither reads as the
+ * other. */
+static void print_params(const char *config, const ecc_param_t *params, size_t n)
 {
+  struct file_values file;
+  if (file_values_read(config, &file) != 0)
+    file = (struct file_values){0};
   printf("keys:           %zu accepted (INI '[section] name' = pair 'section.name')\n", n);
+  printf("  %-24s   %-12s %-10s  %s\n", "key", "this file", "default", "meaning");
   for (size_t i = 0; i < n; i++) {
+    const char *key = params[i].key ? params[i].key : "?";
     const char *def = params[i].default_value ? params[i].default_value : "";
-    printf("  %-24s = %-10s  %s\n", params[i].key ? params[i].key : "?", def[0] ? def : "(none)",
+    const char *set = file_values_get(&file, key);
+    printf("  %-24s   %-12s %-10s  %s\n", key, set != NULL ? set : "-", def[0] ? def : "(none)",
            params[i].help ? params[i].help : "");
   }
+  file_values_free(&file);
 }
 
 static void print_meta(const char *config, const ecc_plugin_meta_t *meta, const char *summary)
@@ -238,7 +250,7 @@ int cmd_info(int argc, char **argv)
     return CLI_FAIL;
   }
   print_meta(a.config, meta, msg);
-  print_params(meta->params, meta->n_params);
+  print_params(a.config, meta->params, meta->n_params);
   free(meta);
   if (a.open_flag)
     return info_open(a.config);

@@ -455,14 +455,26 @@ Test(cli, info_lists_every_key_of_the_plugin_with_its_default)
   cr_assert_eq(r->status, 0, "stderr: %s", r->err);
   cr_assert(strstr(r->out, "keys:           5 accepted"), "%s", r->out);
   static const char *const lines[] = {
-      "  connector.role           = both        producer, consumer or both\n",
-      "  region.name              = default     name of the region\n",
-      "  region.size              = 1MiB        bytes of block data\n",
-      "  good.trace               = (none)      file to which create and shutdown calls",
-      "  good.tag                 = (none)      any text, written to the trace on create\n",
+      "  key                        this file    default     meaning\n",
+      "  connector.role             -            both        producer, consumer or both\n",
+      "  region.name                -            default     name of the region\n",
+      "  region.size                -            1MiB        bytes of block data\n",
+      "  good.trace                 -            (none)      file to which create and shutdown",
+      "  good.tag                   -            (none)      any text, written to the trace on "
+      "create\n",
   };
   for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++)
     cr_assert(strstr(r->out, lines[i]), "'%s' missing from:\n%s", lines[i], r->out);
+}
+
+/* What the file sets is shown beside the default, never in its place. */
+Test(cli, info_shows_what_the_file_sets_beside_each_default)
+{
+  struct run *r =
+      cli("info --timeout-ms 5000 '%s'", th_fixture_ini("full", "[good]\ntag = mine\n"));
+  cr_assert_eq(r->status, 0, "stderr: %s", r->err);
+  const char *want = "  good.tag                   mine         (none)      any text";
+  cr_assert(strstr(r->out, want), "'%s' missing from:\n%s", want, r->out);
 }
 
 /* ---- demo ---------------------------------------------------------------- */
