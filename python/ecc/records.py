@@ -5,7 +5,7 @@ ABI 1.2), residency events, counters (stats) and the description of the
 region and engine in use."""
 
 from dataclasses import dataclass, fields
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 from . import _abi
 from ._abi import EntryState, Status, status_of
@@ -18,13 +18,22 @@ def _text(raw):
     return raw.decode("utf-8", "surrogateescape")
 
 
+def _key(raw):
+    """A key as the host gave it: str when its bytes are UTF-8, else the bytes
+    themselves, so that a bytes key comes back as bytes and equals it."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+
+
 @dataclass(frozen=True)
 class Completion:
     """One finished save (key) or load (transfer_id), as poll reports it once."""
 
     direction: str  # "save" or "load"
     status: Status  # ECC_OK, or why the copy's bytes are not to be trusted
-    key: str  # saves: the key; loads: ""
+    key: Union[str, bytes]  # saves: the key (bytes when not UTF-8); loads: ""
     transfer_id: int  # loads: the id given to load; saves: 0
     nbytes: int  # bytes of this entry the copy moved
     elapsed_ns: int  # duration of the whole batched transfer
@@ -37,7 +46,7 @@ class Completion:
     @classmethod
     def from_record(cls, r):
         return cls(_abi.DIRECTION_NAME.get(r.direction, str(r.direction)), status_of(r.status),
-                   _text(r.key), r.transfer_id, r.nbytes, r.elapsed_ns, r.batch)
+                   _key(r.key), r.transfer_id, r.nbytes, r.elapsed_ns, r.batch)
 
 
 class _Typed:
@@ -112,7 +121,7 @@ class Event:
     """One residency event of the region's ring."""
 
     kind: str  # "stored", "evicted", "removed" or "reclaimed"
-    key: str  # as list reports keys: bytes that are not UTF-8 kept as surrogates
+    key: Union[str, bytes]  # str when UTF-8, else the key's bytes
     nbytes: int
     cost_us: int
     seq: int  # per region, from 1, one more per event
@@ -121,7 +130,7 @@ class Event:
 
     @classmethod
     def from_record(cls, r):
-        return cls(EVENT_KIND.get(r.kind, f"kind {r.kind}"), _text(r.key), r.nbytes, r.cost_us,
+        return cls(EVENT_KIND.get(r.kind, f"kind {r.kind}"), _key(r.key), r.nbytes, r.cost_us,
                    r.seq, r.time_ns, r.instance)
 
 
@@ -129,7 +138,7 @@ class Event:
 class Listed(_Typed):
     """A live directory entry as list reports it (type, cost and hits from ABI 1.2)."""
 
-    key: str
+    key: Union[str, bytes]  # str when UTF-8, else the key's bytes
     state: EntryState  # RESERVED or READY
     pins: int
     nbytes: int
@@ -144,7 +153,7 @@ class Listed(_Typed):
 
     @classmethod
     def from_record(cls, r, meta=None):
-        return cls(_text(r.key), EntryState(r.state), r.pins, r.nbytes, r.n_blocks, r.n_extents,
+        return cls(_key(r.key), EntryState(r.state), r.pins, r.nbytes, r.n_blocks, r.n_extents,
                    r.age_ns, r.idle_ns, *_meta(meta))
 
 
