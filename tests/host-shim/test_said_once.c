@@ -84,3 +84,23 @@ Test(said_once, a_host_sink_is_told_every_error_line)
   ecc_close(c);
   cr_expect(strstr(th_captured, "0x1234") != NULL, "the sink got: %s", th_captured);
 }
+
+/* A region large enough to take a while says so as its creation starts,
+ * and how long it took once created. */
+Test(said_once, a_large_region_says_it_is_being_created)
+{
+  th_captured[0] = '\0';
+  ecc_open_options_t opt = {
+      .struct_size = sizeof(opt), .log = th_capture, .log_level = ECC_LOG_INFO};
+  const char *ini = th_ini_text("[plugin]\npath = %s\n[region]\nname = %s\nsize = 512MiB\n"
+                                "block_size = 64KiB\n[engine]\ntype = host\n",
+                                ECC_PLUGIN_PATH, th_region_name());
+  ecc_connector_t *c = NULL;
+  char err[512];
+  cr_assert_eq(ecc_open(ini, &opt, &c, err, sizeof(err)), ECC_OK, "%s", err);
+  ecc_close(c);
+  const char *start = strstr(th_captured, "allocating 512 MiB of shared memory");
+  const char *done = strstr(th_captured, "created region ");
+  cr_expect(start != NULL && done != NULL && start < done, "the log: %s", th_captured);
+  cr_expect(done != NULL && strstr(done, " ms") != NULL, "the log: %s", th_captured);
+}
