@@ -104,32 +104,46 @@ static int restart_directory(struct conn *c)
   return ECC_OK;
 }
 
-static int open_region(struct conn *c)
+/* The region a configuration asks for, its directory area included (0 with
+ * the directory off, or when it cannot be laid out: *area_ok says which). */
+static struct region_params params_of(const struct plugin_config *cfg, bool *area_ok)
 {
   uint64_t area = 0;
-  if (c->cfg.directory) {
-    struct dir_params dp = directory_params(&c->cfg);
+  if (cfg->directory) {
+    struct dir_params dp = directory_params(cfg);
     area = dir_bytes(&dp);
-    if (area == 0)
-      return log_fail(&c->log, ECC_ERR_CONFIG,
-                      "directory: %" PRIu64 " blocks with %u entry and %u pin slots cannot be "
-                      "laid out (directory.max_entries, directory.max_pins)",
-                      c->cfg.num_blocks, c->cfg.dir_max_entries, c->cfg.dir_max_pins);
   }
-  struct region_params p = {
-      .folder = c->cfg.region_folder,
-      .name = c->cfg.region_name,
-      .block_size = c->cfg.block_size,
-      .num_blocks = c->cfg.num_blocks,
-      .mode = c->cfg.region_mode,
-      .join_timeout_ms = c->cfg.join_timeout_ms,
-      .reap_orphans = c->cfg.reap_orphans,
-      .any_filesystem = !c->cfg.require_tmpfs,
-      .persist = c->cfg.persist,
+  *area_ok = !cfg->directory || area != 0;
+  return (struct region_params){
+      .folder = cfg->region_folder,
+      .name = cfg->region_name,
+      .block_size = cfg->block_size,
+      .num_blocks = cfg->num_blocks,
+      .mode = cfg->region_mode,
+      .join_timeout_ms = cfg->join_timeout_ms,
+      .reap_orphans = cfg->reap_orphans,
+      .any_filesystem = !cfg->require_tmpfs,
+      .persist = cfg->persist,
       .dir_bytes = area,
       .dir_format = format_directory,
-      .dir_arg = &c->cfg,
+      .dir_arg = (void *)cfg,
   };
+}
+
+static int area_fails(struct ecc_log *log, const struct plugin_config *cfg)
+{
+  return log_fail(log, ECC_ERR_CONFIG,
+                  "directory: %" PRIu64 " blocks with %u entry and %u pin slots cannot be "
+                  "laid out (directory.max_entries, directory.max_pins)",
+                  cfg->num_blocks, cfg->dir_max_entries, cfg->dir_max_pins);
+}
+
+static int open_region(struct conn *c)
+{
+  bool area_ok;
+  struct region_params p = params_of(&c->cfg, &area_ok);
+  if (!area_ok)
+    return area_fails(&c->log, &c->cfg);
   int rc = region_open(&p, &c->region, &c->log);
   if (rc == ECC_OK && c->cfg.directory)
     rc = attach_directory(c);
@@ -325,11 +339,29 @@ void conn_summary(const struct plugin_config *cfg, char *buf, size_t cap)
            config_engine_name(cfg->engine), cfg->max_inflight);
 }
 
+/* What opening would refuse of the region before creating anything (its
+ * folder, its filesystem's room), with open's own texts into err. */
+static int validate_region(const struct plugin_config *cfg, char *err, size_t err_cap)
+{
+  struct ecc_log log;
+  log_init(&log, NULL);
+  log.err = err;
+  log.err_cap = err_cap;
+  bool area_ok;
+  struct region_params p = params_of(cfg, &area_ok);
+  int rc = area_ok ? region_precheck(&p, &log) : area_fails(&log, cfg);
+  log_destroy(&log);
+  return rc;
+}
+
 int conn_validate(const struct plugin_config *cfg, char *err, size_t err_cap)
 {
   if (cfg->engine == ENGINE_CUDA && !engine_cuda_built())
     return errtext_fail(err, err_cap, ECC_ERR_CONFIG,
                         "config: engine.type = cuda but this plugin was built without CUDA");
+  int rc = validate_region(cfg, err, err_cap);
+  if (rc != ECC_OK)
+    return rc;
   if (err != NULL && err_cap > 0)
     conn_summary(cfg, err, err_cap);
   return ECC_OK;

@@ -23,6 +23,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -171,6 +172,48 @@ static int open_folder(const struct region_params *p, struct region *out, struct
                     "region.dir: the region path %s/%s is too long (at most %zu bytes)", canon,
                     out->file, sizeof(out->path) - 1);
   return ECC_OK;
+}
+
+/* Room in the folder's filesystem for a new region of `total` bytes: the
+ * same refusal at check time and before a build starts, instead of an
+ * ENOSPC half way through allocating (or SIGBUS later). */
+static int check_room(int folder_fd, uint64_t total, const char *path, struct ecc_log *log)
+{
+  struct statvfs fs;
+  if (fstatvfs(folder_fd, &fs) != 0)
+    return ECC_OK; /* the build's own allocation still refuses cleanly */
+  uint64_t avail = (uint64_t)fs.f_bavail * (uint64_t)fs.f_frsize;
+  if (avail >= total)
+    return ECC_OK;
+  return log_fail(log, ECC_ERR_SYSTEM,
+                  "region %s needs %llu MiB but its filesystem has %llu MiB free (%s): lower "
+                  "region.size, free room there, or enlarge it (a container's /dev/shm is "
+                  "64 MiB unless started with a larger one, e.g. docker run --shm-size=16g)",
+                  path, (unsigned long long)((total + (1u << 20) - 1) >> 20),
+                  (unsigned long long)(avail >> 20), strerror(ENOSPC));
+}
+
+int region_precheck(const struct region_params *p, struct ecc_log *log)
+{
+  struct region r;
+  memset(&r, 0, sizeof(r));
+  r.fd = -1;
+  r.folder_fd = -1;
+  uint64_t total = 0;
+  int rc = prepare(p, &r, &total, log);
+  char shown[PATH_MAX];
+  struct stat st;
+  /* An absent default folder is open's to make (0700): nothing to check. */
+  if (rc == ECC_OK && (p->folder == NULL || p->folder[0] == '\0') &&
+      stat(region_folder_shown(NULL, shown, sizeof(shown)), &st) != 0 && errno == ENOENT)
+    return ECC_OK;
+  if (rc == ECC_OK)
+    rc = open_folder(p, &r, log);
+  if (rc == ECC_OK && fstatat(r.folder_fd, r.file, &st, AT_SYMLINK_NOFOLLOW) != 0)
+    rc = check_room(r.folder_fd, total, r.path, log); /* a region to create, not join */
+  if (r.folder_fd >= 0)
+    close(r.folder_fd);
+  return rc;
 }
 
 static int map_file(int fd, uint64_t bytes, uint8_t **map, const char *path, struct ecc_log *log)
@@ -618,6 +661,13 @@ static int create_once(const struct region_params *p, uint64_t total, struct reg
   }
   uint8_t *map = NULL;
   int64_t started = now_ms();
+  int room = check_room(out->folder_fd, total, out->path, log);
+  if (room != ECC_OK) {
+    if (unlinkat(out->folder_fd, tmp, 0) != 0)
+      log_msg(log, ECC_LOG_WARN, "cannot remove %s" TMP_SUFFIX ": %s", out->path, strerror(errno));
+    close(fd);
+    return room;
+  }
   if (total >= REGION_SLOW_BYTES)
     log_msg(log, ECC_LOG_INFO,
             "creating region %s: allocating %llu MiB of shared memory before it can be used "

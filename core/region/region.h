@@ -134,6 +134,12 @@ int region_memcg_room(const char *proc_cgroup, const char *cgroup_root, struct r
  * ECC_OK or ECC_ERR_*. */
 int region_open(const struct region_params *p, struct region *out, struct ecc_log *log);
 
+/* What region_open would refuse before it touches anything, with its texts:
+ * the parameters, the folder (ownership; a tmpfs unless any_filesystem)
+ * and, for a region that does not exist yet, room for it in the folder's
+ * filesystem. Creates, joins and locks nothing. */
+int region_precheck(const struct region_params *p, struct ecc_log *log);
+
 /* Whether the mapped file is still the region others share: ECC_ERR_REGION,
  * naming the file, once it was unlinked or replaced (no name left) or
  * truncated below the mapping; ECC_OK otherwise. One fstat. */

@@ -7,12 +7,16 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <linux/magic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -465,6 +469,39 @@ Test(cli, info_lists_every_key_of_the_plugin_with_its_default)
   };
   for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++)
     cr_assert(strstr(r->out, lines[i]), "'%s' missing from:\n%s", lines[i], r->out);
+}
+
+/* check refuses what open would refuse, with open's text: a region its
+ * filesystem has no room for, and a region.dir that is not a tmpfs. */
+static void expect_check_and_open_refuse(const char *ini, const char *text)
+{
+  struct run *r = cli("check '%s'", ini);
+  cr_expect_eq(r->status, 1, "check exited %d:\n%s%s", r->status, r->out, r->err);
+  cr_expect(strstr(r->err, text) != NULL, "check: '%s' missing from:\n%s", text, r->err);
+  ecc_connector_t *c = NULL;
+  char err[1024] = "";
+  cr_expect_neq(ecc_open(ini, NULL, &c, err, sizeof(err)), ECC_OK);
+  cr_expect(strstr(err, text) != NULL, "open: '%s' missing from: %s", text, err);
+  ecc_close(c);
+}
+
+Test(cli, check_refuses_what_open_refuses_with_the_same_text)
+{
+  const char *big = th_ini_text("[plugin]\npath = %s\n[region]\nname = %s\nsize = 64TiB\n"
+                                "block_size = 64MiB\n[engine]\ntype = host\n",
+                                ECC_PLUGIN_PATH, th_region_name());
+  expect_check_and_open_refuse(big, "MiB free (No space left on device): lower region.size");
+  /* A folder of this user's in the build tree, which lies on a disk. */
+  const char *dir = th_path_in(ECC_BUILD_DIR, "not-a-tmpfs");
+  cr_assert(mkdir(dir, 0700) == 0 || errno == EEXIST, "mkdir %s: %s", dir, strerror(errno));
+  struct statfs fs;
+  cr_assert_eq(statfs(dir, &fs), 0);
+  if (fs.f_type == TMPFS_MAGIC)
+    cr_skip_test("the build tree is on a tmpfs here");
+  const char *disk = th_ini_text("[plugin]\npath = %s\n[region]\nname = %s\nsize = 1MiB\n"
+                                 "block_size = 4KiB\ndir = %s\n[engine]\ntype = host\n",
+                                 ECC_PLUGIN_PATH, th_region_name(), dir);
+  expect_check_and_open_refuse(disk, "is not on a tmpfs");
 }
 
 /* What the file sets is shown beside the default, never in its place. */
