@@ -5,10 +5,12 @@ _cache.py, the cache of 1.2) with its arguments checked, its errors raised, and
 its buffers kept alive until polled."""
 
 import atexit
+import collections
 import ctypes
 import os
 import re
 import threading
+import time
 import weakref
 from ctypes import byref, c_char_p, c_size_t, c_uint64, c_void_p, sizeof
 
@@ -68,6 +70,45 @@ def _overrides(overrides):
     return pairs
 
 
+# How wait() and poll(timeout=) sleep between looks: from 50 us, doubling to 1 ms,
+# so a completion is seen within about a millisecond at a fraction of a core.
+_FIRST_SLEEP_S, _MAX_SLEEP_S = 50e-6, 1e-3
+
+
+def _deadline(timeout, what):
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise invalid(f"{what}: timeout must be seconds >= 0 or None, not {timeout!r}")
+    return time.monotonic() + timeout
+
+
+def _wanted(ids_or_keys):
+    """{("load", id) or ("save", key bytes)} of what wait() was given."""
+    if isinstance(ids_or_keys, (int, str, bytes)):
+        ids_or_keys = [ids_or_keys]
+    wanted = set()
+    for x in ids_or_keys:
+        if isinstance(x, bool) or not isinstance(x, (int, str, bytes)):
+            raise TypeError(f"wait: a transfer id (int) or a key (str, bytes), not "
+                            f"{type(x).__name__}")
+        wanted.add(("load", x) if isinstance(x, int) else ("save", _args.key(x, "wait")))
+    return wanted
+
+
+def _take(wanted, c):
+    """Whether completion c is one wait() waits for (and then no more)."""
+    if c.direction == "load":
+        tag = ("load", c.transfer_id)
+    else:
+        key = c.key if isinstance(c.key, bytes) else c.key.encode("utf-8", "surrogateescape")
+        tag = ("save", key)
+    if tag in wanted:
+        wanted.discard(tag)
+        return True
+    return False
+
+
 def _log_function(log):
     """The C log callback for a Python callable (level, message); None logs to stderr."""
     if log is None:
@@ -119,6 +160,8 @@ class _Core:
         self.closer = threading.RLock()  # one ecc_close, whoever else calls close
         self.reserved = {}  # token -> key, for reservations made through this connector
         self.cache = None  # False once the plugin proved to lack the calls of ABI 1.2
+        self.kept = collections.deque()  # completions wait() saw for others, for poll
+        self.kept_lock = threading.Lock()
         self.engine, self.device, self.save_rank = None, None, True
         _cores.add(self)
         _unclosed.add(self)
@@ -337,11 +380,63 @@ class Connector(CacheCalls):
         what = f"load {tid}"
         return tid, blocks_of(block_ids, what), self._memory(dst, f"{what}: dst", True)
 
-    def poll(self, max_items=POLL_DEFAULT):
-        """Finished saves then loads, each once, in FIFO order per direction; never
-        blocks. Their sources and destinations are released."""
+    def poll(self, max_items=POLL_DEFAULT, timeout=0):
+        """Finished saves then loads, each once, in FIFO order per direction (with
+        first those wait() kept for later). Their sources and destinations are
+        released. timeout: seconds to wait for at least one (0, the default:
+        never blocks; None: no bound), sleeping between looks, never spinning."""
         self._core.guard.check("poll")
         cap = _uint(max_items, 1 << 20, "poll: max_items", low=1)
+        deadline = _deadline(timeout, "poll")
+        done = self._kept(cap)
+        sleep = _FIRST_SLEEP_S
+        while True:
+            done += self._poll_once(cap - len(done)) if len(done) < cap else []
+            if done or (deadline is not None and time.monotonic() >= deadline):
+                return done
+            time.sleep(sleep if deadline is None else
+                       max(0.0, min(sleep, deadline - time.monotonic())))
+            sleep = min(sleep * 2, _MAX_SLEEP_S)
+
+    def wait(self, ids_or_keys, timeout=None):
+        """Sleep until the completion of every transfer id (int) and key (str or
+        bytes) given has been polled; returns them in arrival order. What it
+        polls for others is kept and returned by the next poll. Raises
+        TimeoutError naming what did not complete within `timeout` seconds
+        (None: no bound); the completions it got stay kept."""
+        self._core.guard.check("wait")
+        wanted = _wanted(ids_or_keys)
+        deadline = _deadline(timeout, "wait")
+        got, others = [], []
+        sleep = _FIRST_SLEEP_S
+        try:
+            for c in self._kept(1 << 20):
+                (got if _take(wanted, c) else others).append(c)
+            while wanted:
+                for c in self._poll_once(POLL_DEFAULT):
+                    (got if _take(wanted, c) else others).append(c)
+                if not wanted:
+                    break
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    others = got + others
+                    got = []
+                    raise TimeoutError(f"wait: {len(wanted)} not completed within {timeout} s: "
+                                       f"{sorted(map(repr, wanted))[:8]}")
+                time.sleep(sleep if deadline is None else min(sleep, deadline - now))
+                sleep = min(sleep * 2, _MAX_SLEEP_S)
+        finally:
+            with self._core.kept_lock:
+                self._core.kept.extendleft(reversed(others))
+        return got
+
+    def _kept(self, cap):
+        with self._core.kept_lock:
+            kept = self._core.kept
+            return [kept.popleft() for _ in range(min(cap, len(kept)))]
+
+    def _poll_once(self, cap):
+        self._core.guard.check("poll")
         out = (_abi.CompletionRecord * cap)()
         got = c_size_t()
         self._call("poll", "ecc_poll", out, cap, byref(got))
