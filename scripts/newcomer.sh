@@ -33,7 +33,11 @@ say "Python into a fresh venv, as the README says"
 readme_venv=$(grep -o 'python3 -m venv [^&]*' README.md | head -1)
 [ -n "$readme_venv" ] || die "the README names no venv command"
 venv="$tmp/venv"
-${readme_venv/\~\/ecc-venv/$venv} >/dev/null || die "$readme_venv"
+cmd=${readme_venv/\~\/ecc-venv/$venv}
+# A fresh Debian 12 has one python3, /usr/bin/python3, which Debian's
+# packages serve; a machine with another first on PATH runs that one.
+[ -x /usr/bin/python3 ] && cmd=${cmd/#python3 //usr/bin/python3 }
+$cmd >/dev/null || die "$readme_venv"
 "$venv/bin/pip" install -q ./python >"$tmp/pip.log" 2>&1 || die "pip install ./python: $(cat "$tmp/pip.log")"
 export ECC_HOST_LIBRARY="$PWD/build/lib/libecc-host.so" # the README's export
 sed -n '/^```python$/,/^```$/p' README.md | sed '1d;$d' >"$tmp/readme.py"
