@@ -266,16 +266,26 @@ static const struct choice bool_words[] = {
 #undef BOOL_WORD
 };
 
+int config_bool_word(const char *text, bool *out)
+{
+  for (size_t i = 0; i < N_OF(bool_words); i++) {
+    if (strcmp(text, bool_words[i].name) == 0) {
+      *out = bool_words[i].value != 0;
+      return 0;
+    }
+  }
+  return -1;
+}
+
 /* A boolean key: any of CONFIG_BOOL_WORD_MAP's words, into CONFIG_TRUE or
  * CONFIG_FALSE. */
 static int parse_bool(const struct raw_config *r, const char *key, int *out, char *err, size_t cap)
 {
   const char *text = raw(r, key);
-  for (size_t i = 0; i < N_OF(bool_words); i++) {
-    if (strcmp(text, bool_words[i].name) == 0) {
-      *out = bool_words[i].value ? CONFIG_TRUE : CONFIG_FALSE;
-      return ECC_OK;
-    }
+  bool on;
+  if (config_bool_word(text, &on) == 0) {
+    *out = on ? CONFIG_TRUE : CONFIG_FALSE;
+    return ECC_OK;
   }
   char list[80];
   return fail(err, cap, "config: %s = '%s' is not a boolean: %s", key, text,

@@ -6,6 +6,7 @@
 #ifndef ECC_CONFIG_H
 #define ECC_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -107,6 +108,10 @@ int config_parse(const ecc_kv_v1_t *kv, size_t n, struct plugin_config *out, cha
  * G/GiB, T/TiB are powers of 1024; KB, MB, GB, TB powers of 1000).
  * Returns 0, or -1 if the text is not such a size or overflows 64 bits. */
 int config_parse_size(const char *text, uint64_t *out);
+
+/* One of CONFIG_BOOL_WORD_MAP's words into *out: 0, or -1 for any other
+ * text (*out unchanged). Every boolean key of every plugin reads this way. */
+int config_bool_word(const char *text, bool *out);
 
 /* The region folder create would use: region_folder, or the per-user
  * default written to buf. Touches nothing. */

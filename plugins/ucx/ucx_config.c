@@ -65,26 +65,6 @@ static int fail(char *err, size_t cap, const char *key, const char *value, const
   return errtext_fail(err, cap, ECC_ERR_CONFIG, "config: %s = '%s': %s", key, value, want);
 }
 
-/* The boolean words of every other key (CONFIG_BOOL_WORD_MAP). */
-static int parse_bool_word(const char *key, const char *v, bool *out, char *err, size_t cap)
-{
-  static const struct {
-    const char *word;
-    int value;
-  } words[] = {
-#define WORD(word, value) {word, value},
-      CONFIG_BOOL_WORD_MAP(WORD)
-#undef WORD
-  };
-  for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
-    if (strcmp(v, words[i].word) == 0) {
-      *out = words[i].value != 0;
-      return ECC_OK;
-    }
-  }
-  return fail(err, cap, key, v, "want a boolean: true | false | on | off | yes | no");
-}
-
 static int parse_ms(const char *key, const char *v, uint32_t *out, char *err, size_t cap)
 {
   char *end;
@@ -218,7 +198,9 @@ static int set_own(struct ucx_config *u, const char *key, const char *v, char *e
   if (strcmp(key, "ucx.client_max_pulls") == 0)
     return parse_count(key, v, 1u << 16, &u->max_pulls, err, cap);
   if (strcmp(key, "ucx.cache") == 0)
-    return parse_bool_word(key, v, &u->cache, err, cap);
+    return config_bool_word(v, &u->cache) == 0
+               ? ECC_OK
+               : fail(err, cap, key, v, "want a boolean: true | false | on | off | yes | no");
   return parse_ms(key, v, &u->connect_ms, err, cap);
 }
 
