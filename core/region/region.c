@@ -176,21 +176,32 @@ static int open_folder(const struct region_params *p, struct region *out, struct
 
 /* Room in the folder's filesystem for a new region of `total` bytes: the
  * same refusal at check time and before a build starts, instead of an
- * ENOSPC half way through allocating (or SIGBUS later). */
-static int check_room(int folder_fd, uint64_t total, const char *path, struct ecc_log *log)
+ * ENOSPC half way through allocating (or SIGBUS later). True, with the free
+ * bytes, when there is too little; a filesystem that cannot say has room
+ * (the build's own allocation still refuses cleanly). */
+static bool room_short(int folder_fd, uint64_t total, uint64_t *avail)
 {
   struct statvfs fs;
   if (fstatvfs(folder_fd, &fs) != 0)
-    return ECC_OK; /* the build's own allocation still refuses cleanly */
-  uint64_t avail = (uint64_t)fs.f_bavail * (uint64_t)fs.f_frsize;
-  if (avail >= total)
-    return ECC_OK;
+    return false;
+  *avail = (uint64_t)fs.f_bavail * (uint64_t)fs.f_frsize;
+  return *avail < total;
+}
+
+static int no_room(uint64_t total, uint64_t avail, const char *path, struct ecc_log *log)
+{
   return log_fail(log, ECC_ERR_SYSTEM,
                   "region %s needs %llu MiB but its filesystem has %llu MiB free (%s): lower "
                   "region.size, free room there, or enlarge it (a container's /dev/shm is "
                   "64 MiB unless started with a larger one, e.g. docker run --shm-size=16g)",
                   path, (unsigned long long)((total + (1u << 20) - 1) >> 20),
                   (unsigned long long)(avail >> 20), strerror(ENOSPC));
+}
+
+static int check_room(int folder_fd, uint64_t total, const char *path, struct ecc_log *log)
+{
+  uint64_t avail = 0;
+  return room_short(folder_fd, total, &avail) ? no_room(total, avail, path, log) : ECC_OK;
 }
 
 int region_precheck(const struct region_params *p, struct ecc_log *log)
@@ -209,8 +220,13 @@ int region_precheck(const struct region_params *p, struct ecc_log *log)
     return ECC_OK;
   if (rc == ECC_OK)
     rc = open_folder(p, &r, log);
-  if (rc == ECC_OK && fstatat(r.folder_fd, r.file, &st, AT_SYMLINK_NOFOLLOW) != 0)
-    rc = check_room(r.folder_fd, total, r.path, log); /* a region to create, not join */
+  /* Only a region to create needs room. One that another process linked in
+   * while we looked fills the filesystem and is joined: no reason to refuse. */
+  uint64_t avail = 0;
+  if (rc == ECC_OK && fstatat(r.folder_fd, r.file, &st, AT_SYMLINK_NOFOLLOW) != 0 &&
+      room_short(r.folder_fd, total, &avail) &&
+      fstatat(r.folder_fd, r.file, &st, AT_SYMLINK_NOFOLLOW) != 0)
+    rc = no_room(total, avail, r.path, log);
   if (r.folder_fd >= 0)
     close(r.folder_fd);
   return rc;
@@ -538,6 +554,10 @@ static int build_file(int fd, const struct region *r, const char *tmp,
                       uint8_t **map, struct ecc_log *log)
 {
   int rc = lock_new_file(fd, r, tmp, st, log);
+  /* Only after the lock: a racer's region linked in meanwhile fills the
+   * filesystem, and is to be joined, not refused for want of room. */
+  if (rc == ECC_OK)
+    rc = check_room(r->folder_fd, total, r->path, log);
   if (rc == ECC_OK)
     rc = check_memcg(total, r->path, log);
   if (rc == ECC_OK)
@@ -661,13 +681,6 @@ static int create_once(const struct region_params *p, uint64_t total, struct reg
   }
   uint8_t *map = NULL;
   int64_t started = now_ms();
-  int room = check_room(out->folder_fd, total, out->path, log);
-  if (room != ECC_OK) {
-    if (unlinkat(out->folder_fd, tmp, 0) != 0)
-      log_msg(log, ECC_LOG_WARN, "cannot remove %s" TMP_SUFFIX ": %s", out->path, strerror(errno));
-    close(fd);
-    return room;
-  }
   if (total >= REGION_SLOW_BYTES)
     log_msg(log, ECC_LOG_INFO,
             "creating region %s: allocating %llu MiB of shared memory before it can be used "
