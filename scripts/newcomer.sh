@@ -39,10 +39,15 @@ cmd=${readme_venv/\~\/ecc-venv/$venv}
 [ -x /usr/bin/python3 ] && cmd=${cmd/#python3 //usr/bin/python3 }
 $cmd >/dev/null || die "$readme_venv"
 "$venv/bin/pip" install -q ./python >"$tmp/pip.log" 2>&1 || die "pip install ./python: $(cat "$tmp/pip.log")"
-export ECC_HOST_LIBRARY="$PWD/build/lib/libecc-host.so" # the README's export
+# No variable: the wheel carries the library it built.
 sed -n '/^```python$/,/^```$/p' README.md | sed '1d;$d' >"$tmp/readme.py"
 "$venv/bin/python" "$tmp/readme.py" >"$tmp/py.log" 2>&1 || die "the README's Python example: $(cat "$tmp/py.log")"
-say "the README's Python example ran from the venv"
+lib=$(cd "$tmp" && "$venv/bin/python" -c 'import ecc; print(ecc.library_path())')
+case "$lib" in
+"$venv"/*) ;;
+*) die "the venv's ecc loaded $lib, not the library its wheel carries" ;;
+esac
+say "the README's Python example ran from the venv, on $lib"
 
 say "the examples"
 out=$(build/bin/cache_producer conf/default.ini 8 | build/bin/cache_consumer conf/default.ini) ||

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Finding and loading libecc-host.so (ECC_HOST_LIBRARY, then beside the package's
-install, then the build tree, then the dynamic loader's path) and declaring the
-ctypes prototype of every function the client calls (those of ABI 1.2 where the
+"""Finding and loading libecc-host.so (ECC_HOST_LIBRARY, then the copy the wheel
+bundles in ecc/_lib/, then beside the package's install, then the build tree,
+then the dynamic loader's path) and declaring the ctypes prototype of every function the client calls (those of ABI 1.2 where the
 library has them). Loaded once, on first use."""
 
 import ctypes
@@ -65,7 +65,8 @@ def _build_lib_dirs(package_dir):
 
 def candidates(package_dir=PACKAGE_DIR):
     """(place, file) pairs in the order they are tried, the loader's search last."""
-    places = [("beside the package", package_dir)]
+    places = [("bundled in the package (the wheel's copy)", package_dir / "_lib"),
+              ("beside the package", package_dir)]
     places += [("the package's install prefix", d) for d in _install_lib_dirs(package_dir)]
     places += [("the build tree", d) for d in _build_lib_dirs(package_dir)]
     return [(where, d / name) for where, d in places for name in NAMES]
