@@ -10,6 +10,8 @@ U32_MAX, U64_MAX = (1 << 32) - 1, (1 << 64) - 1
 
 
 def uint(value, limit, what, low=0):
+    if type(value) is int and low <= value <= limit:
+        return value  # the common case, at the cost of one type check
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
     value = value.__index__()
@@ -21,6 +23,8 @@ def uint(value, limit, what, low=0):
 def token(value, what):
     if isinstance(value, Entry):
         value = value.token
+    if type(value) is int and 0 <= value <= U64_MAX:
+        return value
     return uint(value, U64_MAX, f"{what}: token")
 
 

@@ -6,6 +6,7 @@ converted in C loops (numpy's or array's), never one Python step per id."""
 import sys
 from array import array
 
+from ._buffers import module_of
 from .errors import invalid
 
 U32_MAX = 0xFFFFFFFF
@@ -22,12 +23,11 @@ class Blocks:
         self.address, self.count, self.owner = address, count, owner
 
 
-def _module(obj):
-    return type(obj).__module__.split(".", 1)[0]
-
 
 def _from_numpy(ids, what):
     np = sys.modules["numpy"]
+    if ids.dtype == np.uint32 and ids.ndim == 1 and ids.size and ids.flags.c_contiguous:
+        return Blocks(ids.ctypes.data, ids.size, ids)  # already what the C call reads
     if ids.ndim != 1:
         raise invalid(f"{what}: block_ids must be one-dimensional, not of shape {ids.shape}")
     if ids.dtype.kind not in "iu":
@@ -87,7 +87,7 @@ def _from_torch(t, what):
 
 def blocks_of(ids, what):
     """Blocks for `ids`; raises EccError(ECC_ERR_INVALID) naming `what` and the bad id."""
-    kind = _module(ids)
+    kind = module_of(ids)
     if kind == "numpy" and hasattr(ids, "dtype") and hasattr(ids, "ndim"):
         if ids.ndim == 0:
             raise invalid(f"{what}: block_ids must be a sequence, not a scalar")

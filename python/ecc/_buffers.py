@@ -25,8 +25,17 @@ class Memory:
         self.device, self.owners = device, owners
 
 
-def _module(obj):
-    return type(obj).__module__.split(".", 1)[0]
+_MODULE_OF_TYPE = {}  # type -> its top-level module: asked once per type, not per call
+
+
+def module_of(obj):
+    """The top-level module of obj's type ("torch", "numpy", ...): how an object
+    is recognised without importing its library."""
+    t = type(obj)
+    name = _MODULE_OF_TYPE.get(t)
+    if name is None:
+        name = _MODULE_OF_TYPE[t] = t.__module__.split(".", 1)[0]
+    return name
 
 
 def _c_contiguous(shape, strides, itemsize):
@@ -50,7 +59,8 @@ def _count(shape):
 
 
 def _from_torch(t, what):
-    if str(t.layout) != "torch.strided":
+    # Every attribute read here is a C call of torch's; the cheapest that answer.
+    if t.layout is not sys.modules["torch"].strided:
         raise invalid(f"{what} is a {t.layout} tensor; only dense (strided) tensors can be copied")
     if not t.is_contiguous():
         raise invalid(f"{what} is not contiguous (shape {tuple(t.shape)}, stride {t.stride()}): "
@@ -58,13 +68,12 @@ def _from_torch(t, what):
     if t.is_conj() or t.is_neg():
         raise invalid(f"{what} is a lazy conjugate or negative view: pass .resolve_conj() or "
                       ".resolve_neg()")
-    device = t.device
-    if device.type == "cuda":
-        kind, index = CUDA, device.index
-    elif device.type == "cpu":
+    if t.is_cuda:
+        kind, index = CUDA, t.get_device()
+    elif t.device.type == "cpu":
         kind, index = (PINNED if t.is_pinned() else HOST), None
     else:
-        raise invalid(f"{what} is on device {device}; only CPU and CUDA tensors can be copied")
+        raise invalid(f"{what} is on device {t.device}; only CPU and CUDA tensors can be copied")
     return Memory(t.data_ptr(), t.numel() * t.element_size(), kind, index, (t,))
 
 
@@ -150,7 +159,7 @@ def _from_buffer(obj, what, writable):
 
 
 def _dispatch(obj, what, writable):
-    kind = _module(obj)
+    kind = module_of(obj)
     if kind == "torch" and hasattr(obj, "data_ptr"):
         return _from_torch(obj, what)
     cai = getattr(obj, "__cuda_array_interface__", None)

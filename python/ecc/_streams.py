@@ -5,13 +5,11 @@ __cuda_stream__; and the default, torch's current stream under the CUDA engine."
 
 import sys
 
+from ._buffers import module_of
 from .errors import invalid
 
 U64_MAX = (1 << 64) - 1
 
-
-def _module(obj):
-    return type(obj).__module__.split(".", 1)[0]
 
 
 def _protocol_handle(stream, what):
@@ -28,7 +26,7 @@ def _handle(stream, what):
         return stream
     if hasattr(stream, "__cuda_stream__"):
         return _protocol_handle(stream, what)
-    kind = _module(stream)
+    kind = module_of(stream)
     if kind == "torch" and hasattr(stream, "cuda_stream"):
         return stream.cuda_stream
     if kind == "cupy" and hasattr(stream, "ptr"):

@@ -9,6 +9,7 @@ import struct
 import sys
 
 from . import _abi, _lib
+from ._buffers import module_of
 from .errors import invalid
 
 NONE = 0
@@ -36,9 +37,6 @@ def dtype_name(value):
     return name or f"dtype {value}"
 
 
-def _module(obj):
-    return type(obj).__module__.split(".", 1)[0]
-
 
 def _numpy_name(spec):
     """dtype.name of a numpy dtype, scalar type or ml_dtypes type; None for
@@ -60,7 +58,7 @@ def _name_of(spec):
     """The name a dtype spec stands for, whether or not the ABI knows it."""
     if isinstance(spec, str):
         return spec
-    if _module(spec) == "torch" and type(spec).__name__ == "dtype":
+    if module_of(spec) == "torch" and type(spec).__name__ == "dtype":
         return str(spec).split(".", 1)[-1]  # "torch.float16"
     found = _numpy_name(spec)
     return found if found is not None else repr(spec)
