@@ -128,6 +128,7 @@ ucx-kept-copy-not-written @@ plugins/ucx/client.c @@     memcpy(local + done, da
 ucx-groups-ignored @@ plugins/ucx/server.c @@ return b->peer != NULL && b->welcomed && a->group_id != 0 && b->group_id == a->group_id; @@ return false && a && b;
 ucx-pins-dropped-not-handed-over @@ plugins/ucx/server.c @@ (void)hand_over(s, ss); @@ (void)s;
 ucx-wrong-secret-admitted @@ plugins/ucx/gate.c @@ if (key != NULL && !mac_equal(want, pr.mac)) { @@ if (false) {
+ucx-name-unresolved @@ plugins/ucx/ucx_config.c @@   rc = resolve_address(&u, err, err_cap); @@   rc = (strcpy(u.addr, u.host), ECC_OK);
 ucx-gone-peers-kept @@ plugins/ucx/net.c @@ for (unsigned i = 0; n->p.server && i < k; i++)\n    peer_free(n, closing[i]); @@ for (unsigned i = 0; n->p.server && i < k; i++)\n    (void)closing[i];
 ucx-client-pins-unbounded @@ plugins/ucx/server.c @@ } else if (ss != NULL && ss->n_held + q->n_keys > s->max_pins) { @@ } else if (false) {
 ucx-ranks-unbounded @@ plugins/ucx/server.c @@ if (q->ranks > ECC_RANKS_MAX) { @@ if (false) {

@@ -208,9 +208,11 @@ static int ucx_validate(const ecc_kv_v1_t *config, size_t n_config, char *err, s
   struct ucx_config ucx;
   struct plugin_config local;
   int rc = ucx_config_parse(config, n_config, &ucx, &local, err, err_cap);
+  bool named = rc == ECC_OK && strcmp(ucx.host, ucx.addr) != 0;
   if (rc == ECC_OK && err != NULL && err_cap > 0)
-    snprintf(err, err_cap, "ucx %s at %s port %u over %s; local region: ",
-             ucx.role == UCX_ROLE_SERVER ? "server" : "client", ucx.addr, ucx.port, ucx.transports);
+    snprintf(err, err_cap, "ucx %s at %s%s%s%s port %u over %s; local region: ",
+             ucx.role == UCX_ROLE_SERVER ? "server" : "client", named ? ucx.host : "",
+             named ? " (" : "", ucx.addr, named ? ")" : "", ucx.port, ucx.transports);
   if (rc == ECC_OK && err != NULL && err_cap > strlen(err))
     conn_summary(&local, err + strlen(err), err_cap - strlen(err));
   return rc;

@@ -5,7 +5,9 @@
  */
 #include "plugins/ucx/ucx_config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +25,8 @@
 static const ecc_param_v1_t own[UCX_N_OWN] = {
     {"ucx.role", "", "server (the producer host: answers lookups, lends its blocks) | client"},
     {"ucx.address", "",
-     "ADDRESS:PORT, numeric (an IPv6 one in brackets): where the server listens, or the "
+     "HOST:PORT, a numeric address (an IPv6 one in brackets) or a name: where the server listens, "
+     "or the "
      "server a client connects to"},
     {"ucx.transports", "tcp",
      "UCX transports (UCX_TLS); tcp by default, since UCX would otherwise take shared memory "
@@ -76,7 +79,7 @@ static int parse_ms(const char *key, const char *v, uint32_t *out, char *err, si
   return ECC_OK;
 }
 
-/* "1.2.3.4:5", "[fd00::1]:5". */
+/* "1.2.3.4:5", "[fd00::1]:5", "cache-0.example:5". */
 static int parse_address(const char *v, struct ucx_config *u, char *err, size_t cap)
 {
   const char *host = v, *colon;
@@ -97,13 +100,44 @@ static int parse_address(const char *v, struct ucx_config *u, char *err, size_t 
   char *end;
   errno = 0;
   unsigned long port = strtoul(colon + 1, &end, 10);
-  if (len == 0 || len >= sizeof(u->addr) || errno != 0 || end == colon + 1 || *end != '\0' ||
+  if (len == 0 || len >= sizeof(u->host) || errno != 0 || end == colon + 1 || *end != '\0' ||
       port < 1 || port > 65535)
-    return fail(err, cap, "ucx.address", v, "want ADDRESS:PORT with a port of 1..65535");
-  memcpy(u->addr, host, len);
-  u->addr[len] = '\0';
+    return fail(err, cap, "ucx.address", v, "want HOST:PORT with a port of 1..65535");
+  memcpy(u->host, host, len);
+  u->host[len] = '\0';
   u->port = (uint16_t)port;
   return ECC_OK;
+}
+
+/* u->addr from u->host: the host itself when numeric, else the first
+ * address the resolver gives for it (a server's is one to listen on). */
+static int resolve_address(struct ucx_config *u, char *err, size_t cap)
+{
+  unsigned char any[sizeof(struct in6_addr)];
+  if (inet_pton(AF_INET, u->host, any) == 1 || inet_pton(AF_INET6, u->host, any) == 1) {
+    strcpy(u->addr, u->host);
+    return ECC_OK;
+  }
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags =
+                               AI_ADDRCONFIG | (u->role == UCX_ROLE_SERVER ? AI_PASSIVE : 0)};
+  struct addrinfo *found = NULL;
+  int e = getaddrinfo(u->host, NULL, &hints, &found);
+  const void *where = NULL;
+  if (e == 0 && found->ai_family == AF_INET)
+    where = &((const struct sockaddr_in *)(const void *)found->ai_addr)->sin_addr;
+  else if (e == 0 && found->ai_family == AF_INET6)
+    where = &((const struct sockaddr_in6 *)(const void *)found->ai_addr)->sin6_addr;
+  bool ok = where != NULL && inet_ntop(found->ai_family, where, u->addr, sizeof(u->addr)) != NULL;
+  if (found != NULL)
+    freeaddrinfo(found);
+  if (ok)
+    return ECC_OK;
+  return errtext_fail(err, cap, ECC_ERR_CONFIG,
+                      "config: ucx.address: cannot resolve '%s' (%s): give a numeric address, or "
+                      "a name this host resolves (/etc/hosts or DNS)",
+                      u->host, e != 0 ? gai_strerror(e) : "no IPv4 or IPv6 address");
 }
 
 static int parse_count(const char *key, const char *v, uint32_t max, uint32_t *out, char *err,
@@ -242,6 +276,9 @@ int ucx_config_parse(const ecc_kv_v1_t *kv, size_t n, struct ucx_config *ucx,
     return errtext_fail(err, err_cap, ECC_ERR_CONFIG,
                         "config: directory.enabled = false: the ucx plugin moves entries by key "
                         "and needs the directory on both sides");
+  rc = resolve_address(&u, err, err_cap);
+  if (rc != ECC_OK)
+    return rc;
   *ucx = u;
   return ECC_OK;
 }

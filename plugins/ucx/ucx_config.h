@@ -18,7 +18,8 @@ enum ucx_role { UCX_ROLE_SERVER = 1, UCX_ROLE_CLIENT };
 
 struct ucx_config {
   int role;              /* enum ucx_role */
-  char addr[64];         /* numeric address to listen on (server) or connect to (client) */
+  char host[256];        /* ucx.address's host as given: a numeric address or a name */
+  char addr[64];         /* numeric: host itself, or the first address its name resolves to */
   uint16_t port;         /* its port */
   char transports[64];   /* UCX_TLS */
   char net_devices[128]; /* UCX_NET_DEVICES; "" for all */
@@ -37,7 +38,8 @@ struct ucx_config {
 extern ecc_param_v1_t ucx_params[UCX_N_PARAMS];
 
 /* Parses ours and hands the others to config_parse. ECC_ERR_CONFIG naming
- * the key on error. */
+ * the key on error. A name in ucx.address is resolved here, so that a
+ * check refuses what create would, with the same text. */
 int ucx_config_parse(const ecc_kv_v1_t *kv, size_t n, struct ucx_config *ucx,
                      struct plugin_config *local, char *err, size_t err_cap);
 

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -678,4 +679,50 @@ Test(ucx_plugin, a_closed_client_s_pins_are_dropped_by_the_server)
   cr_expect_eq(th_pins_on(srv, "left"), 0u, "the closed client's pin is still held");
   worker_stop(&other);
   cr_assert_eq(ecc_close(srv), ECC_OK);
+}
+
+/* ecc_open and ecc_check of a client whose ucx.address is `address`. */
+static int open_client_at(const char *address, ecc_connector_t **cli, char *err, size_t cap)
+{
+  ecc_kv_t kv = {"ucx.address", address};
+  ecc_open_options_t opt = {.struct_size = sizeof(opt), .overrides = &kv, .n_overrides = 1};
+  const char *ini = th_ucx_ini("client", th_region_name(), BS, 1, "connect_timeout_ms = 500\n");
+  return cli != NULL ? ecc_open(ini, &opt, cli, err, cap) : ecc_check(ini, &opt, NULL, err, cap);
+}
+
+Test(ucx_plugin, an_unresolvable_name_is_refused_by_check_and_open_alike)
+{
+  char checked[512] = "", opened[512] = "";
+  ecc_connector_t *cli = NULL;
+  int rc_check = open_client_at("no-such-host.invalid:7000", NULL, checked, sizeof(checked));
+  int rc_open = open_client_at("no-such-host.invalid:7000", &cli, opened, sizeof(opened));
+  cr_expect_eq(rc_check, ECC_ERR_CONFIG, "check: %d: %s", rc_check, checked);
+  cr_expect_eq(rc_open, ECC_ERR_CONFIG, "open: %d: %s", rc_open, opened);
+  cr_expect_null(cli);
+  cr_expect(strstr(opened, "ucx.address: cannot resolve 'no-such-host.invalid'") != NULL, "%s",
+            opened);
+  cr_expect(strstr(checked, "ucx.address: cannot resolve 'no-such-host.invalid'") != NULL, "%s",
+            checked);
+}
+
+Test(ucx_plugin, a_name_is_resolved_and_the_client_reaches_its_server)
+{
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *found = NULL;
+  if (getaddrinfo("localhost", NULL, &hints, &found) != 0)
+    cr_skip_test("this host does not resolve localhost to an IPv4 address");
+  freeaddrinfo(found);
+  uint16_t port = th_free_port();
+  char address[64], err[512] = "";
+  snprintf(address, sizeof(address), "localhost:%u", port);
+  cr_assert_eq(open_client_at(address, NULL, err, sizeof(err)), ECC_OK, "check: %s", err);
+  pid_t pid = start_server(th_ucx_ini("server", th_region_name(), BS, port, NULL));
+  ecc_connector_t *cli = NULL;
+  int rc = open_client_at(address, &cli, err, sizeof(err));
+  cr_assert_eq(rc, ECC_OK, "%d: %s", rc, err);
+  int status = -1;
+  cr_expect_eq(consume(cli, "big", 8u << 20, &status), 1, "the server's entry was not found");
+  cr_expect_eq(status, ECC_OK);
+  cr_assert_eq(ecc_close(cli), ECC_OK);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
 }
