@@ -472,7 +472,9 @@ Test(cli, info_lists_every_key_of_the_plugin_with_its_default)
 }
 
 /* check refuses what open would refuse, with open's text: a region its
- * filesystem has no room for, and a region.dir that is not a tmpfs. */
+ * filesystem has no room for, a region.dir that fails the ownership rule,
+ * and one that is not a tmpfs. (A UCX address that does not resolve:
+ * test_ucx_plugin.c.) */
 static void expect_check_and_open_refuse(const char *ini, const char *text)
 {
   struct run *r = cli("check '%s'", ini);
@@ -491,6 +493,15 @@ Test(cli, check_refuses_what_open_refuses_with_the_same_text)
                                 "block_size = 64MiB\n[engine]\ntype = host\n",
                                 ECC_PLUGIN_PATH, th_region_name());
   expect_check_and_open_refuse(big, "MiB free (No space left on device): lower region.size");
+  /* A folder anyone may write to (no sticky bit): others could replace its regions. */
+  char open_dir[] = "/dev/shm/ecc-open-XXXXXX";
+  cr_assert_not_null(mkdtemp(open_dir), "mkdtemp: %s", strerror(errno));
+  cr_assert_eq(chmod(open_dir, 0777), 0);
+  const char *shared = th_ini_text("[plugin]\npath = %s\n[region]\nname = %s\nsize = 1MiB\n"
+                                   "block_size = 4KiB\ndir = %s\n[engine]\ntype = host\n",
+                                   ECC_PLUGIN_PATH, th_region_name(), open_dir);
+  expect_check_and_open_refuse(shared, "is writable by others (mode 0777) and is not a sticky");
+  cr_expect_eq(rmdir(open_dir), 0, "%s was left with something in it", open_dir);
   /* A folder of this user's in the build tree, which lies on a disk. */
   const char *dir = th_path_in(ECC_BUILD_DIR, "not-a-tmpfs");
   cr_assert(mkdir(dir, 0700) == 0 || errno == EEXIST, "mkdir %s: %s", dir, strerror(errno));
