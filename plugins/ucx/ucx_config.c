@@ -25,9 +25,8 @@
 static const ecc_param_v1_t own[UCX_N_OWN] = {
     {"ucx.role", "", "server (the producer host: answers lookups, lends its blocks) | client"},
     {"ucx.address", "",
-     "HOST:PORT, a numeric address (an IPv6 one in brackets) or a name: where the server listens, "
-     "or the "
-     "server a client connects to"},
+     "HOST:PORT, a numeric address (an IPv6 one in brackets) or a name: where the server "
+     "listens, or the server a client connects to"},
     {"ucx.transports", "tcp",
      "UCX transports (UCX_TLS); tcp by default, since UCX would otherwise take shared memory "
      "between namespaces of one host"},
