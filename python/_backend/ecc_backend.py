@@ -109,11 +109,13 @@ def _bundle_choice(config_settings):
     word = str(_setting(config_settings, "bundle", "auto")).lower()
     if word not in _BUNDLE_WORDS:
         raise BundleError("config setting bundle=%s: use one of %s (e.g. pip install "
-                          "--config-settings bundle=no ./python)" % (word, ", ".join(_BUNDLE_WORDS)))
-    possible = _is_checkout() and shutil.which("cmake") is not None
+                          "--config-settings bundle=no ./python)"
+                          % (word, ", ".join(_BUNDLE_WORDS)))
+    checkout = _is_checkout()
+    possible = checkout and shutil.which("cmake") is not None
     if word == "yes" and not possible:
         raise BundleError("bundle=yes, but %s: build the wheel from the project's checkout, "
-                          "with cmake installed" % ("cmake is not on PATH" if _is_checkout() else
+                          "with cmake installed" % ("cmake is not on PATH" if checkout else
                                                     "this is not a checkout of the project"))
     return possible and word != "no"
 

@@ -23,8 +23,6 @@ def uint(value, limit, what, low=0):
 def token(value, what):
     if isinstance(value, Entry):
         value = value.token
-    if type(value) is int and 0 <= value <= U64_MAX:
-        return value
     return uint(value, U64_MAX, f"{what}: token")
 
 

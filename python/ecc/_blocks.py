@@ -23,7 +23,6 @@ class Blocks:
         self.address, self.count, self.owner = address, count, owner
 
 
-
 def _from_numpy(ids, what):
     np = sys.modules["numpy"]
     if ids.dtype == np.uint32 and ids.ndim == 1 and ids.size and ids.flags.c_contiguous:

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Finding and loading libecc-host.so (ECC_HOST_LIBRARY, then the copy the wheel
 bundles in ecc/_lib/, then beside the package's install, then the build tree,
-then the dynamic loader's path) and declaring the ctypes prototype of every function the client calls (those of ABI 1.2 where the
-library has them). Loaded once, on first use."""
+then the dynamic loader's path) and declaring the ctypes prototype of every
+function the client calls (those of ABI 1.2 where the library has them). Loaded
+once, on first use."""
 
 import ctypes
 import os

@@ -11,7 +11,6 @@ from .errors import invalid
 U64_MAX = (1 << 64) - 1
 
 
-
 def _protocol_handle(stream, what):
     proto = stream.__cuda_stream__
     value = proto() if callable(proto) else proto

@@ -37,7 +37,6 @@ def dtype_name(value):
     return name or f"dtype {value}"
 
 
-
 def _numpy_name(spec):
     """dtype.name of a numpy dtype, scalar type or ml_dtypes type; None for
     anything numpy (already imported by the caller) does not take as a dtype."""
