@@ -14,7 +14,7 @@ import time
 import weakref
 from ctypes import byref, c_char_p, c_size_t, c_uint64, c_void_p, sizeof
 
-from . import _abi, _args, _lib
+from . import _abi, _args, _batch, _lib
 from ._abi import EntryState, Status
 from ._args import U32_MAX, U64_MAX
 from ._args import key as _key
@@ -362,6 +362,21 @@ class Connector(CacheCalls):
     def load_many(self, entries, stream=None):
         """Copy [(transfer_id, block_ids, dst), ...] in one batched transfer."""
         self._core.guard.check("load")
+        core = self._core
+        packed = _batch.load_records(entries, core.engine, core.device)
+        if packed is None:
+            self._load_each(entries, stream)
+            return
+        words, blocks, owners = packed
+        handle = self._stream(stream, "load")
+        arr = (_abi.LoadEntry * len(owners)).from_buffer(words)
+        add, undo = self._keep_loads(owners)
+        self._submit("load", "ecc_load", (arr, len(owners), handle), add, undo)
+        del blocks  # what the records pointed into: read by the call, free after it
+
+    def _load_each(self, entries, stream):
+        """load_many entry by entry: every kind of id, block list and destination,
+        and the words of each refusal."""
         items = [self._load_item(e) for e in _entries(entries, "load_many",
                                                       "(transfer_id, block_ids, dst)")]
         handle = self._stream(stream, "load")
@@ -545,6 +560,15 @@ class Connector(CacheCalls):
         entry.token to load its raw bytes); in such a batch an untyped entry
         given by its token needs a dst of exactly its size."""
         self._core.guard.check("load_pinned")
+        core = self._core
+        packed = _batch.pinned_records(entries, core.engine, core.device)
+        if packed is not None:
+            words, owners = packed
+            handle = self._stream(stream, "load_pinned")
+            arr = (_abi.LoadPinned * len(owners)).from_buffer(words)
+            add, undo = self._keep_loads(owners)
+            self._submit("load_pinned", "ecc_load_pinned", (arr, len(owners), handle), add, undo)
+            return
         given = _entries(entries, "load_pinned_many", "(transfer_id, token, dst)")
         items = [self._pinned_item(e) for e in given]
         handle = self._stream(stream, "load_pinned")

@@ -270,3 +270,36 @@ def test_a_cupy_stream_orders_the_copies(gpu):
     poll_until(c, 1, TIMEOUT)
     stream.synchronize()
     assert bool(cupy.array_equal(seen, base * 2 + 1))
+
+
+def test_a_step_of_cuda_tensors_takes_the_bulk_path_and_lands(gpu, monkeypatch):
+    from ecc import _batch
+    c = gpu()
+    taken = []
+    real = _batch.load_records
+    monkeypatch.setattr(_batch, "load_records", lambda *a: taken.append(real(*a)) or taken[-1])
+    srcs = [randn(ROWS, 20 + i) for i in range(4)]
+    ids = [torch.tensor(scattered(ROWS, 20 + i)).numpy().astype("uint32") for i in range(4)]
+    c.save_many([(f"img{i}", srcs[i], ids[i]) for i in range(4)])
+    c.flush()
+    poll_until(c, 4, TIMEOUT)
+    dsts = [torch.empty_like(s) for s in srcs]
+    c.load_many([(i, ids[i], dsts[i]) for i in range(4)])
+    assert taken[-1] is not None, "a step of uint32 ids and CUDA tensors took the per-entry path"
+    assert all(d.ok for d in poll_until(c, 4, TIMEOUT))
+    torch.cuda.synchronize()
+    assert all(same_bits(d, s) for d, s in zip(dsts, srcs))
+    # A view that is not dense, a tensor on the host, and a conjugate view go elsewhere.
+    complex_view = torch.zeros(4, dtype=torch.complex64, device="cuda").conj()
+    odd = [srcs[0][:, ::2], srcs[0].cpu(), complex_view]
+    for dst in odd:
+        assert real([(9, ids[0], dst)], "cuda", c._core.device) is None
+
+
+def test_the_default_stream_is_torchs_current_one(gpu):
+    from ecc._streams import stream_value
+    gpu()
+    assert stream_value(None, "cuda", "load") == torch.cuda.current_stream().cuda_stream
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert stream_value(None, "cuda", "load") == side.cuda_stream
