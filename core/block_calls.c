@@ -262,6 +262,7 @@ int conn_flush(struct conn *c, void *stream)
 /* What the checking pass learnt about a call's loads. */
 struct load_pass {
   uint64_t descs; /* descriptors at most: one per block listed */
+  uint64_t bytes; /* that the entries move */
   bool sort;      /* whether the entries are copied in the order of their first blocks */
 };
 
@@ -277,6 +278,7 @@ static int check_loads(struct conn *c, struct transfer *t, const ecc_load_entry_
   struct done_rec *rec = t->done; /* the transfer is new: no records yet */
   uint64_t *keys = c->order;
   pass->descs = 0;
+  pass->bytes = 0;
   for (size_t i = 0; i < n; i++) {
     int rc = check_load_entry(c, t, &e[i], i, &pass->descs);
     if (rc != ECC_OK)
@@ -284,6 +286,8 @@ static int check_loads(struct conn *c, struct transfer *t, const ecc_load_entry_
     uint64_t bytes = load_bytes(c, &e[i]);
     rec[i].id = e[i].transfer_id;
     rec[i].nbytes = bytes;
+    /* Saturating: only the engine's sizing of its parts reads it. */
+    pass->bytes = bytes > UINT64_MAX - pass->bytes ? UINT64_MAX : pass->bytes + bytes;
     /* dst + bytes does not wrap: checked */
     keys[i] = load_order_add(&order, i, e[i].block_ids[0], e[i].dst, bytes);
   }
@@ -304,21 +308,28 @@ static int reserve_order(struct conn *c, size_t n)
   return 0;
 }
 
-/* The descriptors of a step's loads, in the order load_plan.h picks. */
+/* The descriptors of a step's loads, in the order load_plan.h picks: all
+ * of them now, or, for an engine that copies parts while the rest is
+ * written, room for all of them and `feed` to write them with. */
 static int build_load(struct conn *c, struct transfer *t, const ecc_load_entry_v1_t *e, size_t n,
-                      const struct load_pass *pass)
+                      const struct load_pass *pass, struct load_feed *feed)
 {
   if (desc_reserve(&t->view.desc, pass->descs) != 0)
     return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for %" PRIu64 " descriptors",
                     pass->descs);
   uint64_t base = (uint64_t)(uintptr_t)c->region.blocks, bs = c->region.block_size;
   const uint64_t *sorted = pass->sort ? load_sort(c->order, c->order + c->order_cap, n) : NULL;
+  t->n_done = n;
+  t->view.direction = ECC_DIR_LOAD;
+  if (c->engine.ops->takes_feed) {
+    load_feed_init(feed, e, t->done, n, sorted, base, bs, pass->bytes);
+    t->view.feed = &feed->feed;
+    return ECC_OK;
+  }
   struct desc_writer w;
   desc_writer_open(&t->view.desc, &w);
   load_plan_write(&w, e, t->done, n, sorted, base, bs);
   desc_writer_close(&t->view.desc, &w);
-  t->n_done = n;
-  t->view.direction = ECC_DIR_LOAD;
   return ECC_OK;
 }
 
@@ -329,13 +340,15 @@ static int start_load(struct conn *c, struct transfer *t, const ecc_load_entry_v
   if (transfer_reserve_done(t, n) != 0 || reserve_order(c, n) != 0)
     return log_fail(&c->log, ECC_ERR_NOMEM, "load: out of memory for %zu entries", n);
   struct load_pass pass;
+  struct load_feed feed; /* read by the engine inside inflight_start only */
   int rc = check_loads(c, t, e, n, &pass);
   if (rc == ECC_OK)
     rc = inflight_room(c, ECC_DIR_LOAD);
   if (rc == ECC_OK)
-    rc = build_load(c, t, e, n, &pass);
+    rc = build_load(c, t, e, n, &pass, &feed);
   if (rc == ECC_OK)
     rc = inflight_start(c, t, stream);
+  t->view.feed = NULL;
   return rc;
 }
 

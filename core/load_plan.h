@@ -97,23 +97,83 @@ static inline uint64_t *load_sort(uint64_t *keys, uint64_t *tmp, size_t n)
   return keys;
 }
 
-/* The descriptors of n checked loads, entry i moving rec[i].nbytes from
- * its blocks (block b at base + b * bs) to e[i].dst: in the order of the
+static inline void load_plan_write_entry(struct desc_writer *w, const ecc_load_entry_v1_t *e,
+                                         const struct done_rec *rec, size_t i, uint64_t base,
+                                         uint64_t bs)
+{
+  desc_write_entry(w, e[i].dst, base, bs, e[i].block_ids, rec[i].nbytes, 0);
+}
+
+/* The descriptors of n checked loads, entry i moving rec[i].nbytes from its
+ * blocks (block b at base + b * bs) to e[i].dst: in the order of the
  * `sorted` keys, or in the host's order when sorted is NULL. Neighbours on
  * both sides merge as desc_write_entry merges them. */
 static inline void load_plan_write(struct desc_writer *w, const ecc_load_entry_v1_t *e,
                                    const struct done_rec *rec, size_t n, const uint64_t *sorted,
                                    uint64_t base, uint64_t bs)
 {
-  if (sorted != NULL) {
-    for (size_t k = 0; k < n; k++) {
-      uint32_t i = load_key_entry(sorted[k]);
-      desc_write_entry(w, e[i].dst, base, bs, e[i].block_ids, rec[i].nbytes, 0);
-    }
-  } else {
-    for (size_t i = 0; i < n; i++)
-      desc_write_entry(w, e[i].dst, base, bs, e[i].block_ids, rec[i].nbytes, 0);
+  for (size_t k = 0; k < n; k++)
+    load_plan_write_entry(w, e, rec, sorted != NULL ? load_key_entry(sorted[k]) : k, base, bs);
+}
+
+/* The same from plan position `next` on, one entry at least, then until the
+ * writer's descriptors move `goal` bytes or more. Returns the first position
+ * not written. */
+static inline size_t load_plan_write_part(struct desc_writer *w, const ecc_load_entry_v1_t *e,
+                                          const struct done_rec *rec, size_t n,
+                                          const uint64_t *sorted, uint64_t base, uint64_t bs,
+                                          size_t next, uint64_t goal)
+{
+  while (next < n) {
+    load_plan_write_entry(w, e, rec, sorted != NULL ? load_key_entry(sorted[next]) : next, base,
+                          bs);
+    next++;
+    if (w->bytes >= goal)
+      break;
   }
+  return next;
+}
+
+/* A step's plan handed to an engine that copies it in parts (engine.h's
+ * desc_feed): the arguments of load_plan_write, and how far it has got.
+ * It lives in the frame of the call that submits: the engine calls it only
+ * inside submit, and the entries are the caller's, valid only during it. */
+struct load_feed {
+  struct desc_feed feed; /* first, so the engine's pointer is the feed's */
+  const ecc_load_entry_v1_t *e;
+  const struct done_rec *rec;
+  const uint64_t *sorted;
+  size_t n, next;
+  uint64_t base, bs;
+};
+
+static inline bool load_feed_more(struct desc_feed *f, struct desc_buf *d, uint64_t want)
+{
+  struct load_feed *lf = (struct load_feed *)(void *)f;
+  struct desc_writer w;
+  desc_writer_open(d, &w);
+  uint64_t goal = want > UINT64_MAX - w.bytes ? UINT64_MAX : w.bytes + want;
+  lf->next =
+      load_plan_write_part(&w, lf->e, lf->rec, lf->n, lf->sorted, lf->base, lf->bs, lf->next, goal);
+  desc_writer_close(d, &w);
+  return lf->next < lf->n;
+}
+
+/* A feed of the n checked loads that moves `bytes` in all, of which nothing
+ * is written yet. */
+static inline void load_feed_init(struct load_feed *lf, const ecc_load_entry_v1_t *e,
+                                  const struct done_rec *rec, size_t n, const uint64_t *sorted,
+                                  uint64_t base, uint64_t bs, uint64_t bytes)
+{
+  lf->feed.more = load_feed_more;
+  lf->feed.bytes = bytes;
+  lf->e = e;
+  lf->rec = rec;
+  lf->sorted = sorted;
+  lf->n = n;
+  lf->next = 0;
+  lf->base = base;
+  lf->bs = bs;
 }
 
 #endif /* ECC_LOAD_PLAN_H */

@@ -39,6 +39,7 @@ static void clear(struct transfer *t)
   t->n_claims = 0;
   t->n_holds = 0;
   t->view.held = false;
+  t->view.feed = NULL;
   t->view.hold = NULL;
   t->finished = 0;
   t->status = ECC_OK;

@@ -38,6 +38,7 @@ void desc_free(struct desc_buf *b)
   b->src = b->dst = b->len = NULL;
   b->count = b->cap = 0;
   b->bytes = 0;
+  b->sealed = 0;
 }
 
 void desc_clear(struct desc_buf *b)
@@ -45,6 +46,7 @@ void desc_clear(struct desc_buf *b)
   b->count = 0;
   b->bytes = 0;
   b->src_end = b->dst_end = 0;
+  b->sealed = 0;
 }
 
 int desc_reserve(struct desc_buf *b, size_t more)

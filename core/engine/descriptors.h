@@ -19,6 +19,7 @@ struct desc_buf {
   uint64_t bytes;   /* sum of len[0..count) */
   uint64_t src_end; /* where the last descriptor ends on each side (count > 0): */
   uint64_t dst_end; /*   the next one may continue it */
+  size_t sealed;    /* descriptors below this one are being copied: none is merged into */
   void *storage;    /* one allocation holding the three arrays */
   /* Allocator for storage (the CUDA engine gives pinned memory so kernels
    * can read descriptors in place). NULL means malloc/free. */
@@ -47,6 +48,7 @@ struct desc_writer {
   size_t count;              /* descriptors written */
   uint64_t bytes;            /* their total length */
   uint64_t src_end, dst_end; /* where the last one ends (count > 0) */
+  size_t sealed;             /* the buffer's: the last descriptor is merged into only above it */
 };
 
 /* Inline too: a writer whose address escapes into a call lives in memory,
@@ -60,6 +62,7 @@ static inline void desc_writer_open(const struct desc_buf *b, struct desc_writer
   w->bytes = b->bytes;
   w->src_end = b->src_end;
   w->dst_end = b->dst_end;
+  w->sealed = b->sealed;
 }
 
 /* Store the writer's state back into b. */
@@ -78,7 +81,7 @@ static inline void desc_writer_close(struct desc_buf *b, const struct desc_write
  * Only the blocks the bytes reach get descriptors; each run of strictly
  * ascending consecutive ids is one descriptor; the last may be partial. A
  * run that continues the previous descriptor on both sides is merged into
- * it. Room must have been reserved: one descriptor per block listed.
+ * it, unless that one is sealed (desc_seal). Room must have been reserved: one descriptor per block listed.
  * Requires nbytes <= (blocks listed) * block_size, a product that fits in
  * 64 bits. Addresses are unsigned 64-bit. Walks the bytes rather than
  * counting blocks first: a division per entry costs more than the walk.
@@ -102,7 +105,7 @@ static inline void desc_write_entry(struct desc_writer *w, uint64_t linear, uint
     uint64_t reg = region_base + first * block_size;
     uint64_t s = to_region ? lin : reg;
     uint64_t d = to_region ? reg : lin;
-    if (w->count > 0 && s == w->src_end && d == w->dst_end) {
+    if (w->count > w->sealed && s == w->src_end && d == w->dst_end) {
       w->len[w->count - 1] += n;
     } else {
       w->src[w->count] = s;
@@ -126,7 +129,7 @@ static inline void desc_write_run(struct desc_writer *w, uint64_t linear, uint64
 {
   uint64_t s = to_region ? linear : region;
   uint64_t d = to_region ? region : linear;
-  if (w->count > 0 && s == w->src_end && d == w->dst_end) {
+  if (w->count > w->sealed && s == w->src_end && d == w->dst_end) {
     w->len[w->count - 1] += len;
   } else {
     w->src[w->count] = s;
@@ -137,6 +140,13 @@ static inline void desc_write_run(struct desc_writer *w, uint64_t linear, uint64
   w->src_end = s + len;
   w->dst_end = d + len;
   w->bytes += len;
+}
+
+/* The descriptors written so far are handed to a copy that is already
+ * running: later ones never merge into them. */
+static inline void desc_seal(struct desc_buf *b)
+{
+  b->sealed = b->count;
 }
 
 /* desc_write_entry for a single entry. */

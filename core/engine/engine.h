@@ -20,6 +20,20 @@ struct ecc_log;
 struct plugin_config;
 struct region;
 
+/* The rest of a transfer's descriptors, written while its first parts are
+ * already being copied: a load of thousands of scattered blocks takes longer
+ * to plan on the host than a part of it takes to start on the device. Only
+ * engines whose ops say takes_feed are given one, and only inside submit. */
+struct desc_feed {
+  /* Append descriptors to d, whole entries at a time, until they move at
+   * least `want` more bytes or none remain; returns whether some remain. It never
+   * grows d (room for all of them was reserved before submit, so parts
+   * being copied stay where they are) and never merges into a descriptor
+   * below d->sealed. */
+  bool (*more)(struct desc_feed *f, struct desc_buf *d, uint64_t want);
+  uint64_t bytes; /* of the whole transfer, parts still to come included */
+};
+
 /* What an engine sees of one batched transfer. The connector lends it
  * between submit() and the query() that reports it finished; the records,
  * keys and links it keeps around it (transfer.h) are none of the engine's
@@ -30,7 +44,20 @@ struct transfer_view {
   void *engine_state;   /* the engine's per-transfer state */
   bool held;            /* a load whose source bytes are still arriving */
   uint32_t *hold;       /* held: set by submit; the copy waits until engine_hold_release */
+  /* NULL: desc is the whole transfer. Else desc holds a first part or
+   * nothing, and submit calls feed->more until it answers false before it
+   * returns ECC_OK: desc is whole again after every successful submit. */
+  struct desc_feed *feed;
 };
+
+/* Write the rest of t's descriptors at once, for a copy that cannot start
+ * before it knows them all. */
+static inline void engine_feed_all(struct transfer_view *t)
+{
+  while (t->feed != NULL && t->feed->more(t->feed, &t->desc, UINT64_MAX))
+    ;
+  t->feed = NULL;
+}
 
 /* A held load's word: HOLD_WAITING until the one release. The copy runs
  * after either value; HOLD_FAILED makes the transfer fail (its source never
@@ -46,6 +73,7 @@ struct engine;
 
 struct engine_ops {
   const char *name; /* "host" or "cuda" */
+  bool takes_feed;  /* submit starts copying parts of a load before it is all written */
   /* Start copying t->desc asynchronously, ordered after work queued on the
    * host's `stream` (see flush in the ABI header for what NULL means to each
    * engine). A held load (t->held) also waits, on the device, for the word

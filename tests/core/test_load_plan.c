@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_load_plan.c - load planning on its own (load_plan.h): the radix
- * sort's order and stability, when the host's order is kept, and which
- * neighbours coalesce once the entries are in plan order.
+ * sort's order and stability, when the host's order is kept, which
+ * neighbours coalesce once the entries are in plan order, and the plan
+ * written in parts for an engine that copies while it is written.
  */
 #include <criterion/criterion.h>
 #include <stdbool.h>
@@ -286,5 +287,119 @@ Test(load_plan, sorted_plan_writes_every_entry_once)
   for (size_t k = 0; k < n; k++)
     cr_assert_eq(b.src[k], BASE + (uint64_t)(2 * k) * BS, "descriptor %zu out of block order", k);
   cr_expect_eq(b.bytes, (uint64_t)n * BS);
+  desc_free(&b);
+}
+
+/* ---- the plan in parts (load_feed) ---- */
+
+/* Feeds a step as the CUDA engine does: a first part moving at least
+ * `first` bytes, then parts twice as large, sealing what was written before
+ * each (it is being copied). Checks that every part ends on an entry and
+ * reaches its size unless it is the last; returns the parts, their ends in
+ * descriptors in `ends`. */
+static size_t feed_in_parts(const ecc_load_entry_v1_t *e, const struct done_rec *rec, size_t n,
+                            struct desc_buf *b, uint64_t first, size_t *ends, size_t max_parts)
+{
+  uint64_t bytes = 0, descs = 0;
+  for (size_t i = 0; i < n; i++) {
+    bytes += rec[i].nbytes;
+    descs += e[i].n_blocks;
+  }
+  desc_init(b, NULL, NULL, NULL);
+  cr_assert_eq(desc_reserve(b, descs), 0);
+  size_t cap = b->cap;
+  struct load_feed lf;
+  load_feed_init(&lf, e, rec, n, NULL, BASE, BS, bytes);
+  cr_expect_eq(lf.feed.bytes, bytes);
+  size_t parts = 0;
+  uint64_t want = first;
+  bool more = true;
+  while (more) {
+    size_t from = b->count;
+    uint64_t moved = b->bytes;
+    more = lf.feed.more(&lf.feed, b, want);
+    cr_assert_lt(parts, max_parts);
+    ends[parts++] = b->count;
+    cr_assert_gt(b->count, from, "part %zu wrote nothing", parts);
+    if (more)
+      cr_expect_geq(b->bytes - moved, want, "part %zu moves %llu bytes, fewer than %llu", parts,
+                    (unsigned long long)(b->bytes - moved), (unsigned long long)want);
+    desc_seal(b);
+    want *= 2;
+  }
+  cr_expect_eq(lf.next, n, "the feed stopped at entry %zu of %zu", lf.next, n);
+  cr_expect_eq(b->cap, cap, "the feed grew the buffer under parts being copied");
+  cr_expect_eq(b->bytes, bytes);
+  return parts;
+}
+
+Test(load_plan, a_feed_writes_every_entry_once_in_growing_parts)
+{
+  /* 40 scattered entries of 25 blocks: parts of 100, 200, 400, then the
+   * 300 blocks left. */
+  static uint32_t ids[40][25];
+  static ecc_load_entry_v1_t e[40];
+  static struct done_rec rec[40];
+  for (uint32_t i = 0; i < 40; i++) {
+    for (uint32_t k = 0; k < 25; k++)
+      ids[i][k] = 2 * (i * 25 + k); /* never neighbours */
+    e[i] = (ecc_load_entry_v1_t){i, ids[i], 25, DST + (uint64_t)i * 25 * BS, 25 * BS};
+    rec[i] = (struct done_rec){i, 25 * BS};
+  }
+  struct desc_buf b;
+  size_t ends[16];
+  size_t parts = feed_in_parts(e, rec, 40, &b, 100 * BS, ends, 16);
+  cr_expect_eq(parts, 4, "%zu parts", parts);
+  cr_expect_eq(ends[0], 100);
+  cr_expect_eq(ends[1], 300);
+  cr_expect_eq(ends[2], 700);
+  cr_assert_eq(b.count, 1000);
+  for (size_t k = 0; k < 1000; k++)
+    cr_assert_eq(b.src[k], BASE + (uint64_t)(2 * k) * BS, "descriptor %zu", k);
+  desc_free(&b);
+}
+
+Test(load_plan, a_run_continued_across_a_part_is_not_merged_into_the_part_before)
+{
+  /* Four entries whose runs continue each other on both sides make one
+   * descriptor when written at once. Fed in parts of 8, 16 and 32 blocks'
+   * bytes (entry 0; entries 1 and 2; entry 3), they merge within a part
+   * but never into the part before, which is being copied. */
+  static uint32_t ids[4][8];
+  static ecc_load_entry_v1_t e[4];
+  static struct done_rec rec[4];
+  for (uint32_t i = 0; i < 4; i++) {
+    for (uint32_t k = 0; k < 8; k++)
+      ids[i][k] = i * 8 + k;
+    e[i] = (ecc_load_entry_v1_t){i, ids[i], 8, DST + (uint64_t)i * 8 * BS, 8 * BS};
+    rec[i] = (struct done_rec){i, 8 * BS};
+  }
+  struct desc_buf whole;
+  cr_expect_not(plan_and_write(e, 4, &whole));
+  cr_expect_eq(whole.count, 1);
+  desc_free(&whole);
+  struct desc_buf b;
+  size_t ends[8];
+  size_t parts = feed_in_parts(e, rec, 4, &b, 8 * BS, ends, 8);
+  cr_expect_eq(parts, 3, "%zu parts", parts);
+  cr_assert_eq(b.count, 3);
+  expect_desc(&b, 0, 0, 0, 8 * BS);
+  expect_desc(&b, 1, 8, 8 * BS, 16 * BS);
+  expect_desc(&b, 2, 24, 24 * BS, 8 * BS);
+  desc_free(&b);
+}
+
+Test(load_plan, a_feed_writes_one_entry_at_least_whatever_it_is_asked)
+{
+  uint32_t ids[3] = {5, 9, 13};
+  ecc_load_entry_v1_t e[3];
+  struct done_rec rec[3];
+  for (uint32_t i = 0; i < 3; i++) {
+    e[i] = (ecc_load_entry_v1_t){i, &ids[i], 1, DST + (uint64_t)i * 4 * BS, BS};
+    rec[i] = (struct done_rec){i, BS};
+  }
+  struct desc_buf b;
+  size_t ends[4];
+  cr_expect_eq(feed_in_parts(e, rec, 3, &b, 0, ends, 4), 3);
   desc_free(&b);
 }

@@ -364,6 +364,101 @@ Test(gpu, coalescing)
   coalescing("kernel");
 }
 
+/* ---- a load copied in parts ---- */
+
+#define PART_BS 4096u
+#define PART_NB 24576u
+#define PART_ENTRIES 6
+
+/* A load whose plan the engine writes in parts while the first ones copy
+ * (engine_cuda.c: a first part moving at least 2 MiB, then parts four
+ * times as large, whole entries each). The step is laid out so that the
+ * second part ends after entry 3 (4 + 12.3 MB), whose last block (19999)
+ * the run of entry 4 (20000..20999) continues on both sides: written at
+ * once they would merge into one descriptor (6048 in all), fed they must
+ * not (the second part is being copied when the third is written).
+ * Scattered blocks are even and never continue one another, so every other
+ * descriptor is one block. Entry 4's 4 MB descriptor is cut into the
+ * kernel's tasks in the third part. */
+static const uint32_t part_blocks[PART_ENTRIES] = {1000, 1000, 1000, 1048, 1000, 2000};
+
+static uint32_t *part_ids(uint32_t *all, uint32_t **ids)
+{
+  uint32_t evens = 8000, next = 0;
+  uint32_t *perm = malloc(evens * sizeof(*perm));
+  cr_assert_not_null(perm);
+  for (uint32_t i = 0; i < evens; i++)
+    perm[i] = 2 * i;
+  unsigned seed = 11;
+  for (uint32_t i = evens - 1; i > 0; i--) {
+    uint32_t j = (uint32_t)rand_r(&seed) % (i + 1), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  uint32_t *at = all;
+  for (int k = 0; k < PART_ENTRIES; k++) {
+    ids[k] = at;
+    for (uint32_t j = 0; j < part_blocks[k]; j++)
+      at[j] = k == 4 ? 20000 + j : perm[next++];
+    at += part_blocks[k];
+  }
+  ids[3][part_blocks[3] - 1] = 19999;
+  free(perm);
+  return at;
+}
+
+static void load_in_parts(const char *method, uint64_t want_descs)
+{
+  struct rig r;
+  rig_open(&r, method, PART_BS, PART_NB, NULL);
+  for (uint64_t b = 0; b < PART_NB; b++)
+    pattern(r.blocks + b * PART_BS, PART_BS, 9, b * PART_BS);
+  static uint32_t all[8000];
+  uint32_t *ids[PART_ENTRIES];
+  uint64_t total = (uint64_t)(part_ids(all, ids) - all) * PART_BS;
+  uint8_t *dst_dev, *got = malloc(total), *want = malloc(total);
+  cr_assert(got != NULL && want != NULL);
+  ck(cudaMalloc((void **)&dst_dev, total), "cudaMalloc");
+  memset_now(dst_dev, POISON, total, "poison destination");
+  ecc_load_entry_t e[PART_ENTRIES];
+  uint64_t off = 0;
+  for (int k = 0; k < PART_ENTRIES; k++) {
+    uint64_t n = (uint64_t)part_blocks[k] * PART_BS;
+    e[k] = (ecc_load_entry_t){100 + k, ids[k], part_blocks[k], (uint64_t)(uintptr_t)(dst_dev + off),
+                              n};
+    for (uint32_t j = 0; j < part_blocks[k]; j++)
+      memcpy(want + off + (uint64_t)j * PART_BS, r.blocks + (uint64_t)ids[k][j] * PART_BS, PART_BS);
+    off += n;
+  }
+  ecc_stats_t before = stats_of(r.c);
+  cr_assert_eq(ecc_load(r.c, e, PART_ENTRIES, r.stream), ECC_OK);
+  ck(cudaStreamSynchronize(r.stream), "sync compute stream");
+  ck(cudaMemcpy(got, dst_dev, total, cudaMemcpyDeviceToHost), "download destination");
+  expect_same(got, want, total, method);
+  ecc_completion_t done[PART_ENTRIES];
+  cr_assert_eq(th_poll_until(r.c, done, PART_ENTRIES, 10000), PART_ENTRIES);
+  for (int k = 0; k < PART_ENTRIES; k++)
+    cr_expect_eq(done[k].status, ECC_OK, "%s: entry %d: status %d", method, k, done[k].status);
+  ecc_stats_t after = stats_of(r.c);
+  cr_expect_eq(after.load.bytes - before.load.bytes, total);
+  cr_expect_eq(after.load.descriptors - before.load.descriptors, want_descs,
+               "%s: %llu descriptors, expected %llu", method,
+               (unsigned long long)(after.load.descriptors - before.load.descriptors),
+               (unsigned long long)want_descs);
+  cudaFree(dst_dev);
+  free(got);
+  free(want);
+  rig_close(&r);
+}
+
+Test(gpu, a_load_of_thousands_of_scattered_blocks_copied_in_parts_lands_whole, .timeout = 120)
+{
+  need_gpus(1, gpu_count());
+  load_in_parts("dma", 6049);
+  load_in_parts("kernel", 6049);
+  load_in_parts("auto", 6049); /* the kernel, for thousands of descriptors */
+}
+
 /* ---- ordering against the compute stream ---- */
 
 /* Which stream the host's work runs on, and what it hands to flush/load:

@@ -27,6 +27,13 @@
 #define TASKS_PER_WARP 4u
 #define MIN_PIECE (16u << 10)
 #define PIECE_ALIGN (4u << 10)
+/* A fed load's first part: bytes enough to keep the copy busy (about 40 us
+ * at the link's 55 GB/s) while the next part, four times as large, is
+ * written (on the H200's host a scattered 3 KiB block's descriptor takes
+ * about 3.5 ns to write, and about 60 ns to copy). Few parts, since each
+ * costs a launch and the tail of a kernel. */
+#define FEED_FIRST_BYTES (2ull << 20)
+#define FEED_GROWTH 4u
 
 typedef CUresult (*ctx_get_fn)(CUcontext *ctx);
 typedef CUresult (*ctx_set_fn)(CUcontext ctx);
@@ -223,30 +230,40 @@ static uint64_t piece_bytes(const struct cuda_engine *ce, uint64_t total)
   return p < MIN_PIECE ? MIN_PIECE : p;
 }
 
-static uint64_t count_tasks(const struct desc_buf *d, uint64_t piece)
+/* Tasks of descriptors from.. once cut into pieces. */
+static uint64_t count_tasks(const struct desc_buf *d, size_t from, uint64_t piece)
 {
   uint64_t n = 0;
-  for (size_t i = 0; i < d->count; i++)
+  for (size_t i = from; i < d->count; i++)
     n += d->len[i] <= piece ? 1 : (d->len[i] + piece - 1) / piece;
   return n;
 }
 
-/* Write the task list (descriptors cut into pieces) into the slot's pinned
- * buffer. Returns 0 or -1 when out of pinned memory. */
-static int build_tasks(struct cuda_engine *ce, struct cuda_slot *s, const struct desc_buf *d,
-                       uint64_t piece, size_t n)
+/* Room for n tasks in the slot's pinned list, which may move: only before
+ * any copy of the transfer reads it. Returns 0 or -1 (no pinned memory). */
+static int reserve_tasks(struct cuda_engine *ce, struct cuda_slot *s, uint64_t n)
 {
-  if (s->task_cap < n) {
-    uint64_t *p = pin_pool_get(&ce->pins, n * 3 * sizeof(uint64_t));
-    if (p == NULL)
-      return -1;
-    pin_pool_put(&ce->pins, s->tasks);
-    s->tasks = p;
-    s->task_cap = n;
-  }
+  if (s->task_cap >= n)
+    return 0;
+  if (n > SIZE_MAX / (3 * sizeof(uint64_t)))
+    return -1;
+  uint64_t *p = pin_pool_get(&ce->pins, (size_t)n * 3 * sizeof(uint64_t));
+  if (p == NULL)
+    return -1;
+  pin_pool_put(&ce->pins, s->tasks);
+  s->tasks = p;
+  s->task_cap = (size_t)n;
+  return 0;
+}
+
+/* Write descriptors from.. cut into pieces at task `at` of the slot's list
+ * (room reserved). */
+static void cut_tasks(struct cuda_slot *s, const struct desc_buf *d, size_t from, uint64_t piece,
+                      size_t at)
+{
   uint64_t *src = s->tasks, *dst = s->tasks + s->task_cap, *len = s->tasks + 2 * s->task_cap;
-  size_t k = 0;
-  for (size_t i = 0; i < d->count; i++) {
+  size_t k = at;
+  for (size_t i = from; i < d->count; i++) {
     uint64_t off = 0;
     do {
       uint64_t l = d->len[i] - off < piece ? d->len[i] - off : piece;
@@ -257,35 +274,45 @@ static int build_tasks(struct cuda_engine *ce, struct cuda_slot *s, const struct
       off += l;
     } while (off < d->len[i]);
   }
-  return 0;
 }
 
 /* What one batch will run, worked out on the host before anything is
  * enqueued (so that none of it falls between the start and end events). */
 struct plan {
   int method;
-  const uint64_t *src, *dst, *len; /* the task list the kernel reads */
-  uint32_t n;                      /* tasks */
+  uint64_t piece;                  /* kernel: the largest task */
+  uint64_t task_room;              /* kernel, fed: tasks the slot's list must hold if used */
+  size_t tasks_used;               /* kernel: of the slot's list, by parts already run */
+  const uint64_t *src, *dst, *len; /* kernel: the task list of the part to run */
+  uint32_t n;                      /*   its tasks */
   unsigned ctas;
 };
 
-/* Kernel tasks: descriptors in our pinned memory are read in place; others,
- * or split ones, go through the slot's own list. Returns 0, or -1 when that
- * list cannot be had (the copy engines take the batch then). */
-static int plan_kernel(struct cuda_engine *ce, struct cuda_slot *s, const struct desc_buf *d,
-                       struct plan *p)
+/* The kernel's tasks for descriptors from..: read in place where they are
+ * our pinned memory and none needs cutting; else cut into the slot's list
+ * after the parts already run. Returns 0, or -1 when that list cannot be
+ * had. */
+static int plan_part(struct cuda_engine *ce, struct cuda_slot *s, const struct desc_buf *d,
+                     size_t from, struct plan *p)
 {
-  uint64_t piece = piece_bytes(ce, d->bytes);
-  uint64_t n = count_tasks(d, piece);
-  p->src = d->src;
-  p->dst = d->dst;
-  p->len = d->len;
-  if (n != d->count || d->alloc != cuda_desc_alloc) {
-    if (n > UINT32_MAX || build_tasks(ce, s, d, piece, (size_t)n) != 0)
+  uint64_t n = count_tasks(d, from, p->piece);
+  if (n > UINT32_MAX)
+    return -1;
+  p->src = d->src + from;
+  p->dst = d->dst + from;
+  p->len = d->len + from;
+  if (n != d->count - from || d->alloc != cuda_desc_alloc) {
+    /* The room for every part at the first cut: the list must not move
+     * under a part that reads it. */
+    if (p->tasks_used == 0 && reserve_tasks(ce, s, p->task_room != 0 ? p->task_room : n) != 0)
       return -1;
-    p->src = s->tasks;
-    p->dst = s->tasks + s->task_cap;
-    p->len = s->tasks + 2 * s->task_cap;
+    if (p->tasks_used + n > s->task_cap)
+      return -1;
+    cut_tasks(s, d, from, p->piece, p->tasks_used);
+    p->src = s->tasks + p->tasks_used;
+    p->dst = s->tasks + s->task_cap + p->tasks_used;
+    p->len = s->tasks + 2 * s->task_cap + p->tasks_used;
+    p->tasks_used += (size_t)n;
   }
   uint64_t want = (n + ECC_COPY_WARPS_PER_CTA - 1) / ECC_COPY_WARPS_PER_CTA;
   p->ctas = want < ce->max_ctas ? (unsigned)want : ce->max_ctas;
@@ -293,14 +320,36 @@ static int plan_kernel(struct cuda_engine *ce, struct cuda_slot *s, const struct
   return 0;
 }
 
-static void plan_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer_view *t,
+/* The descriptors a fed transfer will have, guessed from its first part:
+ * what the policy judges the whole by. */
+static size_t fed_count(const struct transfer_view *t)
+{
+  if (t->feed == NULL || t->desc.bytes == 0)
+    return t->desc.count;
+  double whole = (double)t->desc.count * ((double)t->feed->bytes / (double)t->desc.bytes);
+  return whole >= (double)SIZE_MAX ? SIZE_MAX : (size_t)whole;
+}
+
+/* A fed transfer's first part written; the method for the whole; and for
+ * the kernel the first part's tasks. A fed transfer's pieces are sized by
+ * its whole, and the slot's list is given room for all its parts (each
+ * descriptor makes at most len / piece + 1 tasks, and the buffer's capacity
+ * bounds the descriptors). */
+static void plan_copy(struct cuda_engine *ce, struct cuda_slot *s, struct transfer_view *t,
                       int direction, struct plan *p)
 {
+  if (t->feed != NULL && !t->feed->more(t->feed, &t->desc, FEED_FIRST_BYTES))
+    t->feed = NULL;
   uint64_t now = ecc_now_ns();
+  uint64_t bytes = t->feed != NULL ? t->feed->bytes : t->desc.bytes;
   memset(p, 0, sizeof(*p));
-  p->method = copy_policy_pick(&ce->policy, direction, t->desc.count, t->desc.bytes, now);
+  p->method = copy_policy_pick(&ce->policy, direction, fed_count(t), bytes, now);
   copy_policy_note(&ce->policy, direction, now);
-  if (p->method == METHOD_KERNEL && plan_kernel(ce, s, &t->desc, p) != 0) {
+  if (p->method == METHOD_DMA)
+    return;
+  p->piece = piece_bytes(ce, bytes);
+  p->task_room = t->feed != NULL ? t->desc.cap + bytes / p->piece + 1 : 0;
+  if (plan_part(ce, s, &t->desc, 0, p) != 0) {
     log_msg(ce->log, ECC_LOG_WARN, "cuda: no pinned memory for a task list; using dma");
     p->method = METHOD_DMA;
   }
@@ -312,22 +361,60 @@ static int debug_on(const struct cuda_engine *ce)
   return h != NULL && h->log != NULL && h->log_level >= ECC_LOG_DEBUG;
 }
 
+/* Enqueue descriptors from.. by the planned method (for the kernel, its
+ * tasks are planned already). Returns 0, or an error with *why. */
+static int run_part(struct cuda_engine *ce, const struct desc_buf *d, size_t from,
+                    const struct plan *p, int to_host, cudaStream_t stream, const char **why)
+{
+  if (p->method != METHOD_KERNEL)
+    return dma_copy(&ce->dma, d->src + from, d->dst + from, d->len + from, d->count - from, to_host,
+                    stream, why);
+  if (p->n == 0)
+    return 0;
+  int rc = ecc_copy_launch(p->src, p->dst, p->len, p->n, p->ctas, to_host, stream);
+  if (rc != cudaSuccess)
+    *why = cudaGetErrorString((cudaError_t)rc);
+  return rc;
+}
+
+/* Run the planned part; then, while the feed has more, write the next part
+ * (larger by FEED_GROWTH, so the host stays ahead of the copy), plan and
+ * run it. Returns 0, or an error with *why; the rest of the descriptors are
+ * written either way, so that the transfer is whole. */
+static int run_parts(struct cuda_engine *ce, struct cuda_slot *s, struct transfer_view *t,
+                     int to_host, struct plan *p, cudaStream_t stream, const char **why)
+{
+  struct desc_buf *d = &t->desc;
+  uint64_t want = FEED_FIRST_BYTES;
+  size_t from = 0;
+  for (;;) {
+    int rc = run_part(ce, d, from, p, to_host, stream, why);
+    if (rc != 0 || t->feed == NULL) {
+      engine_feed_all(t);
+      return rc;
+    }
+    desc_seal(d);
+    from = d->count;
+    want = want > UINT64_MAX / FEED_GROWTH ? UINT64_MAX : want * FEED_GROWTH;
+    if (!t->feed->more(t->feed, d, want))
+      t->feed = NULL;
+    if (p->method == METHOD_KERNEL && plan_part(ce, s, d, from, p) != 0) {
+      *why = "no pinned memory for the task list of a later part";
+      engine_feed_all(t);
+      return -1;
+    }
+  }
+}
+
 /* Enqueue the copy. A failure is kept in the slot and reported by query,
  * after whatever part of the copy did start. */
-static void run_copy(struct cuda_engine *ce, struct cuda_slot *s, const struct transfer_view *t,
-                     int direction, const struct plan *p, cudaStream_t stream)
+static void run_copy(struct cuda_engine *ce, struct cuda_slot *s, struct transfer_view *t,
+                     int direction, struct plan *p, cudaStream_t stream)
 {
   const struct desc_buf *d = &t->desc;
   int to_host = direction == ECC_DIR_SAVE;
   const char *why = "";
-  int rc;
-  if (p->method == METHOD_KERNEL) {
-    rc = ecc_copy_launch(p->src, p->dst, p->len, p->n, p->ctas, to_host, stream);
-    if (rc != cudaSuccess)
-      why = cudaGetErrorString((cudaError_t)rc);
-  } else {
-    rc = dma_copy(&ce->dma, d->src, d->dst, d->len, d->count, to_host, stream, &why);
-  }
+  int rc = run_parts(ce, s, t, to_host, p, stream, &why);
   const char *name = config_method_name(p->method);
   if (rc != 0) {
     s->failed = ECC_ERR_TRANSFER;
@@ -576,6 +663,7 @@ static void cuda_destroy(struct engine *e)
 
 static const struct engine_ops cuda_ops = {
     .name = "cuda",
+    .takes_feed = true,
     .submit = cuda_submit,
     .order_after = cuda_order_after,
     .query = cuda_query,

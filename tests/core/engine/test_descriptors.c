@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_descriptors.c - descriptor building on its own: run cutting, partial
- * last blocks, merging across entries and unsigned address arithmetic.
+ * last blocks, merging across entries (and not into sealed descriptors) and
+ * unsigned address arithmetic.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -134,6 +135,34 @@ Test(descriptors, neighbours_merge_across_entries_only_when_both_sides_continue)
   /* Region continues but the destination does not: a new descriptor. */
   desc_add_entry(&b, 0x20000, BASE, BS, d, 32, 0);
   expect_lens(&b, (uint64_t[]){64, 32}, 2);
+  desc_free(&b);
+}
+
+Test(descriptors, a_sealed_descriptor_is_never_merged_into)
+{
+  /* The same neighbours as above merge, until the buffer is sealed: the
+   * descriptors below the seal are being copied, and a longer one would
+   * not be seen. desc_clear lifts the seal. */
+  struct desc_buf b;
+  desc_init(&b, NULL, NULL, NULL);
+  cr_assert_eq(desc_reserve(&b, 8), 0);
+  uint32_t a[] = {2, 3}, c[] = {4, 5}, d[] = {6, 7};
+  desc_add_entry(&b, 0x9000, BASE, BS, a, 32, 0);
+  desc_seal(&b);
+  desc_add_entry(&b, 0x9000 + 32, BASE, BS, c, 32, 0);
+  expect_lens(&b, (uint64_t[]){32, 32}, 2);
+  desc_add_entry(&b, 0x9000 + 64, BASE, BS, d, 32, 0); /* above the seal: merges */
+  expect_lens(&b, (uint64_t[]){32, 64}, 2);
+  struct desc_writer w;
+  desc_seal(&b);
+  desc_writer_open(&b, &w);
+  desc_write_run(&w, 0x9000 + 96, BASE + 8 * BS, 16, 0);
+  desc_writer_close(&b, &w);
+  expect_lens(&b, (uint64_t[]){32, 64, 16}, 3);
+  desc_clear(&b);
+  desc_add_entry(&b, 0x9000, BASE, BS, a, 32, 0);
+  desc_add_entry(&b, 0x9000 + 32, BASE, BS, c, 32, 0);
+  expect_lens(&b, (uint64_t[]){64}, 1);
   desc_free(&b);
 }
 
