@@ -279,7 +279,8 @@ def test_a_step_of_cuda_tensors_takes_the_bulk_path_and_lands(gpu, monkeypatch):
     real = _batch.load_records
     monkeypatch.setattr(_batch, "load_records", lambda *a: taken.append(real(*a)) or taken[-1])
     srcs = [randn(ROWS, 20 + i) for i in range(4)]
-    ids = [torch.tensor(scattered(ROWS, 20 + i)).numpy().astype("uint32") for i in range(4)]
+    every = torch.tensor(scattered(4 * ROWS, 20)).numpy().astype("uint32")  # no block twice
+    ids = [every[i * ROWS:(i + 1) * ROWS] for i in range(4)]
     c.save_many([(f"img{i}", srcs[i], ids[i]) for i in range(4)])
     c.flush()
     poll_until(c, 4, TIMEOUT)
