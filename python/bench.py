@@ -8,7 +8,11 @@ write instead; GB/s and ratios in one run, every byte checked, the table last.
 
 The PyTorch idioms read a pinned host tensor that holds the same bytes at the same
 rows as the region's blocks: `dst.copy_(pinned[idx], non_blocking=True)` per image
-(idx the image's block ids), and one `copy_` per run of consecutive blocks."""
+(idx the image's block ids), and one `copy_` per run of consecutive blocks. Two
+references close the table: the engine's own time for ecc's copy, and that time
+plus what any method pays around a copy (an empty kernel launched and waited for).
+By default each method runs its steps after another's; --interleave has them take
+turns, so each finds the CPU caches as the method before left them."""
 
 import argparse
 import os
@@ -33,8 +37,10 @@ ROW_BYTES = HIDDEN * 2
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--images", type=int, default=32, help="images per load step (32)")
-    p.add_argument("--reps", type=int, default=10, help="timed steps per method (10)")
+    p.add_argument("--reps", type=int, default=20, help="timed steps per method (20)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (2)")
+    p.add_argument("--interleave", action="store_true",
+                   help="the methods take turns step by step (default: one after another)")
     p.add_argument("--region-mib", type=int, default=1024, help="region size in MiB (1024)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
@@ -139,26 +145,67 @@ def step(methods, name, images, c):
     return seconds
 
 
+def floor_s(reps):
+    """What any method pays around its copy: an empty kernel launched and waited
+    for, the way step() waits (median seconds)."""
+    out = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        torch.cuda._sleep(0)
+        torch.cuda.synchronize()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def timed(args, methods, images, c):
+    """Seconds of each step of each method after the warm-up: one method's steps
+    after another's (each finds the caches as its own last step left them), or
+    with --interleave the methods taking turns within each round (each finds
+    them as the method before left them: the PyTorch gathers run through 86 MB
+    on the CPU), so that a shared host's drift reaches all of them alike."""
+    times = {name: [] for _, name in METHODS}
+    if args.interleave:
+        for rnd in range(args.warmup + args.reps):
+            for _, name in METHODS:
+                seconds = step(methods, name, images, c)
+                if rnd >= args.warmup:
+                    times[name].append(seconds)
+        return times
+    for _, name in METHODS:
+        for rnd in range(args.warmup + args.reps):
+            seconds = step(methods, name, images, c)
+            if rnd >= args.warmup:
+                times[name].append(seconds)
+    return times
+
+
 def measure(args, c, pinned, images, layout, ids):
+    """Every method's median over --reps steps."""
     store(c, pinned, images, ids)
     dsts = [torch.empty(ROWS, HIDDEN, dtype=torch.bfloat16, device="cuda")
             for _ in range(args.images)]
     methods = Methods(c, pinned, ids, dsts)
     step_bytes = args.images * ROWS * ROW_BYTES
+    times = timed(args, methods, images, c)
     rows = []
     for label, name in METHODS:
-        for _ in range(args.warmup):
-            step(methods, name, images, c)
-        seconds = statistics.median(step(methods, name, images, c) for _ in range(args.reps))
+        seconds = statistics.median(times[name])
         rows.append((layout, label, step_bytes / seconds / 1e9))
-        print(f"{layout:10s}  {label:34s}  {rows[-1][2]:7.2f} GB/s", flush=True)
+        print(f"{layout:10s}  {label:34s}  {rows[-1][2]:7.2f} GB/s  "
+              f"(min {step_bytes / min(times[name]) / 1e9:.2f})", flush=True)
     copy_ns = statistics.median(methods.engine_ns[args.warmup:])
     call_us = statistics.median(methods.call_s[args.warmup:]) * 1e6
+    floor_us = floor_s(args.reps) * 1e6
     print(f"{layout:10s}  {'(ecc: the copy alone, engine time)':34s}  "
           f"{step_bytes / copy_ns:7.2f} GB/s", flush=True)
     print(f"{layout:10s}  {'(ecc: load_many returned after)':34s}  {call_us:7.1f} us "
           f"({call_us / args.images:.2f} us per image)", flush=True)
+    print(f"{layout:10s}  {'(any method: launch and wait)':34s}  {floor_us:7.1f} us",
+          flush=True)
     rows.append((layout, "(engine time, the copy alone)", step_bytes / copy_ns))
+    rows.append((layout, "(engine time + launch and wait)",
+                 step_bytes / (copy_ns + floor_us * 1e3)))
     return rows
 
 
@@ -176,8 +223,10 @@ def main():
                   f"ecc {ecc.library_version()} ({ecc.library_path()})")
             print(f"engine: {info.engine_detail}; region {info.num_blocks} blocks of "
                   f"{info.block_size} B, pinned={info.pinned}")
+            order = "taking turns" if args.interleave else "one method after another"
             print(f"step: {args.images} images x {ROWS} rows x {ROW_BYTES} B = "
-                  f"{args.images * ROWS * ROW_BYTES / 1e6:.1f} MB; median of {args.reps}")
+                  f"{args.images * ROWS * ROW_BYTES / 1e6:.1f} MB; median of {args.reps}, "
+                  f"{order}")
             table = run_all(args, c, info.num_blocks)
     finally:
         shutil.rmtree(region_dir, ignore_errors=True)

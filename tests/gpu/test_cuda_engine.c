@@ -371,16 +371,16 @@ Test(gpu, coalescing)
 #define PART_ENTRIES 6
 
 /* A load whose plan the engine writes in parts while the first ones copy
- * (engine_cuda.c: a first part moving at least 2 MiB, then parts four
+ * (engine_cuda.c: a first part moving at least 2 MiB, then parts eight
  * times as large, whole entries each). The step is laid out so that the
- * second part ends after entry 3 (4 + 12.3 MB), whose last block (19999)
- * the run of entry 4 (20000..20999) continues on both sides: written at
- * once they would merge into one descriptor (6048 in all), fed they must
- * not (the second part is being copied when the third is written).
- * Scattered blocks are even and never continue one another, so every other
- * descriptor is one block. Entry 4's 4 MB descriptor is cut into the
- * kernel's tasks in the third part. */
-static const uint32_t part_blocks[PART_ENTRIES] = {1000, 1000, 1000, 1048, 1000, 2000};
+ * second part ends after entry 3 (entries 1..3: 17.2 MB), whose last block
+ * (19999) the run of entry 4 (20000..20999) continues on both sides:
+ * written at once they would merge into one descriptor (6200 in all), fed
+ * they must not (the second part is being copied when the third is
+ * written). Scattered blocks are even and never continue one another, so
+ * every other descriptor is one block. Entry 4's 4 MB descriptor is cut
+ * into the kernel's tasks in the third part. */
+static const uint32_t part_blocks[PART_ENTRIES] = {1000, 2000, 1000, 1200, 1000, 1000};
 
 static uint32_t *part_ids(uint32_t *all, uint32_t **ids)
 {
@@ -454,9 +454,9 @@ static void load_in_parts(const char *method, uint64_t want_descs)
 Test(gpu, a_load_of_thousands_of_scattered_blocks_copied_in_parts_lands_whole, .timeout = 120)
 {
   need_gpus(1, gpu_count());
-  load_in_parts("dma", 6049);
-  load_in_parts("kernel", 6049);
-  load_in_parts("auto", 6049); /* the kernel, for thousands of descriptors */
+  load_in_parts("dma", 6201);
+  load_in_parts("kernel", 6201);
+  load_in_parts("auto", 6201); /* the kernel, for thousands of descriptors */
 }
 
 /* ---- ordering against the compute stream ---- */
