@@ -107,10 +107,11 @@ def _words(columns):
 
 
 def load_records(entries, engine, device):
-    """For load_many: (records, blocks, owners) or None. records is an array of
-    ecc_load_entry_v1_t as 64-bit words (n_blocks is a uint32 padded to 8 bytes,
-    so it is a word too), blocks the concatenated ids the records point into
-    (to be kept until the C call returns), owners [(transfer_id, (dst,))]."""
+    """For load_many: (records, blocks, transfer_ids, dsts) or None. records is
+    an array of ecc_load_entry_v1_t as 64-bit words (n_blocks is a uint32 padded
+    to 8 bytes, so it is a word too), blocks the concatenated ids the records
+    point into (to be kept until the C call returns); each dst is what keeps its
+    load's destination alive."""
     kinds = _kinds()
     columns = _columns(entries) if kinds is not None else None
     if columns is None:
@@ -129,13 +130,13 @@ def load_records(entries, engine, device):
     words = _words((tids, starts, sizes, found[0], found[1]))
     if words is None:
         return None
-    return words, blocks, [(tid, (dst,)) for tid, dst in zip(tids, dsts)]
+    return words, blocks, tids, dsts
 
 
 def pinned_records(entries, engine, device):
-    """For load_pinned_many: (records, owners) or None, records an array of
-    ecc_load_pinned_v1_t as 64-bit words. Tokens must be ints: an Entry (typed
-    or not) takes the per-entry path, which knows what each means."""
+    """For load_pinned_many: (records, transfer_ids, dsts) or None, records an
+    array of ecc_load_pinned_v1_t as 64-bit words. Tokens must be ints: an Entry
+    (typed or not) takes the per-entry path, which knows what each means."""
     kinds = _kinds()
     columns = _columns(entries) if kinds is not None else None
     if columns is None:
@@ -149,4 +150,4 @@ def pinned_records(entries, engine, device):
     words = _words((tids, tokens, found[0], found[1]))
     if words is None:
         return None
-    return words, [(tid, (dst,)) for tid, dst in zip(tids, dsts)]
+    return words, tids, dsts

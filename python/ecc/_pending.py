@@ -8,22 +8,29 @@ from collections import deque
 
 from ._guard import held
 
+_NONE = object()  # no load of this id in flight (None is an owner like any other)
+
 
 class Pending:
     """Saves in submission order (completions come FIFO and name the key; the key
     is None for a token reserved elsewhere), loads by transfer id (a batch's
-    completions need not come in the order its entries were given)."""
+    completions need not come in the order its entries were given). A load's
+    owners are whatever keeps its destination alive (a tuple, or the tensor
+    itself); a transfer id that several loads in flight share maps to a deque
+    of theirs, oldest first, and one that a single load has maps to its owners
+    directly, so that a step of distinct ids is added in one dict update."""
 
     def __init__(self):
         self._lock = threading.RLock()
         self._saves = deque()  # (key bytes or None, owners)
-        self._loads = {}  # transfer id -> deque of owners
+        self._loads = {}  # transfer id -> owners, or a deque of owners
 
     def __len__(self):
         return held(self._lock, self._count)
 
     def _count(self):
-        return len(self._saves) + sum(len(d) for d in self._loads.values())
+        return len(self._saves) + sum(len(v) if type(v) is deque else 1
+                                      for v in self._loads.values())
 
     def add_saves(self, items):
         held(self._lock, self._add_saves, items)
@@ -40,22 +47,38 @@ class Pending:
         for _ in range(n):
             self._saves.pop()
 
-    def add_loads(self, items):
-        held(self._lock, self._add_loads, items)
+    def add_loads(self, tids, owners):
+        """The owners of each load of a step: tids[i]'s are owners[i]."""
+        held(self._lock, self._add_loads, tids, owners)
 
-    def _add_loads(self, items):
-        for transfer_id, owners in items:
-            self._loads.setdefault(transfer_id, deque()).append(owners)
+    def _add_loads(self, tids, owners):
+        loads = self._loads
+        if len(set(tids)) == len(tids) and loads.keys().isdisjoint(tids):
+            loads.update(zip(tids, owners))
+            return
+        for tid, own in zip(tids, owners):
+            have = loads.get(tid, _NONE)
+            if have is _NONE:
+                loads[tid] = own
+            elif type(have) is deque:
+                have.append(own)
+            else:
+                loads[tid] = deque((have, own))
 
-    def drop_last_loads(self, items):
-        held(self._lock, self._drop_loads, items)
+    def drop_last_loads(self, tids):
+        """Undo add_loads of a call the C library refused: its loads are the
+        newest of their ids."""
+        held(self._lock, self._drop_loads, tids)
 
-    def _drop_loads(self, items):
-        for transfer_id, _ in reversed(items):
-            queue = self._loads[transfer_id]
-            queue.pop()
-            if not queue:
-                del self._loads[transfer_id]
+    def _drop_loads(self, tids):
+        loads = self._loads
+        for tid in reversed(tids):
+            have = loads[tid]
+            if type(have) is deque:
+                have.pop()
+                if have:
+                    continue
+            del loads[tid]
 
     def _take_save(self, key):
         if self._saves and self._saves[0][0] in (key, None):
@@ -67,12 +90,16 @@ class Pending:
         return None
 
     def _take_load(self, transfer_id):
-        queue = self._loads.get(transfer_id)
-        if not queue:
+        loads = self._loads
+        have = loads.get(transfer_id, _NONE)
+        if have is _NONE:
             return None
-        owners = queue.popleft()
-        if not queue:
-            del self._loads[transfer_id]
+        if type(have) is not deque:
+            del loads[transfer_id]
+            return have
+        owners = have.popleft()
+        if not have:
+            del loads[transfer_id]
         return owners
 
     def release(self, records, save_dir):

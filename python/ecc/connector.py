@@ -318,9 +318,9 @@ class Connector(CacheCalls):
             return _nothing, _nothing
         return (lambda: pending.add_saves(keyed)), (lambda: pending.drop_last_saves(len(keyed)))
 
-    def _keep_loads(self, by_id):
+    def _keep_loads(self, tids, owners):
         pending = self._core.pending
-        return (lambda: pending.add_loads(by_id)), (lambda: pending.drop_last_loads(by_id))
+        return (lambda: pending.add_loads(tids, owners)), (lambda: pending.drop_last_loads(tids))
 
     # ---- the six operations ----
 
@@ -367,11 +367,11 @@ class Connector(CacheCalls):
         if packed is None:
             self._load_each(entries, stream)
             return
-        words, blocks, owners = packed
+        words, blocks, tids, dsts = packed
         handle = self._stream(stream, "load")
-        arr = (_abi.LoadEntry * len(owners)).from_buffer(words)
-        add, undo = self._keep_loads(owners)
-        self._submit("load", "ecc_load", (arr, len(owners), handle), add, undo)
+        arr = (_abi.LoadEntry * len(tids)).from_buffer(words)
+        add, undo = self._keep_loads(tids, dsts)
+        self._submit("load", "ecc_load", (arr, len(tids), handle), add, undo)
         del blocks  # what the records pointed into: read by the call, free after it
 
     def _load_each(self, entries, stream):
@@ -386,7 +386,8 @@ class Connector(CacheCalls):
         for rec, (tid, blocks, mem) in zip(arr, items):
             rec.transfer_id, rec.block_ids, rec.n_blocks = tid, blocks.address, blocks.count
             rec.dst, rec.dst_capacity = mem.address, mem.nbytes
-        add, undo = self._keep_loads([(tid, mem.owners) for tid, _, mem in items])
+        add, undo = self._keep_loads([tid for tid, _, _ in items],
+                                     [mem.owners for _, _, mem in items])
         self._submit("load", "ecc_load", (arr, len(items), handle), add, undo)
 
     def _load_item(self, entry):
@@ -563,11 +564,11 @@ class Connector(CacheCalls):
         core = self._core
         packed = _batch.pinned_records(entries, core.engine, core.device)
         if packed is not None:
-            words, owners = packed
+            words, tids, dsts = packed
             handle = self._stream(stream, "load_pinned")
-            arr = (_abi.LoadPinned * len(owners)).from_buffer(words)
-            add, undo = self._keep_loads(owners)
-            self._submit("load_pinned", "ecc_load_pinned", (arr, len(owners), handle), add, undo)
+            arr = (_abi.LoadPinned * len(tids)).from_buffer(words)
+            add, undo = self._keep_loads(tids, dsts)
+            self._submit("load_pinned", "ecc_load_pinned", (arr, len(tids), handle), add, undo)
             return
         given = _entries(entries, "load_pinned_many", "(transfer_id, token, dst)")
         items = [self._pinned_item(e) for e in given]
@@ -576,7 +577,8 @@ class Connector(CacheCalls):
             return
         typed = any(isinstance(e[1], Entry) and e[1].typed for e in given)
         arr = self._typed_records(given, items) if typed else self._pinned_records(items)
-        add, undo = self._keep_loads([(tid, mem.owners) for tid, _, mem in items])
+        add, undo = self._keep_loads([tid for tid, _, _ in items],
+                                     [mem.owners for _, _, mem in items])
         if not typed:
             self._submit("load_pinned", "ecc_load_pinned", (arr, len(items), handle), add, undo)
             return

@@ -24,27 +24,27 @@ def step(n=4, blocks=3, block_size=64):
 
 def test_the_records_say_what_each_entry_says():
     entries = step()
-    words, blocks, owners = _batch.load_records(entries, "host", None)
+    words, blocks, tids, owners = _batch.load_records(entries, "host", None)
     records = (_abi.LoadEntry * len(entries)).from_buffer(words)
     for rec, (tid, ids, dst) in zip(records, entries):
         assert rec.transfer_id == tid
         assert rec.n_blocks == ids.size
         assert ctypes.string_at(rec.block_ids, ids.nbytes) == ids.tobytes()
         assert rec.dst == dst.ctypes.data and rec.dst_capacity == dst.nbytes
-    assert [tid for tid, _ in owners] == [e[0] for e in entries]
-    assert all(own[0] is e[2] for (_, own), e in zip(owners, entries))
+    assert list(tids) == [e[0] for e in entries]
+    assert all(own is e[2] for own, e in zip(owners, entries))
     assert blocks.size == sum(e[1].size for e in entries)
 
 
 def test_pinned_records_say_what_each_entry_says():
     dsts = [np.zeros(100 + i, np.uint8) for i in range(3)]
     entries = [(7 + i, 50 + i, dsts[i]) for i in range(3)]
-    words, owners = _batch.pinned_records(entries, "host", None)
+    words, tids, owners = _batch.pinned_records(entries, "host", None)
     records = (_abi.LoadPinned * 3).from_buffer(words)
     for rec, (tid, token, dst) in zip(records, entries):
         assert (rec.transfer_id, rec.token) == (tid, token)
         assert (rec.dst, rec.dst_capacity) == (dst.ctypes.data, dst.nbytes)
-    assert [o[1][0] for o in owners] == dsts
+    assert list(tids) == [7, 8, 9] and all(o is d for o, d in zip(owners, dsts))
 
 
 def odd_entries():

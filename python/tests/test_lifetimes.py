@@ -6,7 +6,9 @@ and released then (or at close); repeated keys and ids release in order."""
 import gc
 import weakref
 
+import ecc
 import numpy as np
+import pytest
 from conftest import pattern, poll_until
 
 BS = 1024
@@ -87,6 +89,49 @@ def test_the_same_transfer_id_twice_releases_in_order(open_connector):
     poll_until(c, 1)
     gc.collect()
     assert wb() is None
+
+
+def bulk_ids(*ids):
+    """Block ids as the bulk path takes them (load_many's fast path)."""
+    return np.array(ids, np.uint32)
+
+
+def test_a_step_of_one_id_twice_releases_in_order(open_connector):
+    c = open_connector()
+    a, b, c3 = (np.zeros(BS, np.uint8) for _ in range(3))
+    wa, wb, wc = weakref.ref(a), weakref.ref(b), weakref.ref(c3)
+    c.load(7, [2], a)  # in flight before the step: the step's 7s queue behind it
+    c.load_many([(7, bulk_ids(0), b), (8, bulk_ids(1), c3)])
+    nines = [np.zeros(BS, np.uint8) for _ in range(2)]
+    c.load_many([(9, bulk_ids(0), nines[0]), (9, bulk_ids(1), nines[1])])  # one id twice
+    del nines
+    del a, b, c3
+    assert c.pending == 5
+    got = []
+    while len(got) < 5:
+        got += c.poll(max_items=1)
+        gc.collect()
+        sevens = [d for d in got if d.transfer_id == 7]
+        assert (wa() is None) == (len(sevens) >= 1) and (wb() is None) == (len(sevens) == 2)
+        assert (wc() is None) == any(d.transfer_id == 8 for d in got)
+    assert c.pending == 0
+
+
+def test_a_refused_bulk_step_keeps_nothing_and_frees_nothing_in_flight(open_connector):
+    c = open_connector(blocks=16)
+    before = np.zeros(BS, np.uint8)
+    watch = weakref.ref(before)
+    c.load(3, [0], before)
+    refused = [(3, bulk_ids(1), np.zeros(BS, np.uint8)), (4, bulk_ids(99), np.zeros(BS, np.uint8))]
+    with pytest.raises(ecc.EccError, match="block id 99"):
+        c.load_many(refused)
+    del before
+    gc.collect()
+    assert c.pending == 1 and watch() is not None
+    (done,) = poll_until(c, 1)
+    assert done.transfer_id == 3
+    gc.collect()
+    assert watch() is None and c.pending == 0
 
 
 def test_close_releases_what_was_never_polled(open_connector):
