@@ -145,6 +145,8 @@ policy-credit-never-spent @@ core/directory/policy.c @@ return spend_all || cred
 policy-cost-per-entry @@ core/directory/policy.c @@ return (cost_us << FIXED_SHIFT) / (n_blocks > 0 ? n_blocks : 1); @@ return (cost_us << FIXED_SHIFT) / (n_blocks > 0 ? 1 : 1);
 policy-pinned-evictable @@ core/directory/directory.c @@ if (e->pins > 0)\n    return OCC_HELD;\n  bool kept @@ bool kept
 claim-of-dead-writer-kept @@ core/directory/directory.c @@ if (e->claimed && !owner_alive(d, &e->writer, ecc_now_ns(), true)) { @@ if (e->claimed && false) {
+# The range check's four lanes at a time.
+range-lanes-ignored @@ core/block_calls.c @@ over |= (ids_x4)(four >= lims); @@ (void)four;
 # A load written in parts while its first parts are copied.
 seal-ignored @@ core/engine/descriptors.h @@ if (w->count > w->sealed && s == w->src_end && d == w->dst_end) {\n      w->len[w->count - 1] += n; @@ if (w->count > 0 && s == w->src_end && d == w->dst_end) {\n      w->len[w->count - 1] += n;
 feed-parts-of-one-entry @@ core/load_plan.h @@ if (w->bytes >= goal)\n      break; @@ if (w->bytes >= 0)\n      break;

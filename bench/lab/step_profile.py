@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Where a load_many step's host time goes, on the GPU: python/bench.py's step
-(32 images x 880 rows x 3 KiB, scattered and contiguous) timed three ways in one
-run: the whole call, the C call alone (records built once, ecc_load called
-directly; also from the call to the data being usable, less the engine's copy
-time: how late the copy starts, plus the synchronisation), and the client's
-Python alone (the C call answered at once); then cProfile's top functions of the
-Python alone, and what each torch read of the fast path costs. Medians of --reps.
+(--images of 880 rows x 3 KiB, 32 by default, scattered and contiguous) timed
+three ways in one run: the whole call, the C call alone (records built once,
+ecc_load called directly; also from the call to the data being usable, less the
+engine's copy time: how late the copy starts, plus the synchronisation), and the
+client's Python alone (the C call answered at once); then cProfile's top
+functions of the Python alone, and what each torch read of the fast path costs.
+Medians of --reps.
 
     ECC_HOST_LIBRARY=build/lib/libecc-host.so python3 bench/lab/step_profile.py"""
 
@@ -115,6 +116,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--cold", action="store_true", help="caches thrashed before each call")
+    p.add_argument("--images", type=int, default=32, help="images per step (32)")
     args = p.parse_args()
     if args.cold:
         global JUNK
@@ -129,13 +131,13 @@ def main():
     try:
         with bench.open_connector(region_dir, 1024) as c:
             nb = c.describe().num_blocks
-            images = torch.randn(32, bench.ROWS, bench.HIDDEN, dtype=torch.bfloat16, device="cuda")
+            images = torch.randn(args.images, bench.ROWS, bench.HIDDEN, dtype=torch.bfloat16, device="cuda")
             pinned = torch.empty(nb, bench.HIDDEN, dtype=torch.bfloat16, pin_memory=True)
             tid = 1 << 40
-            for layout, ids in bench.layouts(nb, 32, 0).items():
+            for layout, ids in bench.layouts(nb, args.images, 0).items():
                 bench.store(c, pinned, images, ids)
                 dsts = [torch.empty(bench.ROWS, bench.HIDDEN, dtype=torch.bfloat16, device="cuda")
-                        for _ in range(32)]
+                        for _ in range(args.images)]
                 block_ids = [row.astype(np.uint32) for row in ids]
                 entries = [(tid + i, b, d) for i, (b, d) in enumerate(zip(block_ids, dsts))]
                 w = whole(c, entries, args.reps)

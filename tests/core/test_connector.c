@@ -113,6 +113,39 @@ Test(connector, bad_loads_are_rejected_and_change_nothing)
   cr_assert_eq(ecc_close(c), ECC_OK);
 }
 
+/* The range check compares four ids at a time, then the rest one by one: a
+ * bad id is found in every lane and in the tail, the first id past the end
+ * as the largest, and the message names its position; ids up to the last
+ * block pass. */
+Test(connector, a_block_id_past_the_region_is_found_at_every_position)
+{
+  ecc_connector_t *c = th_open("consumer", th_region_name(), BS, NB, NULL);
+  static uint8_t dst[11 * BS];
+  uint64_t d = (uint64_t)(uintptr_t)dst;
+  const uint32_t past[] = {NB, NB + 1, 1u << 31, UINT32_MAX};
+  uint32_t ids[11];
+  for (uint32_t at = 0; at < 11; at++) {
+    for (size_t k = 0; k < sizeof(past) / sizeof(past[0]); k++) {
+      for (uint32_t i = 0; i < 11; i++)
+        ids[i] = NB - 1 - i;
+      ids[at] = past[k];
+      ecc_load_entry_t e = {at, ids, 11, d, sizeof(dst)};
+      char want[64];
+      snprintf(want, sizeof(want), "block id %u (position %u)", past[k], at);
+      expect_error(c, ecc_load(c, &e, 1, NULL), ECC_ERR_RANGE, want);
+    }
+  }
+  for (uint32_t i = 0; i < 11; i++)
+    ids[i] = NB - 1 - i;
+  ecc_load_entry_t last = {99, ids, 11, d, sizeof(dst)};
+  cr_assert_eq(ecc_load(c, &last, 1, NULL), ECC_OK);
+  ecc_completion_t done[1];
+  cr_assert_eq(th_poll_until(c, done, 1, 5000), 1);
+  cr_expect_eq(done[0].transfer_id, 99);
+  cr_expect_eq(done[0].status, ECC_OK);
+  cr_assert_eq(ecc_close(c), ECC_OK);
+}
+
 Test(connector, roles_are_enforced)
 {
   static uint8_t buf[BS];
