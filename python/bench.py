@@ -164,19 +164,16 @@ def timed(args, methods, images, c):
     with --interleave the methods taking turns within each round (each finds
     them as the method before left them: the PyTorch gathers run through 86 MB
     on the CPU), so that a shared host's drift reaches all of them alike."""
-    times = {name: [] for _, name in METHODS}
+    rounds = range(args.warmup + args.reps)
     if args.interleave:
-        for rnd in range(args.warmup + args.reps):
-            for _, name in METHODS:
-                seconds = step(methods, name, images, c)
-                if rnd >= args.warmup:
-                    times[name].append(seconds)
-        return times
-    for _, name in METHODS:
-        for rnd in range(args.warmup + args.reps):
-            seconds = step(methods, name, images, c)
-            if rnd >= args.warmup:
-                times[name].append(seconds)
+        schedule = [(rnd, name) for rnd in rounds for _, name in METHODS]
+    else:
+        schedule = [(rnd, name) for _, name in METHODS for rnd in rounds]
+    times = {name: [] for _, name in METHODS}
+    for rnd, name in schedule:
+        seconds = step(methods, name, images, c)
+        if rnd >= args.warmup:
+            times[name].append(seconds)
     return times
 
 

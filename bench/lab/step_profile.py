@@ -131,7 +131,8 @@ def main():
     try:
         with bench.open_connector(region_dir, 1024) as c:
             nb = c.describe().num_blocks
-            images = torch.randn(args.images, bench.ROWS, bench.HIDDEN, dtype=torch.bfloat16, device="cuda")
+            images = torch.randn(args.images, bench.ROWS, bench.HIDDEN, dtype=torch.bfloat16,
+                                 device="cuda")
             pinned = torch.empty(nb, bench.HIDDEN, dtype=torch.bfloat16, pin_memory=True)
             tid = 1 << 40
             for layout, ids in bench.layouts(nb, args.images, 0).items():
@@ -158,6 +159,11 @@ def main():
         print(f"| {layout} | {w:.1f} | {ca:.1f} | {late:.1f} | {pa:.1f} |")
 
 
+def best_s(fn, n):
+    """Seconds per call of fn, the best of three runs of n calls."""
+    return min(timeit.timeit(fn, number=n) for _ in range(3)) / n
+
+
 def python_parts(c, entries, block_ids, n=2000):
     """The bulk path's packing alone, and the concatenation inside it, in us."""
     from ecc import _batch
@@ -169,10 +175,7 @@ def python_parts(c, entries, block_ids, n=2000):
              "np.concatenate of the ids": lambda: np.concatenate(block_ids),
              "the entries' list (the caller's)": lambda: [(i, e[1], e[2]) for i, e in
                                                          enumerate(entries)]}
-    out = []
-    for name, fn in parts.items():
-        best = min(timeit.timeit(fn, number=n) for _ in range(3)) / n * 1e6
-        out.append(f"{name} {best:.1f}")
+    out = [f"{name} {best_s(fn, n) * 1e6:.1f}" for name, fn in parts.items()]
     return "Python parts, us: " + ", ".join(out)
 
 
@@ -182,10 +185,7 @@ def torch_reads(t, n=20000):
              "layout": lambda: t.layout, "is_contiguous()": t.is_contiguous,
              "is_conj()": t.is_conj, "is_neg()": t.is_neg, "data_ptr()": t.data_ptr,
              "nbytes": lambda: t.nbytes, "nothing": lambda: None}
-    out = []
-    for name, fn in reads.items():
-        best = min(timeit.timeit(fn, number=n) for _ in range(3)) / n * 1e9
-        out.append(f"{name} {best:.0f}")
+    out = [f"{name} {best_s(fn, n) * 1e9:.0f}" for name, fn in reads.items()]
     return "torch reads, ns (a lambda call included): " + ", ".join(out)
 
 

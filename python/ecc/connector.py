@@ -322,6 +322,10 @@ class Connector(CacheCalls):
         pending = self._core.pending
         return (lambda: pending.add_loads(tids, owners)), (lambda: pending.drop_last_loads(tids))
 
+    def _keep_item_loads(self, items):
+        """_keep_loads for the per-entry paths' (transfer_id, blocks or token, memory)."""
+        return self._keep_loads([tid for tid, _, _ in items], [mem.owners for _, _, mem in items])
+
     # ---- the six operations ----
 
     def save(self, key, src, block_ids):
@@ -386,8 +390,7 @@ class Connector(CacheCalls):
         for rec, (tid, blocks, mem) in zip(arr, items):
             rec.transfer_id, rec.block_ids, rec.n_blocks = tid, blocks.address, blocks.count
             rec.dst, rec.dst_capacity = mem.address, mem.nbytes
-        add, undo = self._keep_loads([tid for tid, _, _ in items],
-                                     [mem.owners for _, _, mem in items])
+        add, undo = self._keep_item_loads(items)
         self._submit("load", "ecc_load", (arr, len(items), handle), add, undo)
 
     def _load_item(self, entry):
@@ -577,8 +580,7 @@ class Connector(CacheCalls):
             return
         typed = any(isinstance(e[1], Entry) and e[1].typed for e in given)
         arr = self._typed_records(given, items) if typed else self._pinned_records(items)
-        add, undo = self._keep_loads([tid for tid, _, _ in items],
-                                     [mem.owners for _, _, mem in items])
+        add, undo = self._keep_item_loads(items)
         if not typed:
             self._submit("load_pinned", "ecc_load_pinned", (arr, len(items), handle), add, undo)
             return
