@@ -107,20 +107,28 @@ def test_loaders_and_a_poller_share_a_connector(open_connector):
 
 
 def test_close_racing_with_callers(open_connector):
-    c = open_connector(block_size=64 * 1024, blocks=64)
-    big = pattern(64 * 64 * 1024, seed=1)
+    # No two copies may write the same bytes at once (the region's blocks are
+    # the caller's to keep apart): each thread saves its own blocks, one save
+    # per flush, and one batch is in flight at a time.
+    per_thread = 64 // THREADS
+    c = open_connector(block_size=64 * 1024, blocks=64, **{"connector.max_inflight": "1"})
+    big = pattern(per_thread * 64 * 1024, seed=1)
     started = threading.Barrier(THREADS + 1)
 
     def hammer(t):
+        blocks = list(range(t * per_thread, (t + 1) * per_thread))
+
         def run():
             started.wait()
             try:
                 while True:
-                    c.save(f"k{t}", big, list(range(64)))
-                    try:
-                        c.flush()
-                    except ecc.Busy:
-                        pass  # back-pressure: the poll below makes room
+                    c.save(f"k{t}", big, blocks)
+                    while True:
+                        try:
+                            c.flush()
+                            break
+                        except ecc.Busy:
+                            c.poll()  # back-pressure: polling makes room
                     c.poll()
                     c.stats()
             except ecc.EccError as e:
